@@ -1,0 +1,174 @@
+// The backward engine: iterative topological order (no recursion), gradient accumulation,
+// release of saved tensors, and iterative teardown of deep graphs.
+#include <algorithm>
+#include <unordered_map>
+
+#include "autograd/grad_mode.h"
+#include "autograd/node.h"
+#include "autograd/ops.h"
+
+namespace hh {
+
+namespace {
+thread_local bool g_grad_enabled = true;
+
+// Nodes and closures whose destruction was deferred by a Node destructor; drained by the
+// outermost one, so a chain of any length unwinds in a loop.
+thread_local std::vector<std::shared_ptr<Node>>* g_node_queue = nullptr;
+thread_local std::vector<BackwardFn>* g_fn_queue = nullptr;
+}  // namespace
+
+bool GradMode::is_enabled() { return g_grad_enabled; }
+void GradMode::set_enabled(bool on) { g_grad_enabled = on; }
+
+Node::~Node() {
+  std::vector<std::shared_ptr<Node>> nodes;
+  std::vector<BackwardFn> fns;
+  bool outermost = g_node_queue == nullptr;
+  if (outermost) {
+    g_node_queue = &nodes;
+    g_fn_queue = &fns;
+  }
+  for (Edge& e : inputs)
+    if (e.fn) g_node_queue->push_back(std::move(e.fn));
+  if (backward) g_fn_queue->push_back(std::move(backward));
+  if (!outermost) return;
+  while (!nodes.empty() || !fns.empty()) {
+    if (!fns.empty()) {
+      BackwardFn f = std::move(fns.back());
+      fns.pop_back();
+    } else {
+      std::shared_ptr<Node> n = std::move(nodes.back());
+      nodes.pop_back();
+    }
+  }
+  g_node_queue = nullptr;
+  g_fn_queue = nullptr;
+}
+
+bool any_requires_grad(const std::vector<Tensor>& inputs) {
+  if (!GradMode::is_enabled()) return false;
+  for (const Tensor& t : inputs)
+    if (t.defined() && t.requires_grad()) return true;
+  return false;
+}
+
+Tensor record(const char* name, Tensor out, const std::vector<Tensor>& inputs, BackwardFn backward) {
+  if (!any_requires_grad(inputs)) return out;
+  auto node = std::make_shared<Node>();
+  node->name = name;
+  for (const Tensor& t : inputs) {
+    Edge e;
+    if (t.defined() && t.requires_grad()) {
+      if (t.grad_fn())
+        e.fn = t.grad_fn();
+      else
+        e.leaf = t.impl_ptr();
+    }
+    node->inputs.push_back(std::move(e));
+    node->input_shapes.push_back(t.defined() ? t.shape() : Shape{});
+    node->input_dtypes.push_back(t.defined() ? t.dtype() : DType::f32);
+  }
+  node->backward = std::move(backward);
+  // `out` may share its impl with nothing else yet; give it a fresh impl so views of inputs
+  // returned as-is never get their grad_fn overwritten.
+  auto impl = std::make_shared<TensorImpl>(*out.impl_ptr());
+  impl->grad.reset();
+  impl->requires_grad = true;
+  impl->grad_fn = std::move(node);
+  return Tensor(impl);
+}
+
+namespace {
+void accumulate_leaf(TensorImpl& leaf, const Tensor& g) {
+  Tensor grad = g;
+  if (grad.dtype() != leaf.dtype) grad = grad.to(leaf.dtype);
+  if (leaf.grad)
+    leaf.grad = add(Tensor(leaf.grad), grad).impl_ptr();
+  else
+    leaf.grad = (grad.is_contiguous() ? grad.detach() : grad.contiguous()).impl_ptr();
+}
+}  // namespace
+
+void run_backward(const Tensor& root, const Tensor& gradient, bool retain_graph) {
+  HH_CHECK(root.requires_grad(), "backward: tensor does not require grad and has no grad_fn");
+  Tensor g = gradient;
+  if (!g.defined()) {
+    HH_CHECK(root.numel() == 1, "backward: grad can be implied only for a one-element output, got shape ",
+             root.shape(), "; pass a gradient tensor");
+    g = ones(root.shape(), {root.dtype(), root.device()});
+  }
+  HH_CHECK(g.shape() == root.shape(), "backward: gradient shape ", g.shape(), " does not match output shape ",
+           root.shape());
+  NoGradGuard no_grad;
+  if (!root.grad_fn()) {
+    accumulate_leaf(*root.impl_ptr(), g);
+    return;
+  }
+  // Count, for every node reachable from the root, how many edges point at it.
+  std::unordered_map<Node*, int> deps;
+  std::vector<Node*> stack{root.grad_fn().get()};
+  deps[root.grad_fn().get()] = 0;
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    for (Edge& e : n->inputs) {
+      if (!e.fn) continue;
+      auto it = deps.find(e.fn.get());
+      if (it == deps.end()) {
+        deps[e.fn.get()] = 1;
+        stack.push_back(e.fn.get());
+      } else {
+        ++it->second;
+      }
+    }
+  }
+  // Process in reverse topological order: a node runs once every consumer has sent its grad.
+  std::unordered_map<Node*, Tensor> pending;
+  pending[root.grad_fn().get()] = g;
+  std::vector<Node*> ready{root.grad_fn().get()};
+  while (!ready.empty()) {
+    Node* n = ready.back();
+    ready.pop_back();
+    Tensor gout = std::move(pending[n]);
+    pending.erase(n);
+    // A node reached only by zero (undefined) gradients still releases its inputs' counts.
+    std::vector<Tensor> grads(n->inputs.size());
+    if (gout.defined()) {
+      HH_CHECK(n->backward, "backward: trying to backward through the graph a second time (op '", n->name,
+               "'); its saved tensors were freed. Pass retain_graph=true to the first backward");
+      NeedsGrad needs(n->inputs.size());
+      for (size_t i = 0; i < needs.size(); ++i) needs[i] = n->inputs[i].active();
+      grads = n->backward(gout, needs);
+      HH_CHECK(grads.size() == n->inputs.size(), "backward of '", n->name, "' returned ", grads.size(),
+               " gradients for ", n->inputs.size(), " inputs");
+    }
+    if (!retain_graph) n->backward = nullptr;
+    for (size_t i = 0; i < grads.size(); ++i) {
+      Edge& e = n->inputs[i];
+      if (grads[i].defined() && e.active())
+        HH_CHECK(grads[i].shape() == n->input_shapes[i], "backward of '", n->name, "' returned gradient shape ",
+                 grads[i].shape(), " for input ", i, " of shape ", n->input_shapes[i]);
+      if (e.fn) {
+        Tensor& acc = pending[e.fn.get()];
+        if (grads[i].defined()) acc = acc.defined() ? add(acc, grads[i]) : grads[i];
+        if (--deps[e.fn.get()] == 0) ready.push_back(e.fn.get());
+      } else if (e.leaf && grads[i].defined()) {
+        accumulate_leaf(*e.leaf, grads[i]);
+      }
+    }
+  }
+}
+
+void Tensor::backward(const Tensor& gradient, bool retain_graph) const { run_backward(*this, gradient, retain_graph); }
+
+namespace {
+std::vector<std::string>& op_names() {
+  static std::vector<std::string> names;
+  return names;
+}
+}  // namespace
+OpName::OpName(const char* name) { op_names().emplace_back(name); }
+const std::vector<std::string>& registered_ops() { return op_names(); }
+
+}  // namespace hh

@@ -1,0 +1,50 @@
+// Node: one recorded op in the graph. It holds the backward closure (which owns exactly the
+// tensors its backward needs) and one edge per input: to the input's producing node, to a leaf
+// that accumulates a gradient, or nothing when the input needs no gradient.
+#pragma once
+#include <functional>
+#include <initializer_list>
+#include <memory>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace hh {
+
+using NeedsGrad = std::vector<bool>;
+// Returns one gradient per input (an undefined Tensor where none is needed or it is zero).
+using BackwardFn = std::function<std::vector<Tensor>(const Tensor& grad_out, const NeedsGrad& needs)>;
+
+struct Edge {
+  std::shared_ptr<Node> fn;            // input produced by an op
+  std::shared_ptr<TensorImpl> leaf;    // input is a leaf that requires grad
+  bool active() const { return fn || leaf; }
+};
+
+struct Node {
+  const char* name = "";
+  std::vector<Edge> inputs;
+  std::vector<Shape> input_shapes;
+  std::vector<DType> input_dtypes;
+  BackwardFn backward;  // empty once released (after a backward without retain_graph)
+  // Deep graphs (100,000 chained ops) are torn down iteratively, never by recursion.
+  ~Node();
+};
+
+// Records `name` as the producer of `out` when grad mode is on and any input requires grad;
+// returns `out` (marked requires_grad in that case). Inputs may be undefined tensors.
+Tensor record(const char* name, Tensor out, const std::vector<Tensor>& inputs, BackwardFn backward);
+// True when grad mode is on and some input requires grad (lets an op skip saving tensors).
+bool any_requires_grad(const std::vector<Tensor>& inputs);
+
+// Runs backward from `root` (autograd/engine.cpp).
+void run_backward(const Tensor& root, const Tensor& gradient, bool retain_graph);
+
+// Every public differentiable op registers its name once next to its definition, so the test
+// table can prove it covers every op: `static const OpName reg_add("add");`.
+struct OpName {
+  explicit OpName(const char* name);
+};
+const std::vector<std::string>& registered_ops();
+
+}  // namespace hh

@@ -1,0 +1,146 @@
+// Backend: one method per primitive kernel. The CPU backend (core/cpu/) and the CUDA backend
+// (cuda/) implement all of it; the compiler reports a missing one. Ops (autograd/) check
+// shapes and dtypes, allocate outputs and call these; kernels may assume the checks passed.
+//
+// Conventions: outputs are freshly allocated and contiguous unless said otherwise. "(N,R)"
+// means a contiguous tensor viewed as N rows of R elements; "(O,R,I)" is outer, reduced, inner.
+// Float kernels run in f32 or f64 (bf16/f16 are cast by the op first).
+#pragma once
+#include <cstdint>
+#include <memory>
+
+#include "core/tensor.h"
+
+namespace hh {
+
+enum class UnaryOp : uint8_t {
+  neg, abs, exp, log, log1p, sqrt, rsqrt, square, sin, cos, tanh, sigmoid, relu, elu,
+  gelu_erf, gelu_tanh, silu, softplus, clamp, pow_scalar, add_scalar, mul_scalar, rdiv_scalar,
+  sign,
+};
+// a, b: elu alpha; clamp lo/hi; pow exponent; softplus beta/threshold; scalar for *_scalar.
+struct UnaryParams {
+  double a = 0.0;
+  double b = 0.0;
+};
+
+enum class BinaryOp : uint8_t { add, sub, mul, div, pow, maximum, minimum, eq, ne, lt, le, gt, ge };
+inline bool is_comparison(BinaryOp op) { return op >= BinaryOp::eq; }
+
+enum class ReduceOp : uint8_t { sum, mean, max, min, prod };
+
+struct GemmParams {
+  double alpha = 1.0;   // C = alpha * A·B + beta * C
+  double beta = 0.0;
+};
+
+struct CrossEntropyParams {
+  int64_t ignore_index = -100;
+  double label_smoothing = 0.0;
+};
+
+struct AdamWParams {
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
+  int64_t step = 1;  // 1-based step for bias correction
+};
+
+enum class RandomKind : uint8_t { uniform, normal, randint };
+struct RandomParams {
+  RandomKind kind = RandomKind::uniform;
+  double a = 0.0, b = 1.0;  // uniform [a,b); normal mean a, std b; randint [a,b)
+  uint64_t seed = 0, offset = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual Device device() const = 0;
+
+  // ---- memory ----
+  virtual std::shared_ptr<void> allocate(size_t nbytes) = 0;
+  virtual void copy_from_host(void* dst, const void* src, size_t nbytes) = 0;
+  virtual void copy_to_host(void* dst, const void* src, size_t nbytes) = 0;
+  virtual void synchronize() = 0;
+
+  // ---- fill, copy, random ----
+  virtual void fill(const Tensor& out, double value) = 0;
+  // dst <- src elementwise; same shape; any strides on both; any dtypes (casts).
+  virtual void copy(const Tensor& dst, const Tensor& src) = 0;
+  // out (contiguous, f32/f64 for uniform/normal, i32/i64 for randint) filled from Philox
+  // following PhiloxLayout (core/philox.h).
+  virtual void random(const Tensor& out, const RandomParams& p) = 0;
+
+  // ---- elementwise ----
+  // y = f(x); x, y contiguous, same dtype.
+  virtual void unary(UnaryOp op, const Tensor& x, const Tensor& y, const UnaryParams& p) = 0;
+  // gx = gy * f'(x) (some ops use y = f(x) instead of x); all contiguous.
+  virtual void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& gy,
+                              const Tensor& gx, const UnaryParams& p) = 0;
+  // out = a op b; a, b have out's shape with any strides (0 = broadcast); out contiguous.
+  // Comparisons write bool.
+  virtual void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) = 0;
+  // out = cond ? a : b; cond bool; all of out's shape, any strides; out contiguous.
+  virtual void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) = 0;
+
+  // ---- reductions ----
+  // x (O,R,I) contiguous -> values (O,I); indices (O,I) i64 for max/min when defined.
+  virtual void reduce(ReduceOp op, const Tensor& x, const Tensor& values, const Tensor& indices) = 0;
+  // Inclusive cumulative sum over R of x (O,R,I) -> out (O,R,I).
+  virtual void cumsum(const Tensor& x, const Tensor& out) = 0;
+
+  // ---- linear algebra ----
+  // c (Bt,M,N) contiguous = alpha a·b + beta c, a (Bt,M,K), b (Bt,K,N). a and b have unit stride
+  // in one of their last two dims (row- or column-major), any batch stride (0 = broadcast).
+  virtual void gemm(const Tensor& a, const Tensor& b, const Tensor& c, const GemmParams& p) = 0;
+
+  // ---- fused nn kernels (rows of the last dim) ----
+  virtual void softmax(const Tensor& x, const Tensor& y, bool log) = 0;                  // (N,R)
+  virtual void softmax_backward(const Tensor& y, const Tensor& gy, const Tensor& gx, bool log) = 0;
+  // x (N,C); weight/bias (C) or undefined; mean/rstd (N) f32/f64 like x.
+  virtual void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
+                          const Tensor& y, const Tensor& mean, const Tensor& rstd) = 0;
+  // gweight/gbias undefined when not needed.
+  virtual void layer_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean,
+                                   const Tensor& rstd, const Tensor& gy, const Tensor& gx,
+                                   const Tensor& gweight, const Tensor& gbias) = 0;
+  virtual void rms_norm(const Tensor& x, const Tensor& weight, double eps, const Tensor& y,
+                        const Tensor& rstd) = 0;
+  virtual void rms_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& rstd,
+                                 const Tensor& gy, const Tensor& gx, const Tensor& gweight) = 0;
+  // logits (N,V), target (N) i64 -> loss (N) per row (0 where ignored), lse (N).
+  virtual void cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyParams& p,
+                             const Tensor& loss, const Tensor& lse) = 0;
+  // glogits (N,V) = d(sum_i gloss_i * loss_i)/dlogits.
+  virtual void cross_entropy_backward(const Tensor& logits, const Tensor& target, const Tensor& lse,
+                                      const Tensor& gloss, const CrossEntropyParams& p,
+                                      const Tensor& glogits) = 0;
+
+  // ---- indexing ----
+  // out (O,K,I) = x (O,R,I) at index (K) along R (i64, range-checked: throws naming the index).
+  virtual void index_select(const Tensor& x, const Tensor& index, const Tensor& out) = 0;
+  // out (O,R,I) += src (O,K,I) at index (K) along R (duplicates accumulate).
+  virtual void index_add(const Tensor& out, const Tensor& index, const Tensor& src) = 0;
+  // out (O,K,I) = x (O,R,I)[o, index[o,k,i], i]; index (O,K,I) i64.
+  virtual void gather(const Tensor& x, const Tensor& index, const Tensor& out) = 0;
+  // out (O,R,I)[o, index[o,k,i], i] += src (O,K,I).
+  virtual void scatter_add(const Tensor& out, const Tensor& index, const Tensor& src) = 0;
+  // x (Bt,M,N) -> out keeps entries with j - i <= k (lower) or j - i >= k (upper), zero elsewhere.
+  virtual void triangle(const Tensor& x, const Tensor& out, int64_t k, bool upper) = 0;
+
+  // ---- optimizer ----
+  // In place on param, m, v (contiguous, same shape, f32/f64): decoupled-decay AdamW.
+  virtual void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+                          const AdamWParams& p) = 0;
+};
+
+// The backend that owns `d`. The CPU backend always exists; CUDA ones come from cuda/ and throw
+// "built without CUDA" in a CPU-only build.
+Backend& backend_for(Device d);
+inline Backend& backend_of(const Tensor& t) { return backend_for(t.device()); }
+
+// Implemented by cuda/ (the real backend or the stub).
+Backend& cuda_backend(int index);
+bool cuda_available();
+int cuda_device_count();
+
+}  // namespace hh

@@ -1,0 +1,11 @@
+// PLACEHOLDER (to be replaced by the real kernels)
+#include "core/cpu/cpu_backend.h"
+
+namespace hh {
+#define HH_TODO(sig) void CpuBackend::sig { fail("cpu: kernel not implemented yet"); }
+HH_TODO(unary(UnaryOp, const Tensor&, const Tensor&, const UnaryParams&))
+HH_TODO(unary_backward(UnaryOp, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const UnaryParams&))
+HH_TODO(binary(BinaryOp, const Tensor&, const Tensor&, const Tensor&))
+HH_TODO(where(const Tensor&, const Tensor&, const Tensor&, const Tensor&))
+#undef HH_TODO
+}  // namespace hh

@@ -1,0 +1,8 @@
+// PLACEHOLDER (to be replaced by the real kernels)
+#include "core/cpu/cpu_backend.h"
+
+namespace hh {
+#define HH_TODO(sig) void CpuBackend::sig { fail("cpu: kernel not implemented yet"); }
+HH_TODO(gemm(const Tensor&, const Tensor&, const Tensor&, const GemmParams&))
+#undef HH_TODO
+}  // namespace hh
