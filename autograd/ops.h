@@ -3,6 +3,7 @@
 #pragma once
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"
+#include "autograd/ops/attention.h"
 #include "autograd/ops/elementwise.h"
 #include "autograd/ops/index.h"
 #include "autograd/ops/linalg.h"

@@ -127,6 +127,20 @@ class Backend {
   // x (Bt,M,N) -> out keeps entries with j - i <= k (lower) or j - i >= k (upper), zero elsewhere.
   virtual void triangle(const Tensor& x, const Tensor& out, int64_t k, bool upper) = 0;
 
+  // ---- attention ----
+  // Causal linear attention in chunks of C (REFERENCE.md §1): phi_q, phi_k (G,L,F) and v (G,L,D)
+  // contiguous, G = B·H. y (G,L,D): y_i = φq_iᵀ S_i / (φq_i·z_i + eps) with S_i = Σ_{j<=i} φk_j v_jᵀ,
+  // z_i = Σ_{j<=i} φk_j; den (G,L) receives the denominators (eps included) for the backward.
+  // Inside a chunk the masked quadratic form, across chunks a running (S, z) in the compute type.
+  virtual void linear_attention_causal(const Tensor& q, const Tensor& k, const Tensor& v, int64_t chunk,
+                                       double eps, const Tensor& y, const Tensor& den) = 0;
+  // Gradients gq, gk (G,L,F), gv (G,L,D) of Σ gy·y. Walks the chunks forward for gq and in reverse
+  // for gk, gv, recomputing per-chunk terms: no per-token state is stored.
+  virtual void linear_attention_causal_backward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                const Tensor& y, const Tensor& den, const Tensor& gy,
+                                                int64_t chunk, const Tensor& gq, const Tensor& gk,
+                                                const Tensor& gv) = 0;
+
   // ---- optimizer ----
   // In place on param, m, v (contiguous, same shape, f32/f64): decoupled-decay AdamW.
   virtual void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,

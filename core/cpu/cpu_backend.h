@@ -48,6 +48,12 @@ class CpuBackend final : public Backend {
   void scatter_add(const Tensor& out, const Tensor& index, const Tensor& src) override;
   void triangle(const Tensor& x, const Tensor& out, int64_t k, bool upper) override;
 
+  void linear_attention_causal(const Tensor& q, const Tensor& k, const Tensor& v, int64_t chunk, double eps,
+                               const Tensor& y, const Tensor& den) override;  // cpu_attention.cpp
+  void linear_attention_causal_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& y,
+                                        const Tensor& den, const Tensor& gy, int64_t chunk, const Tensor& gq,
+                                        const Tensor& gk, const Tensor& gv) override;
+
   void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
                   const AdamWParams& p) override;  // cpu_optim.cpp
 };

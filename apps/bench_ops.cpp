@@ -1,0 +1,284 @@
+// bench_ops: CPU throughput of the GEMM and of a few memory-bound ops, next to the machine's
+// measured FMA peak. Companion: tools/bench_torch_cpu.py prints the same table for PyTorch.
+//
+//   bench_ops [--threads 1,2] [--reps 7] [--json FILE]
+//
+// GEMM rows time Backend::gemm into a preallocated output (what torch.matmul(a, b, out=c) does),
+// so page faults of a fresh 50 MB result do not blur the kernel; op rows call the hh:: op API
+// (allocating, like torch's eager ops). Every row: warm-up runs, then the median of --reps.
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "autograd/ops.h"
+#include "core/backend.h"
+#include "core/parallel.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr int kWarmup = 2;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Median wall time (seconds) of f over `reps` runs after kWarmup runs.
+double time_median(const std::function<void()>& f, int reps) {
+  for (int i = 0; i < kWarmup; ++i) f();
+  std::vector<double> ts;
+  for (int i = 0; i < reps; ++i) {
+    auto t0 = Clock::now();
+    f();
+    ts.push_back(seconds_since(t0));
+  }
+  return median(ts);
+}
+
+// ---- FMA peak: register-only multiply-add chains, no memory traffic ----
+// 12 independent accumulators per thread cover FMA latency (4-5 cycles) × 2 FMA pipes.
+#if defined(__AVX512F__)
+constexpr const char* kIsa = "AVX-512 FMA";
+constexpr int kLanes = 16;
+using Vec = __m512;
+inline Vec vset(float x) { return _mm512_set1_ps(x); }
+inline Vec vfma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
+inline float vfirst(Vec a) { return _mm512_cvtss_f32(a); }
+#elif defined(__FMA__)
+constexpr const char* kIsa = "AVX2 FMA";
+constexpr int kLanes = 8;
+using Vec = __m256;
+inline Vec vset(float x) { return _mm256_set1_ps(x); }
+inline Vec vfma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
+inline float vfirst(Vec a) { return _mm256_cvtss_f32(a); }
+#else
+constexpr const char* kIsa = nullptr;
+#endif
+constexpr int kChains = 12;
+
+// GFLOP/s of `threads` threads each running `iters` rounds of kChains FMAs; 0 without FMA.
+double fma_peak_once(int threads, int64_t iters) {
+#if defined(__FMA__)
+  volatile float sink = 0.0f;
+  auto t0 = Clock::now();
+#pragma omp parallel num_threads(threads)
+  {
+    Vec acc[kChains];
+    for (int j = 0; j < kChains; ++j) acc[j] = vset(0.01f * static_cast<float>(j + omp_get_thread_num()));
+    const Vec mul = vset(0.999999f), add = vset(1e-7f);  // converges to 0.1: no overflow, no denormals
+    for (int64_t it = 0; it < iters; ++it)
+      for (int j = 0; j < kChains; ++j) acc[j] = vfma(acc[j], mul, add);
+    float s = 0.0f;
+    for (int j = 0; j < kChains; ++j) s += vfirst(acc[j]);
+#pragma omp atomic
+    sink += s;
+  }
+  double dt = seconds_since(t0);
+  (void)sink;
+  return 2.0 * kLanes * kChains * static_cast<double>(iters) * threads / dt / 1e9;
+#else
+  (void)threads;
+  (void)iters;
+  return 0.0;
+#endif
+}
+
+double fma_peak(int threads, int reps) {
+  const int64_t iters = 20'000'000;  // ~4 GFLOP per thread: tens of milliseconds
+  for (int i = 0; i < kWarmup; ++i) fma_peak_once(threads, iters / 4);
+  std::vector<double> g;
+  for (int i = 0; i < reps; ++i) g.push_back(fma_peak_once(threads, iters));
+  return median(g);
+}
+
+// ---- GEMM rows ----
+struct GemmCase {
+  std::string name;
+  int64_t batch, m, k, n;
+};
+
+std::vector<GemmCase> gemm_cases() {
+  return {
+      {"(4096x768)·(768x768)", 1, 4096, 768, 768},
+      {"(4096x768)·(768x3072)", 1, 4096, 768, 3072},
+      {"(4096x3072)·(3072x768)", 1, 4096, 3072, 768},
+      {"48x(512x64)·(64x512)", 48, 512, 64, 512},
+      {"48x(512x512)·(512x64)", 48, 512, 512, 64},
+  };
+}
+
+// ---- memory-bound op rows: (rows, cols) f32, 32 MiB per tensor (larger than most L3s) ----
+constexpr int64_t kRows = 4096, kCols = 2048;
+
+struct OpCase {
+  std::string name;
+  double bytes;  // bytes each call must read + write
+  std::function<hh::Tensor()> fn;
+};
+
+std::vector<OpCase> op_cases(const hh::Tensor& x, const hh::Tensor& y, const hh::Tensor& w, const hh::Tensor& b) {
+  const double n = static_cast<double>(x.numel()) * 4.0, row = static_cast<double>(kCols) * 4.0;
+  return {
+      {"copy (clone)", 2 * n, [&] { return hh::clone(x); }},
+      {"add", 3 * n, [&] { return hh::add(x, y); }},
+      {"mul", 3 * n, [&] { return hh::mul(x, y); }},
+      {"exp", 2 * n, [&] { return hh::exp(x); }},
+      {"gelu (erf)", 2 * n, [&] { return hh::gelu(x); }},
+      {"sum over last dim", n + n / kCols, [&] { return hh::sum(x, {-1}); }},
+      {"softmax (last dim)", 2 * n, [&] { return hh::softmax(x, -1); }},
+      {"layer_norm (last dim)", 2 * n + 2 * row, [&] { return hh::layer_norm(x, w, b); }},
+  };
+}
+
+// ---- flags ----
+struct Flags {
+  std::vector<int> threads{1, 2};
+  int reps = 7;
+  std::string json;
+};
+
+[[noreturn]] void usage_error(const std::string& msg) {
+  std::fprintf(stderr, "error: %s\nusage: bench_ops [--threads 1,2] [--reps N] [--json FILE]\n", msg.c_str());
+  std::exit(2);
+}
+
+int parse_positive(const std::string& s, const std::string& flag) {
+  size_t used = 0;
+  long v = 0;
+  try {
+    v = std::stol(s, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != s.size() || s.empty() || v < 1 || v > 4096)
+    usage_error(flag + " expects positive integers, got '" + s + "'");
+  return static_cast<int>(v);
+}
+
+Flags parse_flags(int argc, char** argv) {
+  Flags f;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i], val;
+    if (a == "-h" || a == "--help") {
+      std::printf("usage: bench_ops [--threads 1,2] [--reps N] [--json FILE]\n");
+      std::exit(0);
+    }
+    size_t eq = a.find('=');
+    std::string key = eq == std::string::npos ? a : a.substr(0, eq);
+    if (key != "--threads" && key != "--reps" && key != "--json") usage_error("unknown flag '" + a + "'");
+    if (eq != std::string::npos) {
+      val = a.substr(eq + 1);
+    } else {
+      if (i + 1 >= argc) usage_error(key + " needs a value");
+      val = argv[++i];
+    }
+    if (key == "--threads") {
+      f.threads.clear();
+      size_t at = 0;
+      while (at <= val.size()) {
+        size_t comma = val.find(',', at);
+        if (comma == std::string::npos) comma = val.size();
+        f.threads.push_back(parse_positive(val.substr(at, comma - at), "--threads"));
+        at = comma + 1;
+      }
+    } else if (key == "--reps") {
+      f.reps = parse_positive(val, "--reps");
+    } else {
+      if (val.empty()) usage_error("--json needs a file name");
+      f.json = val;
+    }
+  }
+  return f;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Flags flags = parse_flags(argc, argv);
+  using nlohmann::json;
+  json out = {{"library", "hedgehog"}, {"dtype", "f32"}, {"reps", flags.reps}, {"warmup", kWarmup}};
+
+  std::printf("hedgehog CPU benchmark, f32, median of %d runs after %d warm-ups\n", flags.reps, kWarmup);
+  // FMA peak per thread count.
+  json peaks = json::object();
+  std::vector<double> peak(flags.threads.size(), 0.0);
+  std::printf("\nFMA peak (%s register-only chains, measured)\n", kIsa ? kIsa : "unavailable");
+  for (size_t i = 0; i < flags.threads.size(); ++i) {
+    peak[i] = fma_peak(flags.threads[i], flags.reps);
+    std::printf("  %2d thread%s %10.1f GFLOP/s\n", flags.threads[i], flags.threads[i] == 1 ? " " : "s", peak[i]);
+    peaks[std::to_string(flags.threads[i])] = peak[i];
+  }
+  out["fma_peak_gflops"] = peaks;
+  out["isa"] = kIsa ? kIsa : "none";
+
+  // GEMM.
+  std::printf("\n%-28s %7s %10s %10s %8s\n", "GEMM (into preallocated C)", "threads", "ms", "GFLOP/s", "% peak");
+  json gemm_rows = json::array();
+  hh::Generator gen(42);
+  for (const GemmCase& g : gemm_cases()) {
+    hh::Tensor a = hh::uniform({g.batch, g.m, g.k}, -1, 1, gen), b = hh::uniform({g.batch, g.k, g.n}, -1, 1, gen);
+    hh::Tensor c = hh::empty({g.batch, g.m, g.n});
+    hh::Backend& be = hh::backend_of(c);
+    const double flops = 2.0 * static_cast<double>(g.batch * g.m) * static_cast<double>(g.k * g.n);
+    for (size_t i = 0; i < flags.threads.size(); ++i) {
+      hh::set_num_threads(flags.threads[i]);
+      double t = time_median([&] { be.gemm(a, b, c, {1.0, 0.0}); }, flags.reps);
+      double gf = flops / t / 1e9, pct = peak[i] > 0 ? 100.0 * gf / peak[i] : 0.0;
+      std::printf("%-28s %7d %10.2f %10.1f %7.1f%%\n", g.name.c_str(), flags.threads[i], t * 1e3, gf, pct);
+      gemm_rows.push_back({{"name", g.name}, {"batch", g.batch}, {"m", g.m}, {"k", g.k}, {"n", g.n},
+                           {"threads", flags.threads[i]}, {"ms", t * 1e3}, {"gflops", gf}, {"pct_peak", pct}});
+    }
+  }
+  out["gemm"] = gemm_rows;
+
+  // Memory-bound ops through the op API.
+  std::printf("\n%-28s %7s %10s %10s\n", "op on (4096x2048) f32", "threads", "ms", "GB/s");
+  json op_rows = json::array();
+  hh::Tensor x = hh::uniform({kRows, kCols}, -2, 2, gen), y = hh::uniform({kRows, kCols}, -2, 2, gen);
+  hh::Tensor w = hh::uniform({kCols}, 0.5, 1.5, gen), bias = hh::uniform({kCols}, -0.5, 0.5, gen);
+  hh::NoGradGuard no_grad;
+  for (const OpCase& op : op_cases(x, y, w, bias)) {
+    for (int th : flags.threads) {
+      hh::set_num_threads(th);
+      json row = {{"name", op.name}, {"threads", th}};
+      try {
+        double t = time_median([&] { op.fn(); }, flags.reps);
+        double gbs = op.bytes / t / 1e9;
+        std::printf("%-28s %7d %10.2f %10.1f\n", op.name.c_str(), th, t * 1e3, gbs);
+        row["ms"] = t * 1e3;
+        row["gbs"] = gbs;
+      } catch (const hh::Error& e) {
+        std::printf("%-28s %7d %10s %10s\n", op.name.c_str(), th, "n/a", "n/a");
+        row["ms"] = nullptr;
+        row["gbs"] = nullptr;
+        row["error"] = e.what();
+      }
+      op_rows.push_back(row);
+    }
+  }
+  out["ops"] = op_rows;
+
+  if (!flags.json.empty()) {
+    std::ofstream f(flags.json);
+    if (!f) {
+      std::fprintf(stderr, "error: cannot write --json file '%s'\n", flags.json.c_str());
+      return 1;
+    }
+    f << out.dump(2) << "\n";
+  }
+  return 0;
+}

@@ -1,0 +1,510 @@
+// safetensors reader and writer (rules: REFERENCE.md §6, matching the reference implementation's
+// checks). Reading = validate the 8-byte length against the file size, validate the header
+// (UTF-8, JSON with duplicate-key detection, entry layout, dtypes, checked sizes, contiguous
+// offsets, no trailing bytes), then copy each tensor's bytes into fresh CPU storage.
+#include "core/safetensors.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "core/atomic_file.h"
+#include "core/error.h"
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors I/O assumes a little-endian host");
+
+namespace hh {
+
+namespace {
+
+using ojson = nlohmann::ordered_json;  // keeps the header's key order
+
+[[noreturn]] void bad(const std::string& origin, const std::string& what) {
+  fail(str("safetensors: ", origin, ": ", what));
+}
+
+// A name or value quoted for an error message, cut short when huge.
+std::string quote(const std::string& s) {
+  constexpr size_t kMax = 200;
+  if (s.size() <= kMax) return "'" + s + "'";
+  return "'" + s.substr(0, kMax) + "...' (" + std::to_string(s.size()) + " bytes)";
+}
+
+// A JSON value as text for an error message (never throws on odd strings).
+std::string excerpt(const ojson& v) {
+  std::string s = v.dump(-1, ' ', false, ojson::error_handler_t::replace);
+  if (s.size() > 80) s = s.substr(0, 80) + "...";
+  return s;
+}
+
+const char* st_dtype_name(DType t) {
+  switch (t) {
+    case DType::bf16: return "BF16";
+    case DType::f16: return "F16";
+    case DType::f32: return "F32";
+    case DType::f64: return "F64";
+    case DType::i64: return "I64";
+    case DType::i32: return "I32";
+    case DType::u8: return "U8";
+    case DType::boolean: return "BOOL";
+  }
+  return "?";
+}
+
+bool parse_st_dtype(const std::string& s, DType* out) {
+  static const std::pair<const char*, DType> table[] = {
+      {"BF16", DType::bf16}, {"F16", DType::f16}, {"F32", DType::f32}, {"F64", DType::f64},
+      {"I64", DType::i64},   {"I32", DType::i32}, {"U8", DType::u8},   {"BOOL", DType::boolean}};
+  for (const auto& [name, t] : table) {
+    if (s == name) {
+      *out = t;
+      return true;
+    }
+  }
+  return false;
+}
+
+// Index of the first byte that does not start a valid UTF-8 sequence (overlong forms,
+// surrogates and code points past U+10FFFF are invalid), or npos.
+size_t first_invalid_utf8(const char* data, size_t n) {
+  const auto* s = reinterpret_cast<const unsigned char*>(data);
+  size_t i = 0;
+  while (i < n) {
+    unsigned c = s[i];
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t len;
+    uint32_t cp;
+    if ((c & 0xE0) == 0xC0) {
+      len = 2, cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      len = 3, cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      len = 4, cp = c & 0x07;
+    } else {
+      return i;
+    }
+    if (n - i < len) return i;
+    for (size_t k = 1; k < len; ++k) {
+      unsigned d = s[i + k];
+      if ((d & 0xC0) != 0x80) return i;
+      cp = (cp << 6) | (d & 0x3F);
+    }
+    bool overlong = (len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000);
+    if (overlong || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return i;
+    i += len;
+  }
+  return std::string::npos;
+}
+
+// Parses JSON text (surrounding whitespace allowed) and rejects a key repeated inside one object,
+// which nlohmann would otherwise silently collapse. `what` names the text in errors.
+ojson parse_json_checked(const char* p, size_t n, const std::string& origin, const char* what) {
+  size_t bad_at = first_invalid_utf8(p, n);
+  if (bad_at != std::string::npos) {
+    bad(origin, str(what, " is not valid UTF-8 (bad byte 0x", std::hex, static_cast<unsigned>(static_cast<unsigned char>(p[bad_at])),
+                    std::dec, " at ", what, " byte ", bad_at, ")"));
+  }
+  struct Level {
+    std::set<std::string> keys;
+    std::string last_key;
+  };
+  std::vector<Level> stack;
+  ojson::parser_callback_t cb = [&](int, ojson::parse_event_t ev, ojson& parsed) -> bool {
+    switch (ev) {
+      case ojson::parse_event_t::object_start: stack.emplace_back(); break;
+      case ojson::parse_event_t::object_end: stack.pop_back(); break;
+      case ojson::parse_event_t::key: {
+        const std::string& k = parsed.get_ref<const std::string&>();
+        Level& top = stack.back();
+        if (!top.keys.insert(k).second) {
+          if (stack.size() == 1) bad(origin, str("duplicate tensor name ", quote(k), " in the ", what));
+          bad(origin, str("duplicate key ", quote(k), " inside ", quote(stack[stack.size() - 2].last_key), " in the ", what));
+        }
+        top.last_key = k;
+        break;
+      }
+      default: break;
+    }
+    return true;
+  };
+  try {
+    return ojson::parse(p, p + n, cb, /*allow_exceptions=*/true, /*ignore_comments=*/false);
+  } catch (const nlohmann::json::exception& e) {
+    bad(origin, str(what, " is not valid JSON: ", e.what()));
+  }
+}
+
+struct Entry {
+  std::string name;
+  DType dtype = DType::f32;
+  Shape shape;
+  uint64_t begin = 0, end = 0;
+};
+
+struct Header {
+  std::vector<Entry> entries;  // sorted by data offsets (stable: ties keep header order)
+  std::map<std::string, std::string> metadata;
+};
+
+// Validates one tensor entry {dtype, shape, data_offsets} (exactly these keys).
+Entry parse_entry(const std::string& name, const ojson& v, const std::string& origin) {
+  const std::string who = "tensor " + quote(name);
+  if (!v.is_object()) {
+    bad(origin, str(who, ": entry must be an object {\"dtype\", \"shape\", \"data_offsets\"}, got ", v.type_name(), " ",
+                    excerpt(v)));
+  }
+  for (const auto& kv : v.items()) {
+    const std::string& k = kv.key();
+    if (k != "dtype" && k != "shape" && k != "data_offsets") {
+      bad(origin, str(who, ": unexpected key ", quote(k), " (allowed: dtype, shape, data_offsets)"));
+    }
+  }
+  for (const char* k : {"dtype", "shape", "data_offsets"}) {
+    if (!v.contains(k)) bad(origin, str(who, ": missing key '", k, "'"));
+  }
+  Entry e;
+  e.name = name;
+  const ojson& dt = v["dtype"];
+  if (!dt.is_string()) bad(origin, str(who, ": dtype must be a string, got ", excerpt(dt)));
+  if (!parse_st_dtype(dt.get_ref<const std::string&>(), &e.dtype)) {
+    bad(origin, str(who, ": unknown dtype ", quote(dt.get_ref<const std::string&>()),
+                    " (supported: BF16 F16 F32 F64 I64 I32 U8 BOOL)"));
+  }
+  const ojson& sh = v["shape"];
+  if (!sh.is_array()) bad(origin, str(who, ": shape must be an array of non-negative integers, got ", excerpt(sh)));
+  const uint64_t kI64Max = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+  uint64_t nonzero_product = 1;  // checked: every partial product then fits int64 (strides, numel)
+  bool has_zero = false;
+  for (size_t i = 0; i < sh.size(); ++i) {
+    const ojson& d = sh[i];
+    if (!d.is_number_unsigned() || d.get<uint64_t>() > kI64Max) {
+      bad(origin, str(who, ": shape entry ", i, " must be a non-negative integer, got ", excerpt(d), " in shape ",
+                      excerpt(sh)));
+    }
+    uint64_t n = d.get<uint64_t>();
+    e.shape.push_back(static_cast<int64_t>(n));
+    if (n == 0) {
+      has_zero = true;
+      continue;
+    }
+    if (nonzero_product > kI64Max / n) bad(origin, str(who, ": element count of shape ", excerpt(sh), " overflows"));
+    nonzero_product *= n;
+  }
+  const ojson& off = v["data_offsets"];
+  if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned()) {
+    bad(origin, str(who, ": data_offsets must be two non-negative integers [begin, end], got ", excerpt(off)));
+  }
+  e.begin = off[0].get<uint64_t>();
+  e.end = off[1].get<uint64_t>();
+  if (e.begin > e.end) bad(origin, str(who, ": data_offsets [", e.begin, ", ", e.end, ") have begin > end"));
+  uint64_t numel = has_zero ? 0 : nonzero_product;
+  uint64_t item = itemsize(e.dtype);
+  if (numel > std::numeric_limits<uint64_t>::max() / item) {
+    bad(origin, str(who, ": byte size of shape ", excerpt(sh), " with dtype ", st_dtype_name(e.dtype), " overflows"));
+  }
+  uint64_t nbytes = numel * item;
+  if (nbytes != e.end - e.begin) {
+    bad(origin, str(who, ": shape ", excerpt(sh), " of dtype ", st_dtype_name(e.dtype), " needs ", nbytes,
+                    " bytes but data_offsets [", e.begin, ", ", e.end, ") hold ", e.end - e.begin));
+  }
+  return e;
+}
+
+// Validates the whole header given the size of the data section that follows it.
+Header parse_header(const char* p, size_t n, uint64_t data_size, const std::string& origin) {
+  ojson j = parse_json_checked(p, n, origin, "header");
+  if (!j.is_object()) bad(origin, str("header JSON must be an object, got ", j.type_name(), " ", excerpt(j)));
+  Header h;
+  for (const auto& kv : j.items()) {
+    const std::string& key = kv.key();
+    const ojson& v = kv.value();
+    if (key == "__metadata__") {
+      if (!v.is_object()) bad(origin, str("__metadata__ must be an object of strings, got ", excerpt(v)));
+      for (const auto& m : v.items()) {
+        if (!m.value().is_string()) {
+          bad(origin, str("__metadata__ value for key ", quote(m.key()), " must be a string, got ", m.value().type_name(),
+                          " ", excerpt(m.value())));
+        }
+        h.metadata[m.key()] = m.value().get<std::string>();
+      }
+      continue;
+    }
+    h.entries.push_back(parse_entry(key, v, origin));
+  }
+  std::stable_sort(h.entries.begin(), h.entries.end(), [](const Entry& a, const Entry& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  uint64_t expected = 0;
+  const Entry* prev = nullptr;
+  for (const Entry& e : h.entries) {
+    if (e.begin > expected) {
+      bad(origin, str("tensor ", quote(e.name), ": data_offsets [", e.begin, ", ", e.end, ") leave a gap: expected begin ",
+                      expected, prev ? str(" (end of tensor ", quote(prev->name), ")") : std::string(" (start of the data section)")));
+    }
+    if (e.begin < expected) {
+      bad(origin, str("tensor ", quote(e.name), ": data_offsets [", e.begin, ", ", e.end, ") overlap tensor ",
+                      quote(prev->name), " [", prev->begin, ", ", prev->end, ")"));
+    }
+    if (e.end > data_size) {
+      bad(origin, str("tensor ", quote(e.name), ": data_offsets [", e.begin, ", ", e.end,
+                      ") extend beyond the data section of ", data_size, " bytes"));
+    }
+    expected = e.end;
+    prev = &e;
+  }
+  if (expected != data_size) {
+    bad(origin, str(data_size - expected, " trailing bytes after the last tensor (tensors end at data offset ", expected,
+                    ", the data section has ", data_size, " bytes)"));
+  }
+  return h;
+}
+
+uint64_t read_u64_le(const unsigned char* b) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | b[i];
+  return v;
+}
+
+// The header length against the limit and the file size; returns N.
+uint64_t check_prefix(const unsigned char* prefix, uint64_t file_size, const std::string& origin) {
+  uint64_t n = read_u64_le(prefix);
+  if (n > kSafetensorsMaxHeader) {
+    bad(origin, str("header length ", n, " exceeds the limit of ", kSafetensorsMaxHeader, " bytes"));
+  }
+  if (n > file_size - 8) {
+    bad(origin, str("header length ", n, " extends beyond the file (", file_size, " bytes, ", file_size - 8,
+                    " after the 8-byte length)"));
+  }
+  return n;
+}
+
+// Copies each tensor's bytes (read(data_offset, dst, nbytes)) into new CPU tensors.
+template <typename ReadFn>
+SafeTensors materialize(const Header& h, const std::string& origin, ReadFn&& read) {
+  SafeTensors out;
+  out.metadata = h.metadata;
+  for (const Entry& e : h.entries) {
+    Tensor t = empty(e.shape, {e.dtype, Device::cpu()});
+    uint64_t nbytes = e.end - e.begin;
+    if (nbytes > 0) read(e.begin, t.raw_data(), nbytes);
+    if (e.dtype == DType::boolean) {  // a bool byte other than 0/1 is undefined behaviour when read
+      const auto* b = static_cast<const unsigned char*>(t.raw_data());
+      for (uint64_t i = 0; i < nbytes; ++i) {
+        if (b[i] > 1) bad(origin, str("tensor ", quote(e.name), ": BOOL element ", i, " has byte value ", int(b[i]), " (must be 0 or 1)"));
+      }
+    }
+    out.tensors.emplace(e.name, t);
+    out.order.push_back(e.name);
+  }
+  return out;
+}
+
+void move_to(SafeTensors& st, Device device) {
+  if (device.is_cpu()) return;
+  for (auto& kv : st.tensors) kv.second = kv.second.to(device);
+}
+
+// Runs f; an hh::Error not already from this module gets the "safetensors: <origin>: " prefix.
+template <typename F>
+auto prefixed(const std::string& origin, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const Error& e) {
+    std::string msg = e.what();
+    if (msg.rfind("safetensors: ", 0) == 0) throw;
+    bad(origin, msg);
+  }
+}
+
+}  // namespace
+
+SafeTensors parse_safetensors(const std::string& bytes, const std::string& origin) {
+  const uint64_t size = bytes.size();
+  if (size < 8) bad(origin, str("file is ", size, " bytes, shorter than the 8-byte header length"));
+  const auto* u = reinterpret_cast<const unsigned char*>(bytes.data());
+  uint64_t n = check_prefix(u, size, origin);
+  Header h = parse_header(bytes.data() + 8, static_cast<size_t>(n), size - 8 - n, origin);
+  const char* data = bytes.data() + 8 + n;
+  return materialize(h, origin, [&](uint64_t off, void* dst, uint64_t nb) { std::memcpy(dst, data + off, nb); });
+}
+
+SafeTensors load_safetensors(const std::string& path, Device device) {
+  return prefixed(path, [&] {
+    InputFile f(path);
+    const uint64_t size = f.size();
+    if (size < 8) bad(path, str("file is ", size, " bytes, shorter than the 8-byte header length"));
+    unsigned char prefix[8];
+    f.read_at(0, prefix, 8);
+    uint64_t n = check_prefix(prefix, size, path);  // before the header buffer is allocated
+    std::string header(static_cast<size_t>(n), '\0');
+    if (n > 0) f.read_at(8, &header[0], n);
+    Header h = parse_header(header.data(), header.size(), size - 8 - n, path);
+    SafeTensors st = materialize(h, path, [&](uint64_t off, void* dst, uint64_t nb) { f.read_at(8 + n + off, dst, nb); });
+    move_to(st, device);
+    return st;
+  });
+}
+
+std::string serialize_safetensors(const std::vector<std::pair<std::string, Tensor>>& tensors,
+                                  const std::map<std::string, std::string>& metadata, const std::string& origin) {
+  ojson header = ojson::object();
+  ojson meta = ojson::object();
+  meta["format"] = "pt";
+  for (const auto& [k, v] : metadata) {
+    if (first_invalid_utf8(k.data(), k.size()) != std::string::npos ||
+        first_invalid_utf8(v.data(), v.size()) != std::string::npos) {
+      bad(origin, str("metadata entry ", quote(k), " is not valid UTF-8"));
+    }
+    if (k == "format") {
+      if (v != "pt") bad(origin, str("metadata key 'format' is reserved for \"pt\", got ", quote(v)));
+      continue;
+    }
+    meta[k] = v;
+  }
+  header["__metadata__"] = std::move(meta);
+
+  std::set<std::string> seen;
+  std::vector<Tensor> hosts;
+  uint64_t offset = 0;
+  for (const auto& [name, t] : tensors) {
+    if (name == "__metadata__") bad(origin, "tensor name '__metadata__' is reserved");
+    if (first_invalid_utf8(name.data(), name.size()) != std::string::npos) {
+      bad(origin, str("tensor name ", quote(name), " is not valid UTF-8"));
+    }
+    if (!seen.insert(name).second) bad(origin, str("duplicate tensor name ", quote(name)));
+    if (!t.defined()) bad(origin, str("tensor ", quote(name), " is undefined"));
+    Tensor h = t.detach();
+    if (!h.device().is_cpu()) h = h.to(Device::cpu());
+    if (!h.is_contiguous()) {
+      Tensor c = empty(h.shape(), {h.dtype(), Device::cpu()});
+      copy_(c, h);
+      h = c;
+    }
+    uint64_t nbytes = static_cast<uint64_t>(h.numel()) * itemsize(h.dtype());
+    ojson entry = ojson::object();
+    entry["dtype"] = st_dtype_name(h.dtype());
+    entry["shape"] = h.shape();
+    entry["data_offsets"] = {offset, offset + nbytes};
+    header[name] = std::move(entry);
+    offset += nbytes;
+    hosts.push_back(h);
+  }
+
+  std::string js = header.dump();
+  js.append((8 - js.size() % 8) % 8, ' ');
+  std::string out;
+  out.reserve(8 + js.size() + static_cast<size_t>(offset));
+  uint64_t n = js.size();
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((n >> (8 * i)) & 0xFF));
+  out += js;
+  for (const Tensor& h : hosts) {
+    size_t nbytes = static_cast<size_t>(h.numel()) * itemsize(h.dtype());
+    if (nbytes > 0) out.append(static_cast<const char*>(h.raw_data()), nbytes);
+  }
+  return out;
+}
+
+void save_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
+                      const std::map<std::string, std::string>& metadata) {
+  std::string bytes = serialize_safetensors(tensors, metadata, path);
+  prefixed(path, [&] { write_file_atomic(path, bytes); });
+}
+
+// ---- sharded checkpoints ----
+
+namespace {
+
+struct Index {
+  std::string dir;                                         // folder of the index file ("" = cwd)
+  std::vector<std::pair<std::string, std::string>> entries;  // weight_map: tensor name -> shard file
+};
+
+Index read_index(const std::string& index_path) {
+  std::string text = prefixed(index_path, [&] {
+    InputFile f(index_path);
+    if (f.size() > kSafetensorsMaxHeader) {
+      bad(index_path, str("index file is ", f.size(), " bytes, over the limit of ", kSafetensorsMaxHeader));
+    }
+    std::string s(static_cast<size_t>(f.size()), '\0');
+    if (!s.empty()) f.read_at(0, &s[0], s.size());
+    return s;
+  });
+  ojson j = parse_json_checked(text.data(), text.size(), index_path, "index");
+  if (!j.is_object()) bad(index_path, str("index JSON must be an object, got ", j.type_name()));
+  if (!j.contains("weight_map")) bad(index_path, "index has no \"weight_map\"");
+  const ojson& wm = j["weight_map"];
+  if (!wm.is_object()) bad(index_path, str("\"weight_map\" must be an object {tensor name: shard file}, got ", excerpt(wm)));
+  Index idx;
+  size_t slash = index_path.find_last_of('/');
+  if (slash != std::string::npos) idx.dir = index_path.substr(0, slash + 1);
+  for (const auto& kv : wm.items()) {
+    if (!kv.value().is_string()) {
+      bad(index_path, str("weight_map entry ", quote(kv.key()), " must name a shard file (string), got ", excerpt(kv.value())));
+    }
+    const std::string& file = kv.value().get_ref<const std::string&>();
+    bool escapes = file.empty() || file[0] == '/' || file == ".." || file.rfind("../", 0) == 0 ||
+                   file.find("/../") != std::string::npos ||
+                   (file.size() >= 3 && file.compare(file.size() - 3, 3, "/..") == 0);
+    if (escapes) {
+      bad(index_path, str("weight_map entry ", quote(kv.key()), " names shard ", quote(file),
+                          ", which is not a relative path inside the index's folder"));
+    }
+    idx.entries.emplace_back(kv.key(), file);
+  }
+  return idx;
+}
+
+std::vector<std::string> shard_names(const Index& idx) {
+  std::set<std::string> files;
+  for (const auto& e : idx.entries) files.insert(e.second);
+  return {files.begin(), files.end()};
+}
+
+}  // namespace
+
+std::vector<std::string> safetensors_index_files(const std::string& index_json_path) {
+  Index idx = read_index(index_json_path);
+  std::vector<std::string> out;
+  for (const std::string& f : shard_names(idx)) out.push_back(idx.dir + f);
+  return out;
+}
+
+SafeTensors load_safetensors_sharded(const std::string& index_json_path, Device device) {
+  Index idx = read_index(index_json_path);
+  std::map<std::string, std::string> listed(idx.entries.begin(), idx.entries.end());
+  std::map<std::string, std::string> found;  // tensor name -> shard it came from
+  SafeTensors out;
+  for (const std::string& file : shard_names(idx)) {
+    SafeTensors shard = load_safetensors(idx.dir + file, device);
+    for (const std::string& name : shard.order) {
+      auto dup = found.find(name);
+      if (dup != found.end()) {
+        bad(index_json_path, str("tensor ", quote(name), " is in two shards: ", quote(dup->second), " and ", quote(file)));
+      }
+      auto it = listed.find(name);
+      if (it == listed.end()) bad(index_json_path, str("shard ", quote(file), " holds tensor ", quote(name), ", which weight_map does not list"));
+      if (it->second != file) {
+        bad(index_json_path, str("weight_map puts tensor ", quote(name), " in shard ", quote(it->second), " but it is in shard ",
+                                 quote(file)));
+      }
+      found.emplace(name, file);
+      out.tensors.emplace(name, shard.tensors.at(name));
+      out.order.push_back(name);
+    }
+    for (const auto& kv : shard.metadata) out.metadata.emplace(kv.first, kv.second);
+  }
+  for (const auto& [name, file] : idx.entries) {
+    if (!found.count(name)) {
+      bad(index_json_path, str("weight_map entry ", quote(name), " -> ", quote(file), ": that shard has no tensor ", quote(name)));
+    }
+  }
+  return out;
+}
+
+}  // namespace hh

@@ -1,0 +1,50 @@
+// safetensors: the one weight/checkpoint format (REFERENCE.md §6). A u64 little-endian header
+// length N, N bytes of UTF-8 JSON {name: {dtype, shape, data_offsets}, "__metadata__": {str: str}},
+// then the data section. The reader validates everything (sizes, offsets, dtypes, UTF-8, JSON
+// shape, duplicates, trailing bytes) and throws hh::Error starting with "safetensors: <path>: ".
+// The writer emits '{' first, a header padded with spaces to a multiple of 8 and
+// {"format":"pt"} metadata, and replaces the file atomically.
+#pragma once
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace hh {
+
+struct SafeTensors {
+  std::map<std::string, Tensor> tensors;
+  std::map<std::string, std::string> metadata;  // the file's __metadata__ (includes "format")
+  std::vector<std::string> order;                // names in data-section order (= the order saved)
+};
+
+// Largest accepted header (bytes), as in the reference implementation.
+constexpr uint64_t kSafetensorsMaxHeader = 100000000;
+
+// Reads a file into CPU tensors (then moves them to `device`). The header length is validated
+// against the file size before anything is allocated; tensor bytes are read straight into storage.
+SafeTensors load_safetensors(const std::string& path, Device device = Device::cpu());
+// Parses a whole file held in memory; `origin` names it in errors.
+SafeTensors parse_safetensors(const std::string& bytes, const std::string& origin);
+
+// Writes tensors (any strides, any device; names unique, not "__metadata__") in the given order.
+// `metadata` is added to {"format": "pt"} ("format" may only be given as "pt").
+void save_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
+                      const std::map<std::string, std::string>& metadata = {});
+// The same bytes as save_safetensors writes, in memory.
+std::string serialize_safetensors(const std::vector<std::pair<std::string, Tensor>>& tensors,
+                                  const std::map<std::string, std::string>& metadata = {},
+                                  const std::string& origin = "<memory>");
+
+// Sharded checkpoints (model.safetensors.index.json: {"weight_map": {name: shard file}}).
+// The distinct shard files, sorted, as paths joined with the index file's folder.
+std::vector<std::string> safetensors_index_files(const std::string& index_json_path);
+// Loads every shard and merges them. Errors: a weight_map entry whose shard lacks that tensor,
+// a tensor present in two shards, a shard tensor the weight_map does not list (or lists elsewhere).
+// order: shard by shard (files sorted), each in its data-section order; metadata: the union of the
+// shards' metadata (first shard wins on a clash).
+SafeTensors load_safetensors_sharded(const std::string& index_json_path, Device device = Device::cpu());
+
+}  // namespace hh

@@ -1,0 +1,203 @@
+#include "nn/attention.h"
+
+#include <cmath>
+#include <limits>
+
+#include "nn/rope.h"
+
+namespace hh::nn {
+
+LinearForm parse_linear_form(const std::string& s) {
+  if (s == "quadratic") return LinearForm::quadratic;
+  if (s == "chunked") return LinearForm::chunked;
+  if (s == "noncausal") return LinearForm::noncausal;
+  if (s == "recurrent") return LinearForm::recurrent;
+  fail(str("attention: unknown linear form '", s, "' (expected quadratic, chunked, noncausal, recurrent)"));
+}
+
+namespace {
+
+// (L,L) bool, true above the diagonal (future keys).
+Tensor future_mask(int64_t L, Device d) {
+  std::vector<double> m(static_cast<size_t>(L * L), 0.0);
+  for (int64_t i = 0; i < L; ++i)
+    for (int64_t j = i + 1; j < L; ++j) m[static_cast<size_t>(i * L + j)] = 1.0;
+  return from_vector(m, {L, L}, {DType::boolean, d});
+}
+
+// key_mask (B,L) bool -> (B,1,1,L) as `dtype` (1 keep, 0 drop).
+Tensor key_mask_4d(const Tensor& key_mask, DType dtype) {
+  return reshape(key_mask.to(dtype), {key_mask.size(0), 1, 1, key_mask.size(1)});
+}
+
+void check_key_mask(const Tensor& key_mask, const Tensor& k, const char* op) {
+  if (!key_mask.defined()) return;
+  HH_CHECK(key_mask.dim() == 2 && key_mask.size(0) == k.size(0) && key_mask.size(1) == k.size(2), op,
+           ": key mask ", key_mask.shape(), " does not match (B,L) = (", k.size(0), ", ", k.size(2), ")");
+}
+
+}  // namespace
+
+Tensor softmax_attention_weights(const Tensor& q, const Tensor& k, bool causal, const Tensor& key_mask) {
+  HH_CHECK(q.dim() == 4 && k.dim() == 4 && q.size(-1) == k.size(-1), "softmax_attention: expected q, k (B,H,L,D), got ",
+           q.shape(), " and ", k.shape());
+  check_key_mask(key_mask, k, "softmax_attention");
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+  Tensor s = mul(matmul(q, transpose(k, -1, -2)), scale);  // (B,H,Lq,Lk)
+  // A large finite negative keeps fully masked rows finite (uniform) instead of NaN.
+  const double neg = -1e30;
+  if (causal) {
+    HH_CHECK(q.size(2) == k.size(2), "softmax_attention: causal attention needs equal query/key lengths, got ",
+             q.size(2), " and ", k.size(2));
+    s = masked_fill(s, future_mask(q.size(2), q.device()), neg);
+  }
+  if (key_mask.defined()) s = masked_fill(s, eq(key_mask_4d(key_mask, s.dtype()), 0.0), neg);
+  return softmax(s, -1);
+}
+
+Tensor softmax_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, const Tensor& key_mask,
+                         Tensor* weights) {
+  Tensor a = softmax_attention_weights(q, k, causal, key_mask);
+  if (weights) *weights = a;
+  return matmul(a, v);
+}
+
+Tensor linear_attention_weights(const Tensor& phi_q, const Tensor& phi_k, bool causal, double eps,
+                                const Tensor& key_mask) {
+  check_key_mask(key_mask, phi_k, "linear_attention");
+  Tensor a = matmul(phi_q, transpose(phi_k, -1, -2));  // (B,H,L,L)
+  if (causal) a = tril(a);
+  if (key_mask.defined()) a = mul(a, key_mask_4d(key_mask, a.dtype()));
+  return div(a, add(sum(a, {-1}, true), eps));
+}
+
+Tensor linear_attention_quadratic(const Tensor& phi_q, const Tensor& phi_k, const Tensor& v, bool causal, double eps,
+                                  const Tensor& key_mask, Tensor* weights) {
+  Tensor a = linear_attention_weights(phi_q, phi_k, causal, eps, key_mask);
+  if (weights) *weights = a;
+  return matmul(a, v);
+}
+
+Tensor linear_attention_noncausal(const Tensor& phi_q, const Tensor& phi_k, const Tensor& v, double eps,
+                                  const Tensor& key_mask) {
+  check_key_mask(key_mask, phi_k, "linear_attention");
+  Tensor pk = phi_k;
+  if (key_mask.defined()) pk = mul(pk, transpose(key_mask_4d(key_mask, pk.dtype()), -1, -2));  // (B,1,L,1)
+  Tensor S = matmul(transpose(pk, -1, -2), v);                      // (B,H,F,D)
+  Tensor z = unsqueeze(sum(pk, {-2}), -1);                          // (B,H,F,1)
+  return div(matmul(phi_q, S), add(matmul(phi_q, z), eps));         // (B,H,L,D)
+}
+
+Tensor linear_attention_step(const Tensor& phi_q, const Tensor& phi_k, const Tensor& v, double eps,
+                             RecurrentState& st) {
+  HH_CHECK(phi_q.dim() == 4 && phi_q.size(2) == 1 && v.size(2) == 1, "linear_attention_step: expected one token, got ",
+           phi_q.shape(), " and ", v.shape());
+  Tensor kv = matmul(transpose(phi_k, -1, -2), v);  // (B,H,F,D)
+  Tensor k1 = transpose(phi_k, -1, -2);             // (B,H,F,1)
+  st.S = st.S.defined() ? add(st.S, kv) : kv;
+  st.z = st.z.defined() ? add(st.z, k1) : k1;
+  ++st.pos;
+  Tensor den = add(matmul(phi_q, st.z), eps);  // (B,H,1,1)
+  {
+    NoGradGuard ng;
+    double check = sum(den.detach()).item<double>();
+    HH_CHECK(std::isfinite(check), "linear_attention_step: the recurrent state became NaN/Inf at position ", st.pos);
+  }
+  return div(matmul(phi_q, st.S), den);
+}
+
+Tensor linear_attention_recurrent(const Tensor& phi_q, const Tensor& phi_k, const Tensor& v, double eps) {
+  RecurrentState st;
+  std::vector<Tensor> ys;
+  for (int64_t l = 0; l < v.size(2); ++l)
+    ys.push_back(linear_attention_step(slice(phi_q, 2, l, l + 1), slice(phi_k, 2, l, l + 1), slice(v, 2, l, l + 1), eps, st));
+  return cat(ys, 2);
+}
+
+Attention::Attention(const AttentionConfig& c, Init init) : cfg(c) {
+  HH_CHECK(c.dim > 0 && c.heads > 0 && c.head_dim > 0, "Attention: dim, heads, head_dim must be positive, got ", c.dim,
+           ", ", c.heads, ", ", c.head_dim);
+  HH_CHECK(c.chunk > 0, "Attention: chunk must be positive, got ", c.chunk);
+  const int64_t inner = c.heads * c.head_dim;
+  q_proj = register_module("q_proj", std::make_shared<Linear>(c.dim, inner, c.bias, init));
+  k_proj = register_module("k_proj", std::make_shared<Linear>(c.dim, inner, c.bias, init));
+  v_proj = register_module("v_proj", std::make_shared<Linear>(c.dim, inner, c.bias, init));
+  o_proj = register_module("o_proj", std::make_shared<Linear>(inner, c.dim, c.bias, init));
+  if (c.mixer != "softmax") {
+    FeatureMapConfig fc = c.feature_map;
+    fc.name = c.mixer;
+    fc.heads = c.heads;
+    fc.head_dim = c.head_dim;
+    feature_map = register_module("feature_map", make_feature_map(fc, init));
+  }
+}
+
+void Attention::project(const Tensor& x, int64_t pos_offset, Tensor& q, Tensor& k, Tensor& v) const {
+  HH_CHECK(x.dim() == 3 && x.size(2) == cfg.dim, "Attention: expected x (B,L,", cfg.dim, "), got ", x.shape());
+  const int64_t B = x.size(0), L = x.size(1), H = cfg.heads, D = cfg.head_dim;
+  auto heads = [&](const Tensor& t) { return transpose(reshape(t, {B, L, H, D}), 1, 2); };  // (B,H,L,D)
+  q = heads(q_proj->forward(x));
+  k = heads(k_proj->forward(x));
+  v = heads(v_proj->forward(x));
+  if (cfg.rope) {
+    q = apply_rope(q, pos_offset, cfg.rope_theta);
+    k = apply_rope(k, pos_offset, cfg.rope_theta);
+  }
+}
+
+Tensor Attention::forward(const Tensor& x, const Tensor& key_mask, TraceRequest* trace) {
+  Tensor q, k, v;
+  project(x, 0, q, k, v);
+  const int64_t B = x.size(0), L = x.size(1);
+  AttentionTrace tr;
+  Tensor y;  // (B,H,L,D)
+  if (!feature_map) {
+    y = softmax_attention(q, k, v, cfg.causal, key_mask, trace && trace->weights ? &tr.weights : nullptr);
+  } else {
+    FeatureContext ctx{0, L};
+    Tensor pq = feature_map->forward(q, true, ctx), pk = feature_map->forward(k, false, ctx);
+    bool need_weights = trace && (trace->weights || trace->teacher);
+    if (need_weights || cfg.form == LinearForm::quadratic) {
+      y = linear_attention_quadratic(pq, pk, v, cfg.causal, cfg.eps, key_mask, &tr.weights);
+    } else if (!cfg.causal || cfg.form == LinearForm::noncausal) {
+      HH_CHECK(!cfg.causal, "Attention: the noncausal form cannot be used in a causal model");
+      y = linear_attention_noncausal(pq, pk, v, cfg.eps, key_mask);
+    } else if (cfg.form == LinearForm::recurrent) {
+      HH_CHECK(!key_mask.defined(), "Attention: the recurrent form takes no key mask");
+      y = linear_attention_recurrent(pq, pk, v, cfg.eps);
+    } else {
+      Tensor pk_masked = key_mask.defined() ? mul(pk, transpose(key_mask_4d(key_mask, pk.dtype()), -1, -2)) : pk;
+      y = linear_attention_causal(pq, pk_masked, v, cfg.chunk, cfg.eps);
+    }
+  }
+  if (trace) {
+    NoGradGuard ng;
+    if (trace->teacher) {
+      Tensor qd = q.detach(), kd = k.detach();
+      tr.teacher = softmax_attention_weights(qd, kd, cfg.causal, key_mask);
+      tr.teacher_output = matmul(tr.teacher, v.detach());
+    }
+    if (trace->scores) tr.scores = mul(matmul(q.detach(), transpose(k.detach(), -1, -2)), 1.0 / std::sqrt(double(cfg.head_dim)));
+  }
+  if (trace) {
+    if (trace->teacher) tr.output = y;
+    if (!trace->weights && !trace->teacher) tr.weights = Tensor();
+    trace->layers.push_back(tr);
+  }
+  Tensor merged = reshape(transpose(y, 1, 2), {B, L, cfg.heads * cfg.head_dim});
+  return o_proj->forward(merged);
+}
+
+Tensor Attention::step(const Tensor& x, RecurrentState& state) {
+  HH_CHECK(feature_map != nullptr, "Attention::step: recurrent decoding needs a linear (feature-map) mixer, not softmax");
+  HH_CHECK(cfg.causal, "Attention::step: recurrent decoding needs a causal model");
+  HH_CHECK(x.dim() == 3 && x.size(1) == 1, "Attention::step: expected x (B,1,C), got ", x.shape());
+  Tensor q, k, v;
+  project(x, state.pos, q, k, v);
+  FeatureContext ctx{state.pos, 0};
+  Tensor pq = feature_map->forward(q, true, ctx), pk = feature_map->forward(k, false, ctx);
+  Tensor y = linear_attention_step(pq, pk, v, cfg.eps, state);
+  return o_proj->forward(reshape(transpose(y, 1, 2), {x.size(0), 1, cfg.heads * cfg.head_dim}));
+}
+
+}  // namespace hh::nn

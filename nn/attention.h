@@ -1,0 +1,91 @@
+// Attention with a pluggable mixer: softmax (causal or bidirectional, padding mask) or linear
+// attention with a FeatureMap in one of four forms: quadratic (weights materialized), chunked
+// causal (fused op, the training path), non-causal, and recurrent (O(1) state per step).
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "nn/feature_maps.h"
+#include "nn/layers.h"
+
+namespace hh::nn {
+
+enum class LinearForm { quadratic, chunked, noncausal, recurrent };
+LinearForm parse_linear_form(const std::string& s);
+
+struct AttentionConfig {
+  int64_t dim = 256;
+  int64_t heads = 4;
+  int64_t head_dim = 64;
+  std::string mixer = "softmax";  // "softmax" or a feature-map name
+  bool causal = true;
+  LinearForm form = LinearForm::chunked;  // for linear mixers; causal=false forces noncausal/quadratic
+  int64_t chunk = 64;
+  double eps = 1e-6;
+  bool rope = false;
+  double rope_theta = 10000.0;
+  bool bias = false;
+  FeatureMapConfig feature_map;  // name/heads/head_dim are filled from this config
+};
+
+// What one attention layer exposes to distillation and diagnostics when asked.
+struct AttentionTrace {
+  Tensor weights;  // (B,H,L,L) the layer's own attention weights (softmax, or linear quadratic form)
+  Tensor teacher;  // (B,H,L,L) softmax weights from the same q, k (no grad), for distillation
+  Tensor scores;   // (B,H,L,L) q·k/√D (no grad), for monotonicity plots
+  Tensor output;   // (B,H,L,D) attention output before o_proj (student), when distilling
+  Tensor teacher_output;  // (B,H,L,D) softmax attention output (no grad)
+};
+struct TraceRequest {
+  bool weights = false;   // fill weights (forces the quadratic form for linear mixers)
+  bool teacher = false;   // fill teacher (+ teacher_output) and output
+  bool scores = false;
+  std::vector<AttentionTrace> layers;  // appended in layer order by each Attention::forward
+};
+
+// Recurrent decoding state for one layer: S (B,H,F,D), z (B,H,F), tokens seen.
+struct RecurrentState {
+  Tensor S, z;
+  int64_t pos = 0;
+};
+
+// Pure functions of the mixer forms (exposed for tests and benchmarks).
+// Softmax: q, k (B,H,L,D), v (B,H,L,Dv); mask (B,L) bool keeps keys; returns (out, weights).
+Tensor softmax_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, const Tensor& key_mask,
+                         Tensor* weights = nullptr);
+Tensor softmax_attention_weights(const Tensor& q, const Tensor& k, bool causal, const Tensor& key_mask);
+// Linear: phi_q, phi_k (B,H,L,F), v (B,H,L,D).
+Tensor linear_attention_weights(const Tensor& phi_q, const Tensor& phi_k, bool causal, double eps,
+                                const Tensor& key_mask = Tensor());
+Tensor linear_attention_quadratic(const Tensor& phi_q, const Tensor& phi_k, const Tensor& v, bool causal, double eps,
+                                  const Tensor& key_mask = Tensor(), Tensor* weights = nullptr);
+Tensor linear_attention_noncausal(const Tensor& phi_q, const Tensor& phi_k, const Tensor& v, double eps,
+                                  const Tensor& key_mask = Tensor());
+// One token: phi_q, phi_k (B,H,1,F), v (B,H,1,D); updates state; returns (B,H,1,D).
+Tensor linear_attention_step(const Tensor& phi_q, const Tensor& phi_k, const Tensor& v, double eps, RecurrentState& st);
+// The recurrent form over a whole sequence, token by token (reference for the other forms).
+Tensor linear_attention_recurrent(const Tensor& phi_q, const Tensor& phi_k, const Tensor& v, double eps);
+
+class Attention : public Module {
+ public:
+  Attention(const AttentionConfig& cfg, Init init);
+  // x (B,L,C) -> (B,L,C). key_mask (B,L) bool (true = real token) or undefined.
+  Tensor forward(const Tensor& x, const Tensor& key_mask = Tensor(), TraceRequest* trace = nullptr);
+  // Decoding: x (B,1,C), state carried across calls (linear mixers only).
+  Tensor step(const Tensor& x, RecurrentState& state);
+  bool is_linear() const { return feature_map != nullptr; }
+  void on_optimizer_step() {
+    if (feature_map) feature_map->on_step();
+  }
+
+  AttentionConfig cfg;
+  std::shared_ptr<Linear> q_proj, k_proj, v_proj, o_proj;
+  std::shared_ptr<FeatureMap> feature_map;  // null for softmax
+
+ private:
+  // x (B,L,C) -> q, k, v (B,H,L,D) with RoPE applied to q and k.
+  void project(const Tensor& x, int64_t pos_offset, Tensor& q, Tensor& k, Tensor& v) const;
+};
+
+}  // namespace hh::nn

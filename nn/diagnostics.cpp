@@ -1,0 +1,111 @@
+#include "nn/diagnostics.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+namespace hh::nn {
+
+namespace {
+// −Σ_j P log max(Q, 1e-12) per row: (B,H,L).
+Tensor row_cross_entropy(const Tensor& P, const Tensor& Q) { return neg(sum(mul(P, log(clamp(Q, 1e-12, 1e30))), {-1})); }
+void check_pair(const Tensor& P, const Tensor& Q, const char* op) {
+  HH_CHECK(P.defined() && Q.defined(), op, ": teacher or student weights missing (trace with teacher=true)");
+  HH_CHECK(P.dim() == 4 && P.shape() == Q.shape(), op, ": expected teacher and student (B,H,L,L) of equal shape, got ",
+           P.shape(), " and ", Q.shape());
+}
+}  // namespace
+
+Tensor soft_cross_entropy_per_head(const Tensor& teacher, const Tensor& student) {
+  check_pair(teacher, student, "soft_cross_entropy");
+  return mean(row_cross_entropy(teacher.detach(), student), {0, 2});  // (H)
+}
+
+Tensor distillation_loss(const TraceRequest& trace, const DistillOptions& o) {
+  HH_CHECK(!trace.layers.empty(), "distillation_loss: no traced attention layers");
+  Tensor total;
+  int64_t heads = 0;
+  for (const AttentionTrace& t : trace.layers) {
+    Tensor per_head = soft_cross_entropy_per_head(t.teacher, t.weights);
+    if (o.kl) {
+      NoGradGuard ng;
+      Tensor P = t.teacher.detach();
+      per_head = sub(per_head, mean(row_cross_entropy(P, P), {0, 2}));
+    }
+    Tensor layer = sum(per_head);
+    if (o.output_mse > 0) {
+      HH_CHECK(t.output.defined() && t.teacher_output.defined(), "distillation_loss: outputs missing from the trace");
+      layer = add(layer, mul(mse_loss(t.output, t.teacher_output.detach()), o.output_mse));
+    }
+    heads += t.teacher.size(1);
+    total = total.defined() ? add(total, layer) : layer;
+  }
+  return o.mean_over_heads ? div(total, static_cast<double>(heads)) : total;
+}
+
+double attention_entropy(const Tensor& weights) {
+  HH_CHECK(weights.dim() == 4, "attention_entropy: expected weights (B,H,L,L), got ", weights.shape());
+  NoGradGuard ng;
+  Tensor w = weights.detach().to(DType::f64);
+  return mean(row_cross_entropy(w, w)).item<double>();
+}
+
+double attention_kl(const Tensor& teacher, const Tensor& student) {
+  check_pair(teacher, student, "attention_kl");
+  NoGradGuard ng;
+  Tensor P = teacher.detach().to(DType::f64), Q = student.detach().to(DType::f64);
+  return mean(sub(row_cross_entropy(P, Q), row_cross_entropy(P, P))).item<double>();
+}
+
+namespace {
+// Ranks with ties averaged (1-based), as scipy.stats.spearmanr.
+std::vector<double> ranks(const std::vector<double>& x) {
+  std::vector<size_t> idx(x.size());
+  std::iota(idx.begin(), idx.end(), 0);
+  std::sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return x[a] < x[b]; });
+  std::vector<double> r(x.size());
+  for (size_t i = 0; i < idx.size();) {
+    size_t j = i;
+    while (j + 1 < idx.size() && x[idx[j + 1]] == x[idx[i]]) ++j;
+    double avg = 0.5 * static_cast<double>(i + j) + 1.0;
+    for (size_t t = i; t <= j; ++t) r[idx[t]] = avg;
+    i = j + 1;
+  }
+  return r;
+}
+double pearson(const std::vector<double>& a, const std::vector<double>& b, bool& ok) {
+  double n = static_cast<double>(a.size());
+  double ma = std::accumulate(a.begin(), a.end(), 0.0) / n, mb = std::accumulate(b.begin(), b.end(), 0.0) / n;
+  double sab = 0, saa = 0, sbb = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    sab += (a[i] - ma) * (b[i] - mb);
+    saa += (a[i] - ma) * (a[i] - ma);
+    sbb += (b[i] - mb) * (b[i] - mb);
+  }
+  ok = saa > 0 && sbb > 0;
+  return ok ? sab / std::sqrt(saa * sbb) : 0.0;
+}
+}  // namespace
+
+double attention_monotonicity(const Tensor& scores, const Tensor& weights, bool causal) {
+  HH_CHECK(scores.dim() == 4 && scores.shape() == weights.shape(), "attention_monotonicity: expected scores and weights ",
+           "(B,H,L,L) of equal shape, got ", scores.shape(), " and ", weights.shape());
+  auto s = to_vector<double>(scores), w = to_vector<double>(weights);
+  const int64_t rows = scores.numel() / scores.size(-1), Lk = scores.size(-1), Lq = scores.size(-2);
+  double total = 0;
+  int64_t counted = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t i = r % Lq;
+    int64_t n = causal ? std::min(i + 1, Lk) : Lk;
+    if (n < 3) continue;
+    std::vector<double> a(s.begin() + r * Lk, s.begin() + r * Lk + n), b(w.begin() + r * Lk, w.begin() + r * Lk + n);
+    bool ok = false;
+    double rho = pearson(ranks(a), ranks(b), ok);
+    if (!ok) continue;
+    total += rho;
+    ++counted;
+  }
+  return counted ? total / static_cast<double>(counted) : 0.0;
+}
+
+}  // namespace hh::nn

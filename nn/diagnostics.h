@@ -1,0 +1,31 @@
+// Attention distillation losses (paper Eq. 4, App. A.3) and the diagnostics of Figures 2-4 and
+// Tables 4-5: attention entropy, monotonicity (Spearman between q·k and weights) and KL(P‖Q).
+#pragma once
+#include <string>
+#include <vector>
+
+#include "nn/attention.h"
+
+namespace hh::nn {
+
+struct DistillOptions {
+  bool kl = false;            // subtract the teacher entropy (KL instead of soft cross-entropy)
+  bool mean_over_heads = false;  // mean over layers·heads instead of the sum
+  double output_mse = 0.0;    // weight of the MSE between student and teacher attention outputs
+};
+
+// One head-batched term: P, Q (B,H,L,L) -> (H) soft CE per head, −(1/rows)Σ_ij P log max(Q,1e-12),
+// averaged over the batch and query rows.
+Tensor soft_cross_entropy_per_head(const Tensor& teacher, const Tensor& student);
+// Total loss over every traced layer (needs TraceRequest{teacher=true}).
+Tensor distillation_loss(const TraceRequest& trace, const DistillOptions& o = {});
+
+// Mean over batch, heads and rows of −Σ_j a_ij log a_ij; weights (B,H,L,L).
+double attention_entropy(const Tensor& weights);
+// Mean per-row Spearman rank correlation between scores and weights (B,H,L,L). causal: only keys
+// j <= i enter row i. Rows with fewer than 3 keys or constant values are skipped.
+double attention_monotonicity(const Tensor& scores, const Tensor& weights, bool causal);
+// Mean over rows of KL(P‖Q) = Σ_j P log(P/Q) (0 log 0 = 0, Q floored at 1e-12).
+double attention_kl(const Tensor& teacher, const Tensor& student);
+
+}  // namespace hh::nn

@@ -1,0 +1,56 @@
+// Feature maps φ: R^D -> R^F for linear attention, one class per row of REFERENCE.md §2, selected
+// by name ("elu", "relu", "t2r", "t2r-hh", "performer", "cosformer", "exp", "taylor",
+// "hedgehog", "hedgehog-exp", "hedgehog-untrained"). Trainable maps hold per-head weights.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "nn/layers.h"
+
+namespace hh::nn {
+
+struct FeatureMapConfig {
+  std::string name = "hedgehog";
+  int64_t heads = 1;
+  int64_t head_dim = 64;
+  int64_t feature_dim = 0;       // F for t2r / hedgehog (0 = head_dim); m for performer (0 = 256)
+  double temperature = 1.0;      // exp: φ(x) = exp(t·x)
+  int64_t redraw_interval = 1000;  // performer: redraw Ω every N training steps (0 = never)
+  bool joint_softmax = false;    // hedgehog: one softmax over [2z, -2z] instead of one per half
+  bool untied = false;           // hedgehog / t2r: separate maps for queries and keys
+  bool taylor_packed = false;    // taylor: 1 + D + D(D+1)/2 features
+  int64_t cosformer_length = 0;  // cosformer M; 0 = the length of the sequence being processed
+  uint64_t seed = 0;             // performer's Generator
+};
+
+// Where the tokens sit in the sequence (cosformer needs absolute positions, the exp maps a
+// per-sequence key shift).
+struct FeatureContext {
+  int64_t pos_offset = 0;  // position of the first token (decoding)
+  int64_t total_len = 0;   // full sequence length M (0 = the L of this call)
+};
+
+class FeatureMap : public Module {
+ public:
+  explicit FeatureMap(std::string name) : name_(std::move(name)) {}
+  // x (B,H,L,D) -> φ(x) (B,H,L,F). Queries and keys may be treated differently (stabilizers,
+  // untied weights).
+  virtual Tensor forward(const Tensor& x, bool is_query, const FeatureContext& ctx) = 0;
+  virtual int64_t feature_dim() const = 0;
+  // Called once per optimizer step in training (performer redraws its projection here).
+  virtual void on_step() {}
+  // True when the linear form needs a causal state that is NOT a plain prefix sum of φ(k) (none do).
+  const std::string& name() const { return name_; }
+  bool trainable() const { return num_parameters() > 0; }
+
+ private:
+  std::string name_;
+};
+
+std::shared_ptr<FeatureMap> make_feature_map(const FeatureMapConfig& cfg, Init init);
+// Every accepted name, in the order of REFERENCE.md §2 (softmax excluded).
+const std::vector<std::string>& feature_map_names();
+bool is_feature_map_name(const std::string& name);
+
+}  // namespace hh::nn

@@ -1,0 +1,63 @@
+#include "nn/layers.h"
+
+#include <cmath>
+
+namespace hh::nn {
+
+Linear::Linear(int64_t in, int64_t out, bool use_bias, Init init) : in_features(in), out_features(out) {
+  HH_CHECK(in > 0 && out > 0, "Linear: sizes must be positive, got in=", in, " out=", out);
+  double bound = 1.0 / std::sqrt(static_cast<double>(in));
+  register_parameter("weight", &weight, uniform({out, in}, -bound, bound, init.gen, {init.dtype, init.device}));
+  if (use_bias) register_parameter("bias", &bias, uniform({out}, -bound, bound, init.gen, {init.dtype, init.device}));
+}
+
+Embedding::Embedding(int64_t num, int64_t dim, Init init, double std) {
+  HH_CHECK(num > 0 && dim > 0, "Embedding: sizes must be positive, got ", num, "x", dim);
+  register_parameter("weight", &weight, mul(randn({num, dim}, init.gen, {init.dtype, init.device}), std));
+}
+
+LayerNorm::LayerNorm(int64_t dim, double e, bool affine, Init init) : eps(e) {
+  if (affine) {
+    register_parameter("weight", &weight, ones({dim}, {init.dtype, init.device}));
+    register_parameter("bias", &bias, zeros({dim}, {init.dtype, init.device}));
+  }
+}
+
+RMSNorm::RMSNorm(int64_t dim, double e, Init init) : eps(e) {
+  register_parameter("weight", &weight, ones({dim}, {init.dtype, init.device}));
+}
+
+Dropout::Dropout(double prob, uint64_t seed) : p(prob), gen(seed) {
+  HH_CHECK(p >= 0.0 && p < 1.0, "Dropout: p must be in [0, 1), got ", p);
+}
+
+Activation parse_activation(const std::string& name) {
+  if (name == "gelu") return Activation::gelu_erf;
+  if (name == "gelu_new" || name == "gelu_tanh") return Activation::gelu_tanh;
+  if (name == "relu") return Activation::relu;
+  if (name == "silu" || name == "swish") return Activation::silu;
+  fail(str("activation: unknown name '", name, "' (expected gelu, gelu_tanh, relu, silu)"));
+}
+
+Tensor activate(const Tensor& x, Activation a) {
+  switch (a) {
+    case Activation::gelu_erf: return gelu(x, "none");
+    case Activation::gelu_tanh: return gelu(x, "tanh");
+    case Activation::relu: return relu(x);
+    case Activation::silu: return silu(x);
+  }
+  return x;
+}
+
+MLP::MLP(int64_t dim, int64_t hidden, Activation a, bool bias, Init init) : act(a) {
+  fc1 = register_module("fc1", std::make_shared<Linear>(dim, hidden, bias, init));
+  fc2 = register_module("fc2", std::make_shared<Linear>(hidden, dim, bias, init));
+}
+
+SwiGLU::SwiGLU(int64_t dim, int64_t hidden, Init init) {
+  gate_proj = register_module("gate_proj", std::make_shared<Linear>(dim, hidden, false, init));
+  up_proj = register_module("up_proj", std::make_shared<Linear>(dim, hidden, false, init));
+  down_proj = register_module("down_proj", std::make_shared<Linear>(hidden, dim, false, init));
+}
+
+}  // namespace hh::nn

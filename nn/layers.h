@@ -1,0 +1,83 @@
+// Basic layers: Linear (weight stored (out, in) like torch), Embedding, LayerNorm, RMSNorm,
+// Dropout, activations, MLP and SwiGLU MLP, learned positions.
+#pragma once
+#include <string>
+
+#include "nn/module.h"
+
+namespace hh::nn {
+
+// Initialization draws from an explicit Generator (reproducible on every backend).
+struct Init {
+  Generator& gen;
+  Device device = Device::cpu();
+  DType dtype = DType::f32;
+};
+
+class Linear : public Module {
+ public:
+  // torch default init: U(-1/sqrt(in), 1/sqrt(in)) for weight and bias.
+  Linear(int64_t in, int64_t out, bool bias, Init init);
+  Tensor forward(const Tensor& x) const { return linear(x, weight, bias); }  // x (..., in) -> (..., out)
+  int64_t in_features, out_features;
+  Tensor weight;  // (out, in)
+  Tensor bias;    // (out) or undefined
+};
+
+class Embedding : public Module {
+ public:
+  // Init N(0, std) (torch uses std 1; GPT-style models pass 0.02).
+  Embedding(int64_t num, int64_t dim, Init init, double std = 1.0);
+  Tensor forward(const Tensor& ids) const { return embedding(weight, ids); }  // ids (...) -> (..., dim)
+  Tensor weight;  // (num, dim)
+};
+
+class LayerNorm : public Module {
+ public:
+  LayerNorm(int64_t dim, double eps, bool affine, Init init);
+  Tensor forward(const Tensor& x) const { return layer_norm(x, weight, bias, eps); }
+  double eps;
+  Tensor weight, bias;  // (dim) each, undefined when !affine
+};
+
+class RMSNorm : public Module {
+ public:
+  RMSNorm(int64_t dim, double eps, Init init);
+  Tensor forward(const Tensor& x) const { return rms_norm(x, weight, eps); }
+  double eps;
+  Tensor weight;  // (dim)
+};
+
+class Dropout : public Module {
+ public:
+  // The mask stream comes from this module's own Generator (saved in checkpoints by its state).
+  Dropout(double p, uint64_t seed);
+  Tensor forward(const Tensor& x) { return dropout(x, p, is_training(), gen); }
+  double p;
+  Generator gen;
+};
+
+enum class Activation { gelu_erf, gelu_tanh, relu, silu };
+Activation parse_activation(const std::string& name);
+Tensor activate(const Tensor& x, Activation a);
+
+// fc2(act(fc1(x))), names fc1/fc2.
+class MLP : public Module {
+ public:
+  MLP(int64_t dim, int64_t hidden, Activation act, bool bias, Init init);
+  Tensor forward(const Tensor& x) const { return fc2->forward(activate(fc1->forward(x), act)); }
+  Activation act;
+  std::shared_ptr<Linear> fc1, fc2;
+};
+
+// down(silu(gate(x)) * up(x)), Llama names gate_proj/up_proj/down_proj.
+class SwiGLU : public Module {
+ public:
+  SwiGLU(int64_t dim, int64_t hidden, Init init);
+  Tensor forward(const Tensor& x) const {
+    return down_proj->forward(mul(silu(gate_proj->forward(x)), up_proj->forward(x)));
+  }
+  std::shared_ptr<Linear> gate_proj, up_proj, down_proj;
+};
+
+}  // namespace hh::nn

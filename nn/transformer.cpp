@@ -1,0 +1,151 @@
+#include "nn/transformer.h"
+
+namespace hh::nn {
+
+Norm::Norm(const std::string& kind, int64_t dim, double eps, Init init) {
+  if (kind == "layernorm")
+    ln = register_module("ln", std::make_shared<LayerNorm>(dim, eps, true, init));
+  else if (kind == "rmsnorm")
+    rms = register_module("rms", std::make_shared<RMSNorm>(dim, eps, init));
+  else
+    fail(str("norm: unknown kind '", kind, "' (expected layernorm or rmsnorm)"));
+}
+
+namespace {
+AttentionConfig attention_config(const TransformerConfig& c, bool causal) {
+  AttentionConfig a = c.attention;
+  a.dim = c.dim;
+  a.heads = c.heads;
+  a.head_dim = c.head_dim;
+  a.causal = causal;
+  a.rope = c.positions == "rope";
+  a.bias = c.bias;
+  return a;
+}
+void check_config(const TransformerConfig& c) {
+  HH_CHECK(c.vocab > 0 && c.dim > 0 && c.layers > 0 && c.heads > 0 && c.head_dim > 0 && c.mlp_hidden > 0,
+           "transformer: sizes must be positive (vocab ", c.vocab, ", dim ", c.dim, ", layers ", c.layers, ", heads ",
+           c.heads, ", head_dim ", c.head_dim, ", mlp ", c.mlp_hidden, ")");
+  HH_CHECK(c.positions == "rope" || c.positions == "learned" || c.positions == "none",
+           "transformer: positions must be rope, learned or none, got '", c.positions, "'");
+  HH_CHECK(c.positions != "rope" || c.head_dim % 2 == 0, "transformer: RoPE needs an even head_dim, got ", c.head_dim);
+  HH_CHECK(c.dropout >= 0 && c.dropout < 1, "transformer: dropout must be in [0,1), got ", c.dropout);
+}
+}  // namespace
+
+TransformerBlock::TransformerBlock(const TransformerConfig& c, int64_t index, Init init) : pre_ln(c.pre_ln) {
+  norm1 = register_module("norm1", std::make_shared<Norm>(c.norm, c.dim, c.norm_eps, init));
+  AttentionConfig ac = attention_config(c, c.attention.causal);
+  ac.feature_map.seed = c.seed * 1000003ULL + static_cast<uint64_t>(index);
+  attn = register_module("attn", std::make_shared<Attention>(ac, init));
+  norm2 = register_module("norm2", std::make_shared<Norm>(c.norm, c.dim, c.norm_eps, init));
+  if (c.mlp == "swiglu")
+    swiglu = register_module("mlp", std::make_shared<SwiGLU>(c.dim, c.mlp_hidden, init));
+  else
+    mlp = register_module("mlp", std::make_shared<MLP>(c.dim, c.mlp_hidden, parse_activation(c.mlp), c.bias, init));
+  if (c.dropout > 0)
+    drop = register_module("dropout", std::make_shared<Dropout>(c.dropout, c.seed * 7919ULL + static_cast<uint64_t>(index)));
+}
+
+Tensor TransformerBlock::forward(const Tensor& x, const Tensor& key_mask, TraceRequest* trace) {
+  auto dr = [&](const Tensor& t) { return drop ? drop->forward(t) : t; };
+  if (pre_ln) {
+    Tensor h = add(x, dr(attn->forward(norm1->forward(x), key_mask, trace)));
+    return add(h, dr(feed_forward(norm2->forward(h))));
+  }
+  Tensor h = norm1->forward(add(x, dr(attn->forward(x, key_mask, trace))));
+  return norm2->forward(add(h, dr(feed_forward(h))));
+}
+
+Tensor TransformerBlock::step(const Tensor& x, RecurrentState& state) {
+  if (pre_ln) {
+    Tensor h = add(x, attn->step(norm1->forward(x), state));
+    return add(h, feed_forward(norm2->forward(h)));
+  }
+  Tensor h = norm1->forward(add(x, attn->step(x, state)));
+  return norm2->forward(add(h, feed_forward(h)));
+}
+
+DecoderLM::DecoderLM(const TransformerConfig& c, Init init) : cfg(c) {
+  check_config(c);
+  cfg.attention.causal = true;
+  embed = register_module("embed", std::make_shared<Embedding>(c.vocab, c.dim, init, 0.02));
+  if (c.positions == "learned") pos_embed = register_module("pos_embed", std::make_shared<Embedding>(c.max_len, c.dim, init, 0.02));
+  blocks = register_module("layers", std::make_shared<ModuleList<TransformerBlock>>());
+  for (int64_t i = 0; i < c.layers; ++i) blocks->push_back(std::make_shared<TransformerBlock>(cfg, i, init));
+  norm_f = register_module("norm", std::make_shared<Norm>(c.norm, c.dim, c.norm_eps, init));
+  if (!c.tie_embeddings) lm_head = register_module("lm_head", std::make_shared<Linear>(c.dim, c.vocab, false, init));
+}
+
+Tensor DecoderLM::logits(const Tensor& h) const {
+  Tensor n = cfg.pre_ln ? norm_f->forward(h) : h;
+  return lm_head ? lm_head->forward(n) : linear(n, embed->weight);
+}
+
+Tensor DecoderLM::forward(const Tensor& ids, TraceRequest* trace) {
+  HH_CHECK(ids.dim() == 2, "DecoderLM: expected ids (B,L), got ", ids.shape());
+  const int64_t L = ids.size(1);
+  Tensor h = embed->forward(ids);
+  if (pos_embed) {
+    HH_CHECK(L <= cfg.max_len, "DecoderLM: sequence length ", L, " exceeds max_len ", cfg.max_len);
+    h = add(h, pos_embed->forward(arange(L, {DType::i64, ids.device()})));
+  }
+  for (const auto& b : *blocks) h = b->forward(h, Tensor(), trace);
+  return logits(h);
+}
+
+Tensor DecoderLM::step(const Tensor& ids, std::vector<RecurrentState>& states) {
+  HH_CHECK(ids.dim() == 2 && ids.size(1) == 1, "DecoderLM::step: expected ids (B,1), got ", ids.shape());
+  if (states.empty()) states.resize(blocks->size());
+  HH_CHECK(states.size() == blocks->size(), "DecoderLM::step: ", states.size(), " states for ", blocks->size(), " layers");
+  Tensor h = embed->forward(ids);
+  if (pos_embed) {
+    HH_CHECK(states[0].pos < cfg.max_len, "DecoderLM::step: position ", states[0].pos, " exceeds max_len ", cfg.max_len);
+    h = add(h, pos_embed->forward(full({1}, static_cast<double>(states[0].pos), {DType::i64, ids.device()})));
+  }
+  for (size_t i = 0; i < blocks->size(); ++i) h = (*blocks)[i]->step(h, states[i]);
+  return logits(h);
+}
+
+void DecoderLM::on_optimizer_step() {
+  for (const auto& b : *blocks) b->attn->on_optimizer_step();
+}
+
+EncoderClassifier::EncoderClassifier(const TransformerConfig& c, int64_t classes, const std::string& pool, Init init)
+    : cfg(c), pooling(pool) {
+  check_config(c);
+  HH_CHECK(classes > 1, "EncoderClassifier: need at least 2 classes, got ", classes);
+  HH_CHECK(pool == "cls" || pool == "mean", "EncoderClassifier: pooling must be cls or mean, got '", pool, "'");
+  cfg.attention.causal = false;
+  if (cfg.attention.form == LinearForm::chunked) cfg.attention.form = LinearForm::noncausal;
+  embed = register_module("embed", std::make_shared<Embedding>(c.vocab, c.dim, init, 0.02));
+  if (c.positions == "learned") pos_embed = register_module("pos_embed", std::make_shared<Embedding>(c.max_len, c.dim, init, 0.02));
+  blocks = register_module("layers", std::make_shared<ModuleList<TransformerBlock>>());
+  for (int64_t i = 0; i < c.layers; ++i) blocks->push_back(std::make_shared<TransformerBlock>(cfg, i, init));
+  norm_f = register_module("norm", std::make_shared<Norm>(c.norm, c.dim, c.norm_eps, init));
+  classifier = register_module("classifier", std::make_shared<Linear>(c.dim, classes, true, init));
+}
+
+Tensor EncoderClassifier::forward(const Tensor& ids, const Tensor& key_mask, TraceRequest* trace) {
+  HH_CHECK(ids.dim() == 2, "EncoderClassifier: expected ids (B,L), got ", ids.shape());
+  const int64_t L = ids.size(1);
+  Tensor h = embed->forward(ids);
+  if (pos_embed) {
+    HH_CHECK(L <= cfg.max_len, "EncoderClassifier: sequence length ", L, " exceeds max_len ", cfg.max_len);
+    h = add(h, pos_embed->forward(arange(L, {DType::i64, ids.device()})));
+  }
+  for (const auto& b : *blocks) h = b->forward(h, key_mask, trace);
+  if (cfg.pre_ln) h = norm_f->forward(h);
+  Tensor pooled;
+  if (pooling == "cls") {
+    pooled = select(h, 1, 0);
+  } else if (key_mask.defined()) {
+    Tensor m = unsqueeze(key_mask.to(h.dtype()), -1);  // (B,L,1)
+    pooled = div(sum(mul(h, m), {1}), maximum(sum(m, {1}), 1.0));
+  } else {
+    pooled = mean(h, {1});
+  }
+  return classifier->forward(pooled);
+}
+
+}  // namespace hh::nn

@@ -1,0 +1,251 @@
+// Op-table rows for matmul and linear, plus direct tests of the GEMM kernel (storage orders,
+// alpha/beta, broadcast batch, threaded batch split) at sizes too large for the table.
+#include <cmath>
+
+#include "core/backend.h"
+#include "core/parallel.h"
+#include "tests/op_table.h"
+
+namespace hh::test {
+namespace {
+
+// Plain-loop torch.matmul on host values: 1-d promotion, batch broadcasting, squeeze back.
+Host matmul_ref(const Host& a, const Host& b) {
+  Shape as = a.shape, bs = b.shape;
+  const bool a1 = as.size() == 1, b1 = bs.size() == 1;
+  if (a1) as.insert(as.begin(), 1);
+  if (b1) bs.push_back(1);
+  const int64_t m = as[as.size() - 2], k = as.back(), n = bs.back();
+  Shape ba(as.begin(), as.end() - 2), bb(bs.begin(), bs.end() - 2);
+  Shape batch = broadcast_shapes(ba, bb, "matmul_ref");
+  Strides sa = contiguous_strides(as), sb = contiguous_strides(bs);
+  const int64_t nbatch = numel_of(batch);
+  Host out;
+  out.v.assign(static_cast<size_t>(nbatch * m * n), 0.0);
+  for (int64_t t = 0; t < nbatch; ++t) {
+    int64_t rem = t, oa = 0, ob = 0;
+    for (size_t d = batch.size(); d-- > 0;) {
+      int64_t i = rem % batch[d];
+      rem /= batch[d];
+      int64_t da = static_cast<int64_t>(d) - static_cast<int64_t>(batch.size() - ba.size());
+      int64_t db = static_cast<int64_t>(d) - static_cast<int64_t>(batch.size() - bb.size());
+      if (da >= 0 && ba[static_cast<size_t>(da)] != 1) oa += i * sa[static_cast<size_t>(da)];
+      if (db >= 0 && bb[static_cast<size_t>(db)] != 1) ob += i * sb[static_cast<size_t>(db)];
+    }
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double acc = 0.0;
+        for (int64_t p = 0; p < k; ++p)
+          acc += a.v[static_cast<size_t>(oa + i * k + p)] * b.v[static_cast<size_t>(ob + p * n + j)];
+        out.v[static_cast<size_t>((t * m + i) * n + j)] = acc;
+      }
+  }
+  out.shape = batch;
+  if (!a1) out.shape.push_back(m);
+  if (!b1) out.shape.push_back(n);
+  return out;
+}
+
+// x (..., in) · w (out, in)ᵀ + bias (out).
+Host linear_ref(const Host& x, const Host& w, const Host* bias) {
+  const int64_t in = w.shape[1], out_f = w.shape[0], rows = x.numel() / in;
+  Host out;
+  out.shape = Shape(x.shape.begin(), x.shape.end() - 1);
+  out.shape.push_back(out_f);
+  out.v.assign(static_cast<size_t>(rows * out_f), 0.0);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t o = 0; o < out_f; ++o) {
+      double acc = bias ? bias->v[static_cast<size_t>(o)] : 0.0;
+      for (int64_t i = 0; i < in; ++i)
+        acc += x.v[static_cast<size_t>(r * in + i)] * w.v[static_cast<size_t>(o * in + i)];
+      out.v[static_cast<size_t>(r * out_f + o)] = acc;
+    }
+  return out;
+}
+
+void matmul_errors() {
+  Tensor a = zeros({3, 4}), b = zeros({5, 6});
+  check_throws([&] { matmul(a, b); }, {"matmul", "(3, 4)", "(5, 6)"});
+  check_throws([&] { matmul(zeros({4}), zeros({5})); }, {"matmul", "(4,)", "(5,)"});
+  check_throws([&] { matmul(zeros({3, 4}), zeros({4, 2}, DType::f64)); }, {"matmul", "f32", "f64"});
+  check_throws([&] { matmul(zeros({2, 3, 4}), zeros({3, 4, 5})); }, {"matmul", "(2, 3, 4)", "(3, 4, 5)"});
+  check_throws([&] { matmul(scalar_tensor(1.0), zeros({3})); }, {"matmul", "()", "(3,)"});
+  check_throws([&] { matmul(zeros({3, 4}, DType::i64), zeros({4, 2}, DType::i64)); }, {"matmul", "i64"});
+}
+
+void linear_errors() {
+  check_throws([&] { linear(zeros({2, 3}), zeros({5, 4})); }, {"linear", "(2, 3)", "(5, 4)"});
+  check_throws([&] { linear(zeros({2, 4}), zeros({5, 4}), zeros({4})); }, {"linear", "(4,)", "(5, 4)"});
+  check_throws([&] { linear(zeros({2, 4}), zeros({5, 4}, DType::f64)); }, {"linear", "f32", "f64"});
+  check_throws([&] { linear(zeros({2, 4}), zeros({4})); }, {"linear", "weight", "(4,)"});
+  check_throws([&] { linear(zeros({2, 4}), zeros({5, 4}), zeros({5}, DType::f64)); }, {"linear", "f64", "f32"});
+}
+
+OpSpec mm_row(const std::string& variant, std::vector<Shape> shapes) {
+  OpSpec s;
+  s.op = "matmul";
+  s.variant = variant;
+  s.shapes = std::move(shapes);
+  s.fn = [](const std::vector<Tensor>& x) { return matmul(x[0], x[1]); };
+  s.reference = [](const std::vector<Host>& h) { return matmul_ref(h[0], h[1]); };
+  s.errors = matmul_errors;
+  return s;
+}
+
+// Inputs built as views: `make` turns two fresh contiguous tensors into the operands.
+OpSpec mm_view_row(const std::string& variant, Shape sa, Shape sb, std::function<Tensor(const Tensor&)> va,
+                   std::function<Tensor(const Tensor&)> vb) {
+  OpSpec s = mm_row(variant, {});
+  s.inputs = [sa, sb, va, vb](Generator& g, DType t) {
+    return std::vector<Tensor>{va(rand_input(sa, -1, 1, g, t)), vb(rand_input(sb, -1, 1, g, t))};
+  };
+  return s;
+}
+
+OpSpec linear_row(const std::string& variant, std::vector<Shape> shapes) {
+  OpSpec s;
+  s.op = "linear";
+  s.variant = variant;
+  const bool has_bias = shapes.size() == 3;
+  s.shapes = std::move(shapes);
+  s.fn = [has_bias](const std::vector<Tensor>& x) { return linear(x[0], x[1], has_bias ? x[2] : Tensor()); };
+  s.reference = [has_bias](const std::vector<Host>& h) { return linear_ref(h[0], h[1], has_bias ? &h[2] : nullptr); };
+  s.errors = linear_errors;
+  return s;
+}
+
+Tensor tr(const Tensor& x) { return transpose(x, -1, -2); }
+
+const bool registered = add_specs({
+    mm_row("2-d (3,4)x(4,5)", {{3, 4}, {4, 5}}),
+    mm_row("1-d x 2-d (4)x(4,3)", {{4}, {4, 3}}),
+    mm_row("2-d x 1-d (3,4)x(4)", {{3, 4}, {4}}),
+    mm_row("1-d x 1-d (5)x(5)", {{5}, {5}}),
+    mm_row("batched (2,3,4)x(2,4,3)", {{2, 3, 4}, {2, 4, 3}}),
+    mm_row("broadcast batch (1,3,4)x(2,4,5)", {{1, 3, 4}, {2, 4, 5}}),
+    mm_row("broadcast both (2,1,3,2)x(3,2,2)", {{2, 1, 3, 2}, {3, 2, 2}}),
+    mm_row("attention (2,2,5,4)x(2,2,4,3)", {{2, 2, 5, 4}, {2, 2, 4, 3}}),
+    mm_row("folded 3-d x 2-d (2,3,4)x(4,5)", {{2, 3, 4}, {4, 5}}),
+    mm_row("2-d x 3-d (3,4)x(2,4,2)", {{3, 4}, {2, 4, 2}}),
+    mm_row("1-d x 3-d (4)x(2,4,3)", {{4}, {2, 4, 3}}),
+    mm_row("3-d x 1-d (2,3,4)x(4)", {{2, 3, 4}, {4}}),
+    mm_row("empty inner (3,0)x(0,2)", {{3, 0}, {0, 2}}),
+    mm_view_row("transposed (4,3)^T x (5,4)^T", {4, 3}, {5, 4}, tr, tr),
+    mm_view_row("transposed batched (2,4,3)^T x (2,4,5)", {2, 4, 3}, {2, 4, 5}, tr, [](const Tensor& x) { return x; }),
+    // Batch dims not evenly spaced (a permuted (B,L,H,D) -> (B,H,L,D)): one GEMM per outer batch.
+    mm_view_row("permuted batch (2,5,2,3)->(2,2,5,3) x (2,2,3,2)", {2, 5, 2, 3}, {2, 2, 3, 2},
+                [](const Tensor& x) { return permute(x, {0, 2, 1, 3}); }, [](const Tensor& x) { return x; }),
+    // Strided rows (every other row): unit stride kept, leading dimension 2·K.
+    mm_view_row("row-sliced (6,4)[::2] x (4,3)", {6, 4}, {4, 3}, [](const Tensor& x) { return slice(x, 0, 0, 6, 2); },
+                [](const Tensor& x) { return x; }),
+    // No unit stride in the matrix dims: the op copies first.
+    mm_view_row("column-sliced (3,8)[:, ::2] x (4,2)", {3, 8}, {4, 2},
+                [](const Tensor& x) { return slice(x, 1, 0, 8, 2); }, [](const Tensor& x) { return x; }),
+    linear_row("bias (3,4) w(5,4)", {{3, 4}, {5, 4}, {5}}),
+    linear_row("no bias (3,4) w(5,4)", {{3, 4}, {5, 4}}),
+    linear_row("3-d input (2,3,4) w(5,4) bias", {{2, 3, 4}, {5, 4}, {5}}),
+    linear_row("1-d input (4) w(3,4) bias", {{4}, {3, 4}, {3}}),
+});
+
+// ---- kernel-level checks at sizes the op table cannot gradcheck ----
+
+Tensor randm(const Shape& s, uint64_t seed, DType t = DType::f64) {
+  Generator g(seed);
+  return uniform(s, -1, 1, g, {t});
+}
+
+double max_rel_err(const Tensor& got, const Host& want) {
+  auto g = to_vector<double>(got);
+  double worst = 0;
+  for (size_t i = 0; i < g.size(); ++i) worst = std::max(worst, std::fabs(g[i] - want.v[i]) / (1.0 + std::fabs(want.v[i])));
+  return worst;
+}
+
+}  // namespace
+
+TEST_CASE("gemm: storage orders, odd sizes, both dtypes") {
+  const int64_t m = 67, k = 131, n = 45;
+  for (DType t : {DType::f64, DType::f32}) {
+    Tensor a = randm({m, k}, 1, t), b = randm({k, n}, 2, t);
+    Host want = matmul_ref(to_host(a), to_host(b));
+    Tensor at = randm({k, m}, 0, t), bt = randm({n, k}, 0, t);  // column-major copies
+    copy_(tr(at), a);
+    copy_(tr(bt), b);
+    const double tol = t == DType::f64 ? 1e-12 : 1e-5;
+    for (int combo = 0; combo < 4; ++combo) {
+      CAPTURE(combo);
+      CAPTURE(dtype_name(t));
+      Tensor A = combo & 1 ? tr(at) : a, B = combo & 2 ? tr(bt) : b;
+      CHECK(max_rel_err(matmul(A, B), want) < tol);
+    }
+  }
+}
+
+TEST_CASE("gemm: alpha/beta and broadcast batch stride through the backend") {
+  const int64_t bt = 5, m = 9, k = 13, n = 7;
+  Tensor a = randm({bt, m, k}, 3), b = randm({1, k, n}, 4), c0 = randm({bt, m, n}, 5);
+  Tensor c = clone(c0);
+  Tensor bb = b.as_strided({bt, k, n}, {0, n, 1}, 0);
+  backend_of(a).gemm(a, bb, c, {0.5, -2.0});
+  Host prod = matmul_ref(to_host(a), to_host(b));
+  auto c0v = to_vector<double>(c0), cv = to_vector<double>(c);
+  double worst = 0;
+  for (size_t i = 0; i < cv.size(); ++i) worst = std::max(worst, std::fabs(cv[i] - (0.5 * prod.v[i] - 2.0 * c0v[i])));
+  CHECK(worst < 1e-12);
+}
+
+TEST_CASE("gemm: threaded batch split and Eigen's split agree with the single-threaded result") {
+  const int prev = num_threads();
+  // 16 matrices of 64x48x40 (batch split) and one 300x200x250 product (Eigen's own split).
+  Tensor a = randm({16, 64, 40}, 6, DType::f32), b = randm({16, 40, 48}, 7, DType::f32);
+  Tensor x = randm({300, 250}, 8, DType::f32), y = randm({250, 200}, 9, DType::f32);
+  set_num_threads(1);
+  Tensor r1 = matmul(a, b), s1 = matmul(x, y);
+  set_num_threads(2);
+  Tensor r2 = matmul(a, b), s2 = matmul(x, y);
+  set_num_threads(prev);
+  CHECK(max_rel_err(r2, to_host(r1)) < 1e-5);
+  CHECK(max_rel_err(s2, to_host(s1)) < 1e-5);
+  CHECK(max_rel_err(r1, matmul_ref(to_host(a), to_host(b))) < 1e-5);
+  CHECK(max_rel_err(s1, matmul_ref(to_host(x), to_host(y))) < 1e-5);
+  check_throws([] { set_num_threads(0); }, {"set_num_threads", "0"});
+}
+
+TEST_CASE("matmul/linear: bf16 computes in f32 and rounds once") {
+  Tensor a = randm({4, 6}, 10, DType::f32), b = randm({6, 3}, 11, DType::f32), w = randm({3, 6}, 12, DType::f32);
+  Tensor ab = a.to(DType::bf16), bb = b.to(DType::bf16), wb = w.to(DType::bf16);
+  Tensor want = matmul(ab.to(DType::f32), bb.to(DType::f32)).to(DType::bf16);
+  Tensor got = matmul(ab, bb);
+  CHECK(got.dtype() == DType::bf16);
+  CHECK(max_abs_diff(got, want) == 0.0);
+  Tensor lw = linear(ab, wb).to(DType::f32);
+  Tensor lr = matmul(ab.to(DType::f32), wb.to(DType::f32).t());
+  CHECK(allclose(lw, lr, 1e-2, 1e-2));
+}
+
+TEST_CASE("linear: gradients at a larger size match the composed matmul") {
+  Tensor x = randm({3, 7, 10}, 13), w = randm({6, 10}, 14), bias = randm({6}, 15);
+  Tensor gy = randm({3, 7, 6}, 16);
+  x.requires_grad_(true);
+  w.requires_grad_(true);
+  bias.requires_grad_(true);
+  linear(x, w, bias).backward(gy);
+  Tensor gx = x.grad(), gw = w.grad(), gb = bias.grad();
+  // gx = gy·W, gW = Σ gyᵀ·x, gb = Σ gy, by plain loops.
+  Host hx = to_host(x), hw = to_host(w), hg = to_host(gy);
+  std::vector<double> ex(hx.v.size(), 0.0), ew(hw.v.size(), 0.0), eb(6, 0.0);
+  for (int64_t r = 0; r < 21; ++r)
+    for (int64_t o = 0; o < 6; ++o) {
+      double g = hg.v[static_cast<size_t>(r * 6 + o)];
+      eb[static_cast<size_t>(o)] += g;
+      for (int64_t i = 0; i < 10; ++i) {
+        ex[static_cast<size_t>(r * 10 + i)] += g * hw.v[static_cast<size_t>(o * 10 + i)];
+        ew[static_cast<size_t>(o * 10 + i)] += g * hx.v[static_cast<size_t>(r * 10 + i)];
+      }
+    }
+  CHECK(max_rel_err(gx, Host{x.shape(), ex}) < 1e-12);
+  CHECK(max_rel_err(gw, Host{w.shape(), ew}) < 1e-12);
+  CHECK(max_rel_err(gb, Host{bias.shape(), eb}) < 1e-12);
+}
+
+}  // namespace hh::test

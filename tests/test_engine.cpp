@@ -1,0 +1,292 @@
+// The autograd engine (shared sub-graphs, accumulation, grad mode, detach, explicit gradients,
+// retain_graph, 100,000-op chains), the Philox generator streams and their statistics, the
+// f16/bf16 conversions, and Tensor printing.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "autograd/ops.h"
+#include "tests/op_table.h"
+
+namespace hh::test {
+namespace {
+
+Tensor leaf(std::vector<double> v) {
+  Shape s{static_cast<int64_t>(v.size())};
+  return from_vector(v, s, DType::f64).requires_grad_();
+}
+
+std::vector<double> grad_of(const Tensor& x) {
+  REQUIRE(x.grad().defined());
+  return to_vector<double>(x.grad());
+}
+
+struct Moments {
+  double mean = 0, var = 0;
+};
+Moments moments(const std::vector<double>& v) {
+  Moments m;
+  for (double e : v) m.mean += e;
+  m.mean /= static_cast<double>(v.size());
+  for (double e : v) m.var += (e - m.mean) * (e - m.mean);
+  m.var /= static_cast<double>(v.size() - 1);
+  return m;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- engine
+
+TEST_CASE("engine: a tensor used twice receives the sum of both gradients") {
+  Tensor x = leaf({1, -2, 3});
+  sum(add(mul(x, 2.0), mul(x, 3.0))).backward();
+  CHECK(grad_of(x) == std::vector<double>{5, 5, 5});
+
+  Tensor y = leaf({1, -2, 3});
+  sum(mul(y, y)).backward();  // both inputs of one node
+  CHECK(grad_of(y) == std::vector<double>{2, -4, 6});
+
+  // Diamond: a feeds b twice and c once; every path is summed exactly once.
+  Tensor z = leaf({0.5, 2});
+  Tensor a = mul(z, 3.0);
+  Tensor b = add(a, a);
+  sum(add(b, mul(a, z))).backward();  // d/dz [6z + 3z^2] = 6 + 6z
+  CHECK(grad_of(z) == std::vector<double>{9, 18});
+}
+
+TEST_CASE("engine: gradients accumulate across backward calls until zero_grad") {
+  Tensor x = leaf({1, 2});
+  sum(mul(x, 3.0)).backward();
+  sum(mul(x, 3.0)).backward();
+  CHECK(grad_of(x) == std::vector<double>{6, 6});
+  x.zero_grad();
+  CHECK(!x.grad().defined());
+  sum(mul(x, x)).backward();
+  CHECK(grad_of(x) == std::vector<double>{2, 4});
+}
+
+TEST_CASE("engine: NoGradGuard records nothing; detach cuts the graph") {
+  Tensor x = leaf({1, 2});
+  {
+    NoGradGuard guard;
+    Tensor y = mul(x, 2.0);
+    CHECK(!y.requires_grad());
+    CHECK(y.grad_fn() == nullptr);
+    CHECK(!GradMode::is_enabled());
+  }
+  CHECK(GradMode::is_enabled());
+  Tensor y = mul(x, 2.0);
+  CHECK(y.requires_grad());
+  CHECK(y.grad_fn() != nullptr);
+
+  Tensor d = detach(mul(x, 5.0));
+  CHECK(!d.requires_grad());
+  CHECK(d.grad_fn() == nullptr);
+  sum(add(mul(x, 2.0), d)).backward();
+  CHECK(grad_of(x) == std::vector<double>{2, 2});  // nothing flows through the detached branch
+  check_throws([&] { sum(d).backward(); }, {"backward: tensor does not require grad"});
+}
+
+TEST_CASE("engine: non-scalar outputs need an explicit gradient of the same shape") {
+  Tensor x = leaf({1, 2, 3});
+  Tensor y = mul(x, x);
+  check_throws([&] { y.backward(); }, {"backward: grad can be implied only for a one-element output", "(3,)"});
+  check_throws([&] { y.backward(ones({2}, DType::f64)); }, {"backward: gradient shape (2,)", "(3,)"});
+  y.backward(from_vector(std::vector<double>{1, 0.5, -2}, {3}, DType::f64));
+  CHECK(grad_of(x) == std::vector<double>{2, 2, -12});
+}
+
+TEST_CASE("engine: retain_graph allows a second backward; without it the second one throws") {
+  Tensor x = leaf({1, 2});
+  Tensor y = sum(mul(x, x));
+  y.backward(Tensor(), true);
+  y.backward();
+  CHECK(grad_of(x) == std::vector<double>{4, 8});
+  check_throws([&] { y.backward(); }, {"second time", "retain_graph"});
+}
+
+TEST_CASE("engine: a chain of 100,000 ops backprops and tears down without recursion") {
+  const int n = 100000;
+  Tensor x = full({1}, 1.0, DType::f64).requires_grad_();
+  {
+    Tensor y = x;
+    for (int i = 0; i < n; ++i) y = mul(y, 1.0001);
+    CHECK(y.item<double>() == doctest::Approx(std::pow(1.0001, n)).epsilon(1e-9));
+    y.backward();
+  }  // the released chain is destroyed here
+  CHECK(x.grad().item<double>() == doctest::Approx(std::pow(1.0001, n)).epsilon(1e-9));
+
+  // A chain whose nodes still hold their saved tensors (no backward) is torn down as well.
+  x.zero_grad();
+  {
+    Tensor y = x;
+    for (int i = 0; i < n; ++i) y = add(y, x);
+    CHECK(y.item<double>() == n + 1);
+  }
+  Tensor z = x;
+  for (int i = 0; i < n; ++i) z = add(z, 0.0);
+  z.backward();
+  CHECK(x.grad().item<double>() == 1.0);
+}
+
+// ---------------------------------------------------------------- RNG
+
+TEST_CASE("generator: same seed and offset give the same stream; others differ") {
+  Generator a(42), b(42), c(42, 1), d(43);
+  auto ra = to_vector<double>(rand({1000}, a)), rb = to_vector<double>(rand({1000}, b));
+  auto rc = to_vector<double>(rand({1000}, c)), rd = to_vector<double>(rand({1000}, d));
+  CHECK(ra == rb);
+  int same_c = 0, same_d = 0;
+  for (size_t i = 0; i < ra.size(); ++i) {
+    same_c += ra[i] == rc[i];
+    same_d += ra[i] == rd[i];
+  }
+  CHECK(same_c < 5);
+  CHECK(same_d < 5);
+  // Offset 1 is the same stream shifted by one block (4 f32 uniforms).
+  for (size_t i = 0; i + 4 < ra.size(); ++i) REQUIRE(rc[i] == ra[i + 4]);
+  CHECK(to_vector<double>(randn({64}, a)) == to_vector<double>(randn({64}, b)));
+  for (double v : ra) {
+    REQUIRE(v > 0.0);
+    REQUIRE(v <= 1.0);
+  }
+}
+
+TEST_CASE("generator: draws advance the offset by whole blocks") {
+  Generator g(7);
+  rand({16}, g);
+  CHECK(g.offset() == 4);  // 4 f32 uniforms per block
+  rand({16}, g, {DType::f64});
+  CHECK(g.offset() == 12);  // 2 f64 uniforms per block
+  randn({5}, g);
+  CHECK(g.offset() == 15);  // 2 normals per block, rounded up
+
+  // Two draws of n (a multiple of 4) are one draw of 2n.
+  Generator g1(11), g2(11);
+  auto first = to_vector<double>(rand({8}, g1)), second = to_vector<double>(rand({8}, g1));
+  auto both = to_vector<double>(rand({16}, g2));
+  first.insert(first.end(), second.begin(), second.end());
+  CHECK(first == both);
+  // Otherwise the second draw starts at the next whole block.
+  Generator g3(11);
+  rand({5}, g3);
+  auto tail = to_vector<double>(rand({3}, g3));
+  CHECK(tail == std::vector<double>(both.begin() + 8, both.begin() + 11));
+}
+
+TEST_CASE("generator: rand, randn, randint and bernoulli statistics") {
+  const int64_t n = 100000;
+  Generator g(2024);
+  Moments u = moments(to_vector<double>(rand({n}, g)));
+  CHECK(std::fabs(u.mean - 0.5) < 0.005);
+  CHECK(std::fabs(u.var - 1.0 / 12) < 0.002);
+
+  Moments u2 = moments(to_vector<double>(uniform({n}, -2.0, 4.0, g, {DType::f64})));
+  CHECK(std::fabs(u2.mean - 1.0) < 0.03);
+  CHECK(std::fabs(u2.var - 3.0) < 0.08);
+
+  auto z = to_vector<double>(randn({n}, g));
+  Moments m = moments(z);
+  CHECK(std::fabs(m.mean) < 0.015);
+  CHECK(std::fabs(m.var - 1.0) < 0.02);
+  int64_t within1 = 0;
+  for (double v : z) within1 += std::fabs(v) < 1.0;
+  CHECK(std::fabs(static_cast<double>(within1) / n - 0.6827) < 0.008);  // normal, not just unit variance
+
+  auto ri = to_vector<int64_t>(randint(0, 10, {n}, g));
+  std::vector<int64_t> counts(10, 0);
+  for (int64_t v : ri) {
+    REQUIRE(v >= 0);
+    REQUIRE(v < 10);
+    ++counts[static_cast<size_t>(v)];
+  }
+  for (int64_t c : counts) CHECK(std::abs(c - n / 10) < 600);
+
+  auto bern = to_vector<double>(bernoulli({n}, 0.3, g));
+  double ones_count = 0;
+  for (double v : bern) {
+    REQUIRE((v == 0.0 || v == 1.0));
+    ones_count += v;
+  }
+  CHECK(std::fabs(ones_count / n - 0.3) < 0.008);
+}
+
+// ---------------------------------------------------------------- f16 / bf16
+
+TEST_CASE("f16 conversions: known values, subnormals, specials, round to nearest even") {
+  auto bits_of = [](float f) { return float_to_f16(f); };
+  CHECK(bits_of(1.0f) == 0x3C00);
+  CHECK(bits_of(-2.5f) == 0xC100);
+  CHECK(bits_of(65504.0f) == 0x7BFF);
+  CHECK(bits_of(65519.0f) == 0x7BFF);
+  CHECK(bits_of(65520.0f) == 0x7C00);  // halfway to 65536: rounds to even, which is inf
+  CHECK(bits_of(std::numeric_limits<float>::infinity()) == 0x7C00);
+  CHECK(bits_of(-std::numeric_limits<float>::infinity()) == 0xFC00);
+  uint16_t nan = bits_of(std::numeric_limits<float>::quiet_NaN());
+  CHECK((nan & 0x7C00) == 0x7C00);
+  CHECK((nan & 0x03FF) != 0);
+  CHECK(std::isnan(f16_to_float(nan)));
+  // Subnormals: smallest normal, largest subnormal, smallest subnormal; 6.1e-5 is subnormal in f16.
+  CHECK(bits_of(6.103515625e-05f) == 0x0400);
+  CHECK(bits_of(6.1e-5f) == 0x03FF);
+  CHECK(f16_to_float(0x03FF) == 1023.0f * std::ldexp(1.0f, -24));
+  CHECK(f16_to_float(0x0001) == std::ldexp(1.0f, -24));
+  CHECK(bits_of(std::ldexp(1.0f, -24)) == 0x0001);
+  CHECK(bits_of(std::ldexp(1.0f, -25)) == 0x0000);         // tie: rounds to even 0
+  CHECK(bits_of(3 * std::ldexp(1.0f, -25)) == 0x0002);     // tie between 1 and 2 ulps: even
+  CHECK(bits_of(-std::ldexp(1.0f, -24)) == 0x8001);
+  // Normal rounding: ulp(1) = 2^-10.
+  CHECK(bits_of(1.0f + std::ldexp(1.0f, -11)) == 0x3C00);
+  CHECK(bits_of(1.0f + 3 * std::ldexp(1.0f, -11)) == 0x3C02);
+  CHECK(bits_of(1.0f + std::ldexp(1.0f, -11) + std::ldexp(1.0f, -20)) == 0x3C01);
+  for (uint16_t h : {0x3C00, 0xC100, 0x7BFF, 0x0400, 0x03FF, 0x0001, 0x7C00, 0xFC00, 0x8000})
+    CHECK(float_to_f16(f16_to_float(h)) == h);
+
+  // The same through tensors (copy/cast kernels).
+  const double inf = std::numeric_limits<double>::infinity();
+  Tensor t = from_vector(std::vector<double>{1.0, -2.5, 65504, 6.1e-5, inf, std::nan("")}, {6}, DType::f16);
+  auto back = to_vector<double>(t);
+  CHECK(back[0] == 1.0);
+  CHECK(back[1] == -2.5);
+  CHECK(back[2] == 65504);
+  CHECK(back[3] == 1023 * std::ldexp(1.0, -24));
+  CHECK(back[4] == inf);
+  CHECK(std::isnan(back[5]));
+}
+
+TEST_CASE("bf16 conversions: known values, specials, round to nearest even") {
+  CHECK(float_to_bf16(1.0f) == 0x3F80);
+  CHECK(float_to_bf16(-2.5f) == 0xC020);
+  CHECK(float_to_bf16(65504.0f) == 0x4780);  // 8 significant bits: 65504 rounds to 65536
+  CHECK(float_to_bf16(std::numeric_limits<float>::infinity()) == 0x7F80);
+  CHECK(std::isnan(bf16_to_float(float_to_bf16(std::numeric_limits<float>::quiet_NaN()))));
+  CHECK(float_to_bf16(1.0f + std::ldexp(1.0f, -8)) == 0x3F80);
+  CHECK(float_to_bf16(1.0f + 3 * std::ldexp(1.0f, -8)) == 0x3F82);
+  CHECK(float_to_bf16(1.0f + std::ldexp(1.0f, -8) + std::ldexp(1.0f, -20)) == 0x3F81);
+  CHECK(bf16_to_float(0x0001) == std::ldexp(1.0f, -133));  // f32 subnormals survive
+  CHECK(float_to_bf16(std::ldexp(1.0f, -133)) == 0x0001);
+  for (uint16_t b : {0x3F80, 0xC020, 0x4780, 0x7F80, 0xFF80, 0x0001, 0x8000})
+    CHECK(float_to_bf16(bf16_to_float(b)) == b);
+  Tensor t = from_vector(std::vector<double>{1.0, -2.5, 65504, 3.0 + 1.0 / 128}, {4}, DType::bf16);
+  CHECK(to_vector<double>(t) == std::vector<double>{1.0, -2.5, 65536, 3.0});  // 3+1/128 is a tie: even
+}
+
+// ---------------------------------------------------------------- printing
+
+TEST_CASE("Tensor::str prints like PyTorch") {
+  CHECK(from_vector(std::vector<double>{1, 2.5, -3, 4}, {2, 2}).str() ==
+        "tensor([[1.0000, 2.5000],\n        [-3.0000, 4.0000]], dtype=f32)");
+  CHECK(arange(3, DType::i64).str() == "tensor([0, 1, 2], dtype=i64)");
+  CHECK(arange(10).str() == "tensor([0.0000, 1.0000, 2.0000, ..., 7.0000, 8.0000, 9.0000], dtype=f32)");
+  CHECK(scalar_tensor(3.5).str() == "tensor(3.5000, dtype=f32)");
+  CHECK(from_vector(std::vector<double>{1, 2}, {2}).requires_grad_().str() ==
+        "tensor([1.0000, 2.0000], dtype=f32, requires_grad=true)");
+  CHECK(zeros({2, 1, 2}, DType::f64).str() == "tensor([[[0.0000, 0.0000]],\n        [[0.0000, 0.0000]]], dtype=f64)");
+  // A non-contiguous view prints in logical order.
+  CHECK(arange(4).reshape({2, 2}).t().str() == "tensor([[0.0000, 2.0000],\n        [1.0000, 3.0000]], dtype=f32)");
+  CHECK(Tensor().str() == "tensor(undefined)");
+}
+
+}  // namespace hh::test

@@ -1,0 +1,65 @@
+// The associative-recall study (paper §3.2): train one decoder per feature map on generated AR
+// data, early-stop on a validation split, and measure test accuracy, attention entropy and
+// monotonicity, keeping what the report's figures need.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "data/associative_recall.h"
+#include "nn/transformer.h"
+
+namespace hh::train {
+
+struct ArRunConfig {
+  std::string mixer = "softmax";  // "softmax" or a feature-map name
+  double temperature = 1.0;       // exp / hedgehog temperature
+  nn::TransformerConfig model;    // sizes; attention.mixer is set from `mixer`
+  int64_t epochs = 20;
+  int64_t batch = 32;
+  double lr = 1e-3;
+  double weight_decay = 0.0;
+  int64_t patience = 10;          // epochs without validation improvement before stopping
+  double grad_clip = 1.0;
+  std::string schedule = "cosine";
+  int64_t warmup_steps = 50;
+  bool dense_targets = true;      // also train on every value whose key appeared before (not just the query)
+  double val_fraction = 0.1;      // held out from the training split for early stopping
+  uint64_t seed = 0;
+  Device device = Device::cpu();
+  bool quiet = false;
+};
+
+struct ArRunResult {
+  std::string label;          // e.g. "hedgehog", "exp (t=2)"
+  std::string mixer;
+  double temperature = 1.0;
+  double accuracy = 0.0;      // test accuracy on the query's answer, in [0,1]
+  double val_accuracy = 0.0;  // best validation accuracy
+  double entropy = 0.0;       // mean attention entropy over layers, heads, query rows (test samples)
+  double monotonicity = 0.0;  // mean per-row Spearman(q·k, weight)
+  int64_t params = 0;
+  double seconds = 0.0;       // training time
+  int64_t epochs_run = 0;
+  double lr = 0, weight_decay = 0;
+  int64_t batch = 0;
+  std::vector<double> train_loss;    // per epoch
+  std::vector<double> val_acc;       // per epoch
+  // Figure material: one head's weights (heat_len × heat_len) on a test sample, and (q·k, weight)
+  // pairs of that head's causal entries.
+  std::vector<double> heat;
+  int64_t heat_len = 0;
+  int64_t heat_layer = 0, heat_head = 0;
+  std::vector<std::string> heat_tokens;
+  std::vector<double> scatter_qk, scatter_w;
+};
+
+// Targets for every value position whose key occurred earlier in the sequence, plus the query's
+// answer (the dataset's own target). inputs, targets (N,L) i64 on the CPU.
+Tensor ar_dense_targets(const Tensor& inputs, const Tensor& targets, const ArConfig& cfg);
+
+// Accuracy of `model` on the answer position of `split` (batched, no grad).
+double ar_accuracy(nn::DecoderLM& model, const ArSplit& split, int64_t batch, Device device);
+
+ArRunResult run_associative_recall(const ArDataset& data, const ArRunConfig& cfg);
+
+}  // namespace hh::train

@@ -1,0 +1,164 @@
+#include "train/ar_report.h"
+
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/atomic_file.h"
+#include "train/metrics_log.h"
+#include "train/svg.h"
+
+namespace hh::train {
+
+std::string file_slug(const std::string& label) {
+  std::string s;
+  for (char c : label) {
+    if (std::isalnum(static_cast<unsigned char>(c)) || c == '-')
+      s += c;
+    else if (c == ' ' && !s.empty() && s.back() != '_')
+      s += '_';
+  }
+  while (!s.empty() && s.back() == '_') s.pop_back();
+  return s;
+}
+
+std::string ar_table(const std::vector<ArRunResult>& results) {
+  std::ostringstream os;
+  char line[256];
+  std::snprintf(line, sizeof line, "%-20s %9s %9s %13s %10s %9s %7s\n", "feature map", "test acc", "entropy",
+                "monotonicity", "params", "train s", "epochs");
+  os << line << std::string(83, '-') << "\n";
+  for (const auto& r : results) {
+    std::snprintf(line, sizeof line, "%-20s %8.1f%% %9.3f %13.3f %10lld %9.1f %7lld\n", r.label.c_str(),
+                  100.0 * r.accuracy, r.entropy, r.monotonicity, static_cast<long long>(r.params), r.seconds,
+                  static_cast<long long>(r.epochs_run));
+    os << line;
+  }
+  return os.str();
+}
+
+namespace {
+
+void make_dir(const std::string& dir) {
+  std::string part;
+  std::stringstream ss(dir);
+  std::string seg;
+  if (!dir.empty() && dir[0] == '/') part = "/";
+  while (std::getline(ss, seg, '/')) {
+    if (seg.empty()) continue;
+    part += seg + "/";
+    if (mkdir(part.c_str(), 0755) != 0 && errno != EEXIST)
+      fail(str("report: cannot create directory ", part, ": ", std::strerror(errno)));
+  }
+}
+
+std::string html_page(const std::vector<ArRunResult>& results, const std::string& table) {
+  std::ostringstream os;
+  os << "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>hedgehog: associative recall</title>\n"
+     << "<style>body{font-family:sans-serif;max-width:1200px;margin:2em auto}img{max-width:48%;margin:.5%}"
+     << "pre{background:#f4f4f4;padding:1em}</style></head><body>\n"
+     << "<h1>Associative recall (Hedgehog paper §3.2)</h1>\n<pre>" << xml_escape(table) << "</pre>\n"
+     << "<p>Data: <a href=\"results.json\">results.json</a>, <a href=\"results.csv\">results.csv</a></p>\n"
+     << "<h2>Accuracy vs attention entropy (Figure 4)</h2>\n<img src=\"entropy_vs_accuracy.svg\">\n"
+     << "<img src=\"training_curves.svg\">\n<h2>Attention weights (Figure 2)</h2>\n";
+  for (const auto& r : results) os << "<img src=\"heatmap_" << file_slug(r.label) << ".svg\">\n";
+  os << "<h2>Weight vs q&middot;k (Figure 3)</h2>\n";
+  for (const auto& r : results) os << "<img src=\"scatter_" << file_slug(r.label) << ".svg\">\n";
+  os << "</body></html>\n";
+  return os.str();
+}
+
+}  // namespace
+
+void write_ar_report(const std::string& dir, const std::vector<ArRunResult>& results, const std::string& config_json) {
+  make_dir(dir);
+  nlohmann::json arr = nlohmann::json::array();
+  for (const auto& r : results) {
+    arr.push_back({{"feature_map", r.label},
+                   {"mixer", r.mixer},
+                   {"temperature", r.temperature},
+                   {"accuracy", r.accuracy},
+                   {"val_accuracy", r.val_accuracy},
+                   {"entropy", r.entropy},
+                   {"monotonicity", r.monotonicity},
+                   {"params", r.params},
+                   {"seconds", r.seconds},
+                   {"epochs", r.epochs_run},
+                   {"lr", r.lr},
+                   {"weight_decay", r.weight_decay},
+                   {"batch", r.batch},
+                   {"train_loss", r.train_loss},
+                   {"val_accuracy_curve", r.val_acc}});
+  }
+  write_file_atomic(dir + "/results.json", arr.dump(2) + "\n");
+  nlohmann::json cfg = nlohmann::json::parse(config_json, nullptr, false);
+  if (!cfg.is_discarded()) write_file_atomic(dir + "/config.json", cfg.dump(2) + "\n");
+
+  CsvTable csv({"feature_map", "accuracy", "entropy", "monotonicity", "params", "seconds", "epochs", "lr",
+                "weight_decay", "batch"});
+  for (const auto& r : results)
+    csv.add_values({r.label, r.accuracy, r.entropy, r.monotonicity, r.params, r.seconds, r.epochs_run, r.lr,
+                 r.weight_decay, r.batch});
+  csv.save(dir + "/results.csv");
+
+  // Figure 4: accuracy vs entropy, one labelled point per map.
+  ScatterSeries pts;
+  pts.name = "feature maps";
+  for (const auto& r : results) {
+    pts.x.push_back(r.entropy);
+    pts.y.push_back(100.0 * r.accuracy);
+    pts.labels.push_back(r.label);
+  }
+  PlotOptions po;
+  po.title = "Associative recall: accuracy vs attention entropy";
+  po.x.label = "attention entropy (nats)";
+  po.y.label = "test accuracy (%)";
+  po.y.min = 0;
+  po.y.max = 100;
+  po.legend = false;
+  save_svg(dir + "/entropy_vs_accuracy.svg", scatter_plot({pts}, po));
+
+  std::vector<LineSeries> curves;
+  for (const auto& r : results) {
+    LineSeries ls;
+    ls.name = r.label;
+    for (size_t e = 0; e < r.val_acc.size(); ++e) {
+      ls.x.push_back(static_cast<double>(e + 1));
+      ls.y.push_back(100.0 * r.val_acc[e]);
+    }
+    ls.markers = true;
+    curves.push_back(ls);
+  }
+  PlotOptions co;
+  co.title = "Validation accuracy per epoch";
+  co.x.label = "epoch";
+  co.y.label = "validation accuracy (%)";
+  co.y.min = 0;
+  co.y.max = 100;
+  save_svg(dir + "/training_curves.svg", line_plot(curves, co));
+
+  for (const auto& r : results) {
+    HeatmapOptions ho;
+    ho.title = r.label + ": layer " + std::to_string(r.heat_layer) + " head " + std::to_string(r.heat_head);
+    ho.vmin = 0;
+    if (r.heat_len > 0) save_svg(dir + "/heatmap_" + file_slug(r.label) + ".svg", heatmap(r.heat, r.heat_len, r.heat_len, ho));
+    ScatterSeries sc;
+    sc.name = r.label;
+    sc.x = r.scatter_qk;
+    sc.y = r.scatter_w;
+    sc.radius = 1.5;
+    sc.opacity = 0.35;
+    PlotOptions so;
+    so.title = r.label + ": attention weight vs q·k/√D";
+    so.x.label = "q·k/√D";
+    so.y.label = "attention weight";
+    so.legend = false;
+    save_svg(dir + "/scatter_" + file_slug(r.label) + ".svg", scatter_plot({sc}, so));
+  }
+  write_file_atomic(dir + "/index.html", html_page(results, ar_table(results)));
+}
+
+}  // namespace hh::train

@@ -1,0 +1,54 @@
+#include "train/checkpoint.h"
+
+#include <sstream>
+
+#include "core/safetensors.h"
+
+namespace hh::train {
+
+void save_checkpoint(const std::string& path, const nn::Module& model, const Optimizer* opt, const CheckpointMeta& meta) {
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (auto& [name, t] : model.state_dict()) tensors.emplace_back("model." + name, t);
+  if (opt)
+    for (auto& [name, t] : opt->state()) tensors.emplace_back("optim." + name, t);
+  std::map<std::string, std::string> md = meta.extra;
+  md["hedgehog.format"] = kCheckpointFormat;
+  md["hedgehog.step"] = std::to_string(meta.step);
+  if (opt) md["hedgehog.optimizer_steps"] = std::to_string(opt->steps());
+  for (auto& [name, g] : meta.generators)
+    md["rng." + name] = std::to_string(g->seed()) + " " + std::to_string(g->offset());
+  save_safetensors(path, tensors, md);
+}
+
+void load_checkpoint(const std::string& path, nn::Module& model, Optimizer* opt, CheckpointMeta& meta) {
+  SafeTensors st = load_safetensors(path);
+  auto get = [&](const std::string& key) -> const std::string& {
+    auto it = st.metadata.find(key);
+    HH_CHECK(it != st.metadata.end(), "checkpoint ", path, ": metadata lacks '", key, "'");
+    return it->second;
+  };
+  HH_CHECK(get("hedgehog.format") == kCheckpointFormat, "checkpoint ", path, ": format '", get("hedgehog.format"),
+           "', expected ", kCheckpointFormat);
+  std::map<std::string, Tensor> model_state, optim_state;
+  for (auto& [name, t] : st.tensors) {
+    if (name.rfind("model.", 0) == 0)
+      model_state[name.substr(6)] = t;
+    else if (name.rfind("optim.", 0) == 0)
+      optim_state[name.substr(6)] = t;
+    else
+      fail(str("checkpoint ", path, ": unexpected tensor '", name, "'"));
+  }
+  model.load_state_dict(model_state, true);
+  if (opt) opt->load_state(optim_state, std::stoll(get("hedgehog.optimizer_steps")));
+  meta.step = std::stoll(get("hedgehog.step"));
+  for (auto& [name, g] : meta.generators) {
+    std::istringstream is(get("rng." + name));
+    uint64_t seed = 0, offset = 0;
+    HH_CHECK(static_cast<bool>(is >> seed >> offset), "checkpoint ", path, ": bad generator state for '", name, "'");
+    g->set_state(seed, offset);
+  }
+  for (auto& [k, v] : st.metadata)
+    if (k.rfind("hedgehog.", 0) != 0 && k.rfind("rng.", 0) != 0 && k != "format") meta.extra[k] = v;
+}
+
+}  // namespace hh::train
