@@ -66,10 +66,12 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
   try {
     write_all(f.fd, bytes.data(), bytes.size(), tmp, path);
     // No user-space buffer here (raw write), so fsync alone makes the data durable.
-    if (::fsync(f.fd) != 0) fail(str("write_file_atomic: fsync of '", tmp, "' (for '", path, "') failed: ", errno_str(errno)));
+    if (::fsync(f.fd) != 0)
+      fail(str("write_file_atomic: fsync of '", tmp, "' (for '", path, "') failed: ", errno_str(errno)));
     int fd = f.fd;
     f.fd = -1;
-    if (::close(fd) != 0) fail(str("write_file_atomic: close of '", tmp, "' (for '", path, "') failed: ", errno_str(errno)));
+    if (::close(fd) != 0)
+      fail(str("write_file_atomic: close of '", tmp, "' (for '", path, "') failed: ", errno_str(errno)));
     if (::rename(tmp.c_str(), path.c_str()) != 0) {
       fail(str("write_file_atomic: rename of '", tmp, "' to '", path, "' failed: ", errno_str(errno)));
     }
@@ -84,7 +86,8 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
   // The rename is durable only once the folder entry is on disk.
   FdGuard d;
   d.fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  HH_CHECK(d.fd >= 0, "write_file_atomic: cannot open folder '", dir, "' of '", path, "' to fsync it: ", errno_str(errno));
+  HH_CHECK(d.fd >= 0, "write_file_atomic: cannot open folder '", dir, "' of '", path,
+           "' to fsync it: ", errno_str(errno));
   // Some filesystems do not support fsync on a folder (EINVAL); the rename itself has happened.
   if (::fsync(d.fd) != 0 && errno != EINVAL) {
     fail(str("write_file_atomic: fsync of folder '", dir, "' after writing '", path, "' failed: ", errno_str(errno)));
@@ -112,8 +115,8 @@ InputFile::~InputFile() {
 }
 
 void InputFile::read_at(uint64_t offset, void* dst, uint64_t n) const {
-  HH_CHECK(offset <= size_ && n <= size_ - offset, "read_file: '", path_, "': reading ", n, " bytes at offset ",
-           offset, " runs past the end of the file (", size_, " bytes)");
+  HH_CHECK(offset <= size_ && n <= size_ - offset, "read_file: '", path_, "': reading ", n, " bytes at offset ", offset,
+           " runs past the end of the file (", size_, " bytes)");
   char* p = static_cast<char*>(dst);
   while (n > 0) {
     size_t chunk = static_cast<size_t>(std::min<uint64_t>(n, uint64_t{1} << 30));

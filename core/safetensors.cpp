@@ -107,8 +107,9 @@ size_t first_invalid_utf8(const char* data, size_t n) {
 ojson parse_json_checked(const char* p, size_t n, const std::string& origin, const char* what) {
   size_t bad_at = first_invalid_utf8(p, n);
   if (bad_at != std::string::npos) {
-    bad(origin, str(what, " is not valid UTF-8 (bad byte 0x", std::hex, static_cast<unsigned>(static_cast<unsigned char>(p[bad_at])),
-                    std::dec, " at ", what, " byte ", bad_at, ")"));
+    bad(origin, str(what, " is not valid UTF-8 (bad byte 0x", std::hex,
+                    static_cast<unsigned>(static_cast<unsigned char>(p[bad_at])), std::dec, " at ", what, " byte ",
+                    bad_at, ")"));
   }
   struct Level {
     std::set<std::string> keys;
@@ -124,7 +125,8 @@ ojson parse_json_checked(const char* p, size_t n, const std::string& origin, con
         Level& top = stack.back();
         if (!top.keys.insert(k).second) {
           if (stack.size() == 1) bad(origin, str("duplicate tensor name ", quote(k), " in the ", what));
-          bad(origin, str("duplicate key ", quote(k), " inside ", quote(stack[stack.size() - 2].last_key), " in the ", what));
+          bad(origin,
+              str("duplicate key ", quote(k), " inside ", quote(stack[stack.size() - 2].last_key), " in the ", what));
         }
         top.last_key = k;
         break;
@@ -228,8 +230,8 @@ Header parse_header(const char* p, size_t n, uint64_t data_size, const std::stri
       if (!v.is_object()) bad(origin, str("__metadata__ must be an object of strings, got ", excerpt(v)));
       for (const auto& m : v.items()) {
         if (!m.value().is_string()) {
-          bad(origin, str("__metadata__ value for key ", quote(m.key()), " must be a string, got ", m.value().type_name(),
-                          " ", excerpt(m.value())));
+          bad(origin, str("__metadata__ value for key ", quote(m.key()), " must be a string, got ",
+                          m.value().type_name(), " ", excerpt(m.value())));
         }
         h.metadata[m.key()] = m.value().get<std::string>();
       }
@@ -244,8 +246,10 @@ Header parse_header(const char* p, size_t n, uint64_t data_size, const std::stri
   const Entry* prev = nullptr;
   for (const Entry& e : h.entries) {
     if (e.begin > expected) {
-      bad(origin, str("tensor ", quote(e.name), ": data_offsets [", e.begin, ", ", e.end, ") leave a gap: expected begin ",
-                      expected, prev ? str(" (end of tensor ", quote(prev->name), ")") : std::string(" (start of the data section)")));
+      bad(origin,
+          str("tensor ", quote(e.name), ": data_offsets [", e.begin, ", ", e.end, ") leave a gap: expected begin ",
+              expected,
+              prev ? str(" (end of tensor ", quote(prev->name), ")") : std::string(" (start of the data section)")));
     }
     if (e.begin < expected) {
       bad(origin, str("tensor ", quote(e.name), ": data_offsets [", e.begin, ", ", e.end, ") overlap tensor ",
@@ -259,8 +263,8 @@ Header parse_header(const char* p, size_t n, uint64_t data_size, const std::stri
     prev = &e;
   }
   if (expected != data_size) {
-    bad(origin, str(data_size - expected, " trailing bytes after the last tensor (tensors end at data offset ", expected,
-                    ", the data section has ", data_size, " bytes)"));
+    bad(origin, str(data_size - expected, " trailing bytes after the last tensor (tensors end at data offset ",
+                    expected, ", the data section has ", data_size, " bytes)"));
   }
   return h;
 }
@@ -296,7 +300,9 @@ SafeTensors materialize(const Header& h, const std::string& origin, ReadFn&& rea
     if (e.dtype == DType::boolean) {  // a bool byte other than 0/1 is undefined behaviour when read
       const auto* b = static_cast<const unsigned char*>(t.raw_data());
       for (uint64_t i = 0; i < nbytes; ++i) {
-        if (b[i] > 1) bad(origin, str("tensor ", quote(e.name), ": BOOL element ", i, " has byte value ", int(b[i]), " (must be 0 or 1)"));
+        if (b[i] > 1)
+          bad(origin,
+              str("tensor ", quote(e.name), ": BOOL element ", i, " has byte value ", int(b[i]), " (must be 0 or 1)"));
       }
     }
     out.tensors.emplace(e.name, t);
@@ -345,7 +351,8 @@ SafeTensors load_safetensors(const std::string& path, Device device) {
     std::string header(static_cast<size_t>(n), '\0');
     if (n > 0) f.read_at(8, &header[0], n);
     Header h = parse_header(header.data(), header.size(), size - 8 - n, path);
-    SafeTensors st = materialize(h, path, [&](uint64_t off, void* dst, uint64_t nb) { f.read_at(8 + n + off, dst, nb); });
+    SafeTensors st =
+        materialize(h, path, [&](uint64_t off, void* dst, uint64_t nb) { f.read_at(8 + n + off, dst, nb); });
     move_to(st, device);
     return st;
   });
@@ -421,7 +428,7 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
 namespace {
 
 struct Index {
-  std::string dir;                                         // folder of the index file ("" = cwd)
+  std::string dir;  // folder of the index file ("" = cwd)
   std::vector<std::pair<std::string, std::string>> entries;  // weight_map: tensor name -> shard file
 };
 
@@ -439,13 +446,15 @@ Index read_index(const std::string& index_path) {
   if (!j.is_object()) bad(index_path, str("index JSON must be an object, got ", j.type_name()));
   if (!j.contains("weight_map")) bad(index_path, "index has no \"weight_map\"");
   const ojson& wm = j["weight_map"];
-  if (!wm.is_object()) bad(index_path, str("\"weight_map\" must be an object {tensor name: shard file}, got ", excerpt(wm)));
+  if (!wm.is_object())
+    bad(index_path, str("\"weight_map\" must be an object {tensor name: shard file}, got ", excerpt(wm)));
   Index idx;
   size_t slash = index_path.find_last_of('/');
   if (slash != std::string::npos) idx.dir = index_path.substr(0, slash + 1);
   for (const auto& kv : wm.items()) {
     if (!kv.value().is_string()) {
-      bad(index_path, str("weight_map entry ", quote(kv.key()), " must name a shard file (string), got ", excerpt(kv.value())));
+      bad(index_path,
+          str("weight_map entry ", quote(kv.key()), " must name a shard file (string), got ", excerpt(kv.value())));
     }
     const std::string& file = kv.value().get_ref<const std::string&>();
     bool escapes = file.empty() || file[0] == '/' || file == ".." || file.rfind("../", 0) == 0 ||
@@ -485,13 +494,16 @@ SafeTensors load_safetensors_sharded(const std::string& index_json_path, Device 
     for (const std::string& name : shard.order) {
       auto dup = found.find(name);
       if (dup != found.end()) {
-        bad(index_json_path, str("tensor ", quote(name), " is in two shards: ", quote(dup->second), " and ", quote(file)));
+        bad(index_json_path,
+            str("tensor ", quote(name), " is in two shards: ", quote(dup->second), " and ", quote(file)));
       }
       auto it = listed.find(name);
-      if (it == listed.end()) bad(index_json_path, str("shard ", quote(file), " holds tensor ", quote(name), ", which weight_map does not list"));
+      if (it == listed.end())
+        bad(index_json_path,
+            str("shard ", quote(file), " holds tensor ", quote(name), ", which weight_map does not list"));
       if (it->second != file) {
-        bad(index_json_path, str("weight_map puts tensor ", quote(name), " in shard ", quote(it->second), " but it is in shard ",
-                                 quote(file)));
+        bad(index_json_path, str("weight_map puts tensor ", quote(name), " in shard ", quote(it->second),
+                                 " but it is in shard ", quote(file)));
       }
       found.emplace(name, file);
       out.tensors.emplace(name, shard.tensors.at(name));
@@ -501,7 +513,8 @@ SafeTensors load_safetensors_sharded(const std::string& index_json_path, Device 
   }
   for (const auto& [name, file] : idx.entries) {
     if (!found.count(name)) {
-      bad(index_json_path, str("weight_map entry ", quote(name), " -> ", quote(file), ": that shard has no tensor ", quote(name)));
+      bad(index_json_path,
+          str("weight_map entry ", quote(name), " -> ", quote(file), ": that shard has no tensor ", quote(name)));
     }
   }
   return out;

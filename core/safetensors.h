@@ -17,7 +17,7 @@ namespace hh {
 struct SafeTensors {
   std::map<std::string, Tensor> tensors;
   std::map<std::string, std::string> metadata;  // the file's __metadata__ (includes "format")
-  std::vector<std::string> order;                // names in data-section order (= the order saved)
+  std::vector<std::string> order;  // names in data-section order (= the order saved)
 };
 
 // Largest accepted header (bytes), as in the reference implementation.

@@ -203,7 +203,7 @@ struct Clamp {  // p.a = lo, p.b = hi; NaN propagates; gradient 1 on [lo, hi], 0
     return x < lo ? lo : (x > hi ? hi : x);
   }
   template <class T> HH_HOST_DEVICE static T bwd(T x, T, T gy, const UnaryParams& p) {
-    return (x >= static_cast<T>(p.a) && x <= static_cast<T>(p.b)) ? gy : T(0);
+    return ((x >= static_cast<T>(p.a)) & (x <= static_cast<T>(p.b))) ? gy : T(0);  // & keeps it branch-free
   }
 };
 

@@ -2,6 +2,7 @@
 // torch.optim.AdamW), so both backends round alike up to FMA contraction.
 #include <cmath>
 
+#include "core/unary_functors.h"
 #include "cuda/cuda_common.cuh"
 
 namespace hh {
@@ -22,7 +23,7 @@ __global__ void adamw_kernel(T* param, const T* grad, T* m, T* v, int64_t n, Ada
     const T vi = c.b2 * v[i] + c.one_b2 * g * g;
     m[i] = mi;
     v[i] = vi;
-    param[i] = param[i] * c.decay - c.step_size * mi / (::sqrt(vi) / c.bc2_sqrt + c.eps);
+    param[i] = param[i] * c.decay - c.step_size * mi / (umath::sqrt(vi) / c.bc2_sqrt + c.eps);
   }
 }
 

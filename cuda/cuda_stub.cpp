@@ -1,5 +1,6 @@
 // The CUDA backend's stand-in for CPU-only builds: every entry point says CUDA was not built.
 #include "core/backend.h"
+#include "cuda/cuda_memory.h"
 
 namespace hh {
 
@@ -8,5 +9,11 @@ Backend& cuda_backend(int index) {
 }
 bool cuda_available() { return false; }
 int cuda_device_count() { return 0; }
+
+MemoryStats cuda_memory_stats(int index) {
+  fail(str("cuda_memory_stats(", index, "): hedgehog was built without CUDA"));
+}
+void cuda_reset_peak(int index) { fail(str("cuda_reset_peak(", index, "): hedgehog was built without CUDA")); }
+void cuda_empty_cache(int index) { fail(str("cuda_empty_cache(", index, "): hedgehog was built without CUDA")); }
 
 }  // namespace hh

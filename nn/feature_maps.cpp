@@ -66,7 +66,7 @@ class Taylor : public FeatureMap {
         scale.push_back(i == j ? 1.0 : std::sqrt(2.0));
       }
     register_buffer("packed_index", &index_, from_vector(idx, {static_cast<int64_t>(idx.size())}));
-    register_buffer("packed_scale", &scale_, from_vector(scale, {static_cast<int64_t>(scale.size())}));
+    register_buffer("packed_scale", &scale_, from_vector(scale, {static_cast<int64_t>(scale.size())}, {DType::f64}));
   }
   Tensor forward(const Tensor& x, bool, const FeatureContext&) override {
     const double d = static_cast<double>(D_);
@@ -115,8 +115,12 @@ class CosFormer : public FeatureMap {
 class Performer : public FeatureMap {
  public:
   Performer(int64_t D, int64_t m, int64_t redraw, uint64_t seed, Init init)
-      : FeatureMap("performer"), D_(D), m_(m), redraw_(redraw), gen_(seed) {
-    register_buffer("omega", &omega_, draw().to(init.dtype).to(init.device));
+      : FeatureMap("performer"), D_(D), m_(m), redraw_(redraw) {
+    Generator gen(seed);
+    register_buffer("omega", &omega_, draw(gen).to(init.dtype).to(init.device));
+    // (seed, offset, steps) of the redraw stream: a buffer, so checkpoints resume it exactly.
+    register_buffer("redraw_state", &state_,
+                    from_vector(std::vector<int64_t>{static_cast<int64_t>(seed), static_cast<int64_t>(gen.offset()), 0}, {3}));
   }
   Tensor forward(const Tensor& x, bool is_query, const FeatureContext&) override {
     const double d = static_cast<double>(D_);
@@ -130,17 +134,23 @@ class Performer : public FeatureMap {
   int64_t feature_dim() const override { return m_; }
   void on_step() override {
     if (!is_training() || redraw_ <= 0) return;
-    if (++steps_ % redraw_ == 0) copy_(omega_, draw().to(omega_.dtype()).to(omega_.device()));
+    auto st = to_vector<int64_t>(state_);
+    if (++st[2] % redraw_ == 0) {
+      Generator gen(static_cast<uint64_t>(st[0]), static_cast<uint64_t>(st[1]));
+      copy_(omega_, draw(gen).to(omega_.dtype()).to(omega_.device()));
+      st[1] = static_cast<int64_t>(gen.offset());
+    }
+    copy_(state_, from_vector(st, {3}).to(state_.device()));
   }
 
  private:
   // Ω (m,D): stacked orthogonal D×D Gaussian blocks (Gram-Schmidt = QR), each row rescaled by the
   // norm of an independent Gaussian D-vector (chi-distributed), as FAVOR+.
-  Tensor draw() {
+  Tensor draw(Generator& gen) {
     std::vector<double> rows;
     int64_t blocks = (m_ + D_ - 1) / D_;
     for (int64_t bl = 0; bl < blocks; ++bl) {
-      auto g = to_vector<double>(randn({D_, D_}, gen_, {DType::f64}));
+      auto g = to_vector<double>(randn({D_, D_}, gen, {DType::f64}));
       for (int64_t i = 0; i < D_; ++i) {  // modified Gram-Schmidt over rows
         double* ri = &g[static_cast<size_t>(i * D_)];
         for (int64_t j = 0; j < i; ++j) {
@@ -154,7 +164,7 @@ class Performer : public FeatureMap {
         nrm = std::sqrt(nrm);
         for (int64_t t = 0; t < D_; ++t) ri[t] /= nrm;
       }
-      auto chi = to_vector<double>(randn({D_, D_}, gen_, {DType::f64}));
+      auto chi = to_vector<double>(randn({D_, D_}, gen, {DType::f64}));
       for (int64_t i = 0; i < D_ && static_cast<int64_t>(rows.size()) < m_ * D_; ++i) {
         double s = 0;
         for (int64_t t = 0; t < D_; ++t) s += chi[static_cast<size_t>(i * D_ + t)] * chi[static_cast<size_t>(i * D_ + t)];
@@ -165,9 +175,7 @@ class Performer : public FeatureMap {
     return from_vector(rows, {m_, D_}, {DType::f64});
   }
   int64_t D_, m_, redraw_;
-  int64_t steps_ = 0;
-  Generator gen_;
-  Tensor omega_;
+  Tensor omega_, state_;
 };
 
 // Learned per-head maps: t2r (relu(xW+b)) and the Hedgehog family.

@@ -134,7 +134,7 @@ std::string label_of(const OpSpec& s) { return s.op + (s.variant.empty() ? "" : 
 }  // namespace
 
 void gradcheck(const OpFn& fn, const std::vector<Tensor>& inputs, const std::vector<int>& which,
-               const std::string& label) {
+               const std::string& label, double tol) {
   INFO("gradcheck " << label);
   std::vector<Tensor> xs;
   for (const Tensor& x : inputs) xs.push_back(x.defined() ? clone(x).detach() : x);
@@ -161,7 +161,7 @@ void gradcheck(const OpFn& fn, const std::vector<Tensor>& inputs, const std::vec
       };
       double numeric = (eval(h) - eval(-h)) / (2 * h);
       double err = std::fabs(analytic[j] - numeric);
-      CHECK_MESSAGE(err <= 1e-6 * std::max(1.0, std::fabs(numeric)), "input ", i, " element ", j, ": analytic ",
+      CHECK_MESSAGE(err <= tol * std::max(1.0, std::fabs(numeric)), "input ", i, " element ", j, ": analytic ",
                     analytic[j], " numeric ", numeric);
     }
   }

@@ -62,7 +62,8 @@ Tensor rand_input(const Shape& s, double lo, double hi, Generator& g, DType t);
 void check_throws(const std::function<void()>& f, const std::vector<std::string>& fragments);
 
 // Central finite-difference gradient check of sum(w * fn(inputs)) in f64.
+// tol is the relative tolerance (|a-n| <= tol·max(1,|n|)); callers loosening it say why.
 void gradcheck(const OpFn& fn, const std::vector<Tensor>& inputs, const std::vector<int>& which,
-               const std::string& label);
+               const std::string& label, double tol = 1e-6);
 
 }  // namespace hh::test

@@ -2,7 +2,6 @@
 // layout, one negative test per rejection rule (each builds its malformed bytes here), a
 // truncation/bit-flip fuzz (Error or a valid parse, never a crash), and sharded checkpoints.
 #include <doctest/doctest.h>
-
 #include <unistd.h>
 
 #include <cstdlib>
@@ -27,7 +26,9 @@ std::string le64(uint64_t n) {
   return s;
 }
 // A file from header JSON text and raw data bytes.
-std::string st_file(const std::string& header, const std::string& data = "") { return le64(header.size()) + header + data; }
+std::string st_file(const std::string& header, const std::string& data = "") {
+  return le64(header.size()) + header + data;
+}
 // One tensor entry's JSON.
 std::string ent(const std::string& dtype, const std::string& shape, uint64_t b, uint64_t e) {
   return "{\"dtype\":\"" + dtype + "\",\"shape\":" + shape + ",\"data_offsets\":[" + std::to_string(b) + "," +
@@ -35,7 +36,8 @@ std::string ent(const std::string& dtype, const std::string& shape, uint64_t b, 
 }
 
 // Runs f, which must throw hh::Error; checks the message starts with `prefix` and contains each fragment.
-void expect_error(const std::function<void()>& f, const std::string& prefix, const std::vector<std::string>& fragments) {
+void expect_error(const std::function<void()>& f, const std::string& prefix,
+                  const std::vector<std::string>& fragments) {
   std::string msg;
   try {
     f();
@@ -112,7 +114,8 @@ TEST_CASE("safetensors: round trip of every dtype, 0-d, zero-size and non-contig
   std::map<std::string, std::string> meta{{"step", "10"}, {"config", "{\"d\": 64}"}, {"ünï", "cödé"}};
   const std::string path = dir.file("all.safetensors");
   save_safetensors(path, on_dev, meta);
-  if (const char* keep = std::getenv("HH_SAFETENSORS_OUT")) save_safetensors(keep, ts, meta);  // for tools/check_safetensors.py
+  if (const char* keep = std::getenv("HH_SAFETENSORS_OUT"))
+    save_safetensors(keep, ts, meta);  // for tools/check_safetensors.py
 
   for (Device load_dev : {Device::cpu(), dev}) {
     SafeTensors st = load_safetensors(path, load_dev);
@@ -210,10 +213,11 @@ TEST_CASE("safetensors: rejects a header that extends beyond the file") {
 }
 
 TEST_CASE("safetensors: rejects invalid UTF-8 in the header") {
-  expect_parse_error(st_file("{\"a\xff\":" + ent("U8", "[0]", 0, 0) + "}"), {"header is not valid UTF-8 (bad byte 0xff at header byte 3)"});
-  expect_parse_error(st_file("{\"\xc0\xaf\":1}"), {"not valid UTF-8", "0xc0"});      // overlong '/'
+  expect_parse_error(st_file("{\"a\xff\":" + ent("U8", "[0]", 0, 0) + "}"),
+                     {"header is not valid UTF-8 (bad byte 0xff at header byte 3)"});
+  expect_parse_error(st_file("{\"\xc0\xaf\":1}"), {"not valid UTF-8", "0xc0"});  // overlong '/'
   expect_parse_error(st_file("{\"\xed\xa0\x80\":1}"), {"not valid UTF-8", "0xed"});  // surrogate
-  expect_parse_error(st_file("{\"\xe2\x82\":1}"), {"not valid UTF-8"});              // cut short
+  expect_parse_error(st_file("{\"\xe2\x82\":1}"), {"not valid UTF-8"});  // cut short
 }
 
 TEST_CASE("safetensors: rejects invalid JSON") {
@@ -235,19 +239,22 @@ TEST_CASE("safetensors: rejects duplicate names and duplicate keys") {
                      {"duplicate tensor name 'a'"});
   expect_parse_error(st_file("{\"a\":{\"dtype\":\"U8\",\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", "x"),
                      {"duplicate key 'dtype' inside 'a'"});
-  expect_parse_error(st_file("{\"__metadata__\":{\"k\":\"1\",\"k\":\"2\"}}"), {"duplicate key 'k' inside '__metadata__'"});
+  expect_parse_error(st_file("{\"__metadata__\":{\"k\":\"1\",\"k\":\"2\"}}"),
+                     {"duplicate key 'k' inside '__metadata__'"});
 }
 
 TEST_CASE("safetensors: rejects offsets with gaps, overlaps or not starting at 0") {
   // gap between a [0,4) and b [8,12)
-  expect_parse_error(st_file("{\"a\":" + ent("F32", "[1]", 0, 4) + ",\"b\":" + ent("F32", "[1]", 8, 12) + "}", std::string(12, 'x')),
-                     {"tensor 'b': data_offsets [8, 12) leave a gap: expected begin 4 (end of tensor 'a')"});
+  expect_parse_error(
+      st_file("{\"a\":" + ent("F32", "[1]", 0, 4) + ",\"b\":" + ent("F32", "[1]", 8, 12) + "}", std::string(12, 'x')),
+      {"tensor 'b': data_offsets [8, 12) leave a gap: expected begin 4 (end of tensor 'a')"});
   // the first tensor must start at 0
   expect_parse_error(st_file("{\"a\":" + ent("F32", "[1]", 4, 8) + "}", std::string(8, 'x')),
                      {"tensor 'a': data_offsets [4, 8) leave a gap: expected begin 0 (start of the data section)"});
   // overlap: b [4,12) starts inside a [0,8)
-  expect_parse_error(st_file("{\"a\":" + ent("F32", "[2]", 0, 8) + ",\"b\":" + ent("F32", "[2]", 4, 12) + "}", std::string(12, 'x')),
-                     {"tensor 'b': data_offsets [4, 12) overlap tensor 'a' [0, 8)"});
+  expect_parse_error(
+      st_file("{\"a\":" + ent("F32", "[2]", 0, 8) + ",\"b\":" + ent("F32", "[2]", 4, 12) + "}", std::string(12, 'x')),
+      {"tensor 'b': data_offsets [4, 12) overlap tensor 'a' [0, 8)"});
   // header order does not matter, only the sorted offsets
   SafeTensors ok = parse_safetensors(
       st_file("{\"b\":" + ent("U8", "[1]", 1, 2) + ",\"a\":" + ent("U8", "[1]", 0, 1) + "}", "\x01\x02"), "ok");
@@ -258,7 +265,8 @@ TEST_CASE("safetensors: rejects offsets with gaps, overlaps or not starting at 0
 TEST_CASE("safetensors: rejects a byte size that does not match shape and dtype") {
   expect_parse_error(st_file("{\"w\":" + ent("F32", "[3]", 0, 8) + "}", std::string(8, 'x')),
                      {"tensor 'w': shape [3] of dtype F32 needs 12 bytes but data_offsets [0, 8) hold 8"});
-  expect_parse_error(st_file("{\"w\":" + ent("BF16", "[]", 0, 4) + "}", std::string(4, 'x')), {"needs 2 bytes", "hold 4"});
+  expect_parse_error(st_file("{\"w\":" + ent("BF16", "[]", 0, 4) + "}", std::string(4, 'x')),
+                     {"needs 2 bytes", "hold 4"});
 }
 
 TEST_CASE("safetensors: element and byte counts use checked arithmetic") {
@@ -272,8 +280,9 @@ TEST_CASE("safetensors: element and byte counts use checked arithmetic") {
 }
 
 TEST_CASE("safetensors: rejects trailing bytes and tensors beyond the data section") {
-  expect_parse_error(st_file("{\"w\":" + ent("U8", "[2]", 0, 2) + "}", "abcdef"),
-                     {"4 trailing bytes after the last tensor (tensors end at data offset 2, the data section has 6 bytes)"});
+  expect_parse_error(
+      st_file("{\"w\":" + ent("U8", "[2]", 0, 2) + "}", "abcdef"),
+      {"4 trailing bytes after the last tensor (tensors end at data offset 2, the data section has 6 bytes)"});
   expect_parse_error(st_file("{}", "z"), {"1 trailing bytes"});
   expect_parse_error(st_file("{\"w\":" + ent("U8", "[4]", 0, 4) + "}", "ab"),
                      {"tensor 'w': data_offsets [0, 4) extend beyond the data section of 2 bytes"});
@@ -282,9 +291,12 @@ TEST_CASE("safetensors: rejects trailing bytes and tensors beyond the data secti
 TEST_CASE("safetensors: rejects malformed shapes") {
   expect_parse_error(st_file("{\"w\":" + ent("U8", "[-1]", 0, 0) + "}"),
                      {"tensor 'w': shape entry 0 must be a non-negative integer, got -1"});
-  expect_parse_error(st_file("{\"w\":" + ent("U8", "[1,2.0]", 0, 2) + "}", "xx"), {"shape entry 1 must be a non-negative integer, got 2.0"});
-  expect_parse_error(st_file("{\"w\":" + ent("U8", "[\"2\"]", 0, 2) + "}", "xx"), {"shape entry 0 must be a non-negative integer"});
-  expect_parse_error(st_file("{\"w\":" + ent("U8", "[1e30]", 0, 0) + "}"), {"shape entry 0 must be a non-negative integer"});
+  expect_parse_error(st_file("{\"w\":" + ent("U8", "[1,2.0]", 0, 2) + "}", "xx"),
+                     {"shape entry 1 must be a non-negative integer, got 2.0"});
+  expect_parse_error(st_file("{\"w\":" + ent("U8", "[\"2\"]", 0, 2) + "}", "xx"),
+                     {"shape entry 0 must be a non-negative integer"});
+  expect_parse_error(st_file("{\"w\":" + ent("U8", "[1e30]", 0, 0) + "}"),
+                     {"shape entry 0 must be a non-negative integer"});
   expect_parse_error(st_file("{\"w\":" + ent("U8", "[9223372036854775808]", 0, 0) + "}"),
                      {"shape entry 0 must be a non-negative integer"});
   expect_parse_error(st_file("{\"w\":" + ent("U8", "2", 0, 2) + "}", "xx"), {"tensor 'w': shape must be an array"});
@@ -307,14 +319,18 @@ TEST_CASE("safetensors: rejects a non-object header or entry and wrong keys") {
   expect_parse_error(st_file("{\"w\":5}"), {"tensor 'w': entry must be an object", "got number"});
   expect_parse_error(st_file("{\"w\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1],\"foo\":1}}", "x"),
                      {"tensor 'w': unexpected key 'foo'"});
-  expect_parse_error(st_file("{\"w\":{\"dtype\":\"U8\",\"shape\":[1]}}", "x"), {"tensor 'w': missing key 'data_offsets'"});
-  expect_parse_error(st_file("{\"w\":{\"shape\":[1],\"data_offsets\":[0,1]}}", "x"), {"tensor 'w': missing key 'dtype'"});
+  expect_parse_error(st_file("{\"w\":{\"dtype\":\"U8\",\"shape\":[1]}}", "x"),
+                     {"tensor 'w': missing key 'data_offsets'"});
+  expect_parse_error(st_file("{\"w\":{\"shape\":[1],\"data_offsets\":[0,1]}}", "x"),
+                     {"tensor 'w': missing key 'dtype'"});
 }
 
 TEST_CASE("safetensors: __metadata__ must map strings to strings") {
   expect_parse_error(st_file("{\"__metadata__\":[1]}"), {"__metadata__ must be an object of strings"});
-  expect_parse_error(st_file("{\"__metadata__\":{\"step\":10}}"), {"__metadata__ value for key 'step' must be a string, got number"});
-  expect_parse_error(st_file("{\"__metadata__\":{\"c\":{\"a\":\"b\"}}}"), {"value for key 'c' must be a string, got object"});
+  expect_parse_error(st_file("{\"__metadata__\":{\"step\":10}}"),
+                     {"__metadata__ value for key 'step' must be a string, got number"});
+  expect_parse_error(st_file("{\"__metadata__\":{\"c\":{\"a\":\"b\"}}}"),
+                     {"value for key 'c' must be a string, got object"});
 }
 
 TEST_CASE("safetensors: rejects BOOL bytes other than 0 and 1") {
@@ -324,12 +340,31 @@ TEST_CASE("safetensors: rejects BOOL bytes other than 0 and 1") {
 
 TEST_CASE("safetensors: writer rejects bad names and metadata") {
   Tensor t = zeros({2});
-  expect_error([&] { serialize_safetensors({{"a", t}, {"a", t}}, {}, "out.st"); }, "safetensors: out.st: ", {"duplicate tensor name 'a'"});
-  expect_error([&] { serialize_safetensors({{"__metadata__", t}}, {}, "out.st"); }, "safetensors: out.st: ", {"'__metadata__' is reserved"});
-  expect_error([&] { serialize_safetensors({{"a", Tensor()}}, {}, "out.st"); }, "safetensors: out.st: ", {"tensor 'a' is undefined"});
-  expect_error([&] { serialize_safetensors({{"a", t}}, {{"format", "np"}}, "out.st"); }, "safetensors: out.st: ",
-               {"metadata key 'format' is reserved"});
-  expect_error([&] { serialize_safetensors({{"a\xff", t}}, {}, "out.st"); }, "safetensors: out.st: ", {"not valid UTF-8"});
+  expect_error(
+      [&] {
+        serialize_safetensors({{"a", t}, {"a", t}}, {}, "out.st");
+      },
+      "safetensors: out.st: ", {"duplicate tensor name 'a'"});
+  expect_error(
+      [&] {
+        serialize_safetensors({{"__metadata__", t}}, {}, "out.st");
+      },
+      "safetensors: out.st: ", {"'__metadata__' is reserved"});
+  expect_error(
+      [&] {
+        serialize_safetensors({{"a", Tensor()}}, {}, "out.st");
+      },
+      "safetensors: out.st: ", {"tensor 'a' is undefined"});
+  expect_error(
+      [&] {
+        serialize_safetensors({{"a", t}}, {{"format", "np"}}, "out.st");
+      },
+      "safetensors: out.st: ", {"metadata key 'format' is reserved"});
+  expect_error(
+      [&] {
+        serialize_safetensors({{"a\xff", t}}, {}, "out.st");
+      },
+      "safetensors: out.st: ", {"not valid UTF-8"});
   CHECK_NOTHROW(serialize_safetensors({{"a", t}}, {{"format", "pt"}}));
 }
 
@@ -343,7 +378,8 @@ TEST_CASE("safetensors: loading from a file checks the path and sizes first") {
   // A claimed 99,999,999-byte header in a 16-byte file fails before that buffer is allocated.
   const std::string big = dir.file("big.safetensors");
   write_file_atomic(big, le64(99999999) + "{}      ");
-  expect_error([&] { load_safetensors(big); }, "safetensors: " + big + ": ", {"header length 99999999 extends beyond the file (16 bytes"});
+  expect_error([&] { load_safetensors(big); }, "safetensors: " + big + ": ",
+               {"header length 99999999 extends beyond the file (16 bytes"});
   const std::string trailing = dir.file("trailing.safetensors");
   write_file_atomic(trailing, st_file("{\"w\":" + ent("U8", "[1]", 0, 1) + "}", "ab"));
   expect_error([&] { load_safetensors(trailing); }, "safetensors: " + trailing + ": ", {"1 trailing bytes"});
@@ -432,14 +468,16 @@ TEST_CASE("safetensors: sharded checkpoints via model.safetensors.index.json") {
   const std::string s1 = "\"model-00001-of-00002.safetensors\"", s2 = "\"model-00002-of-00002.safetensors\"";
   // an entry whose shard lacks the tensor
   with_map("\"x\":" + s1 + ",\"y\":" + s1 + ",\"z\":" + s2 + ",\"w\":" + s2);
-  expect_error([&] { load_safetensors_sharded(index); }, pre, {"weight_map entry 'w' -> 'model-00002-of-00002.safetensors'", "has no tensor 'w'"});
+  expect_error([&] { load_safetensors_sharded(index); }, pre,
+               {"weight_map entry 'w' -> 'model-00002-of-00002.safetensors'", "has no tensor 'w'"});
   // the same tensor in two shards
   save_safetensors(dir.file("zdup.safetensors"), {{"x", x}});
   with_map("\"x\":" + s1 + ",\"y\":" + s1 + ",\"z\":\"zdup.safetensors\"");
   expect_error([&] { load_safetensors_sharded(index); }, pre, {"tensor 'x' is in two shards"});
   // a shard tensor the map puts elsewhere / does not list
   with_map("\"x\":" + s2 + ",\"y\":" + s1 + ",\"z\":" + s2);
-  expect_error([&] { load_safetensors_sharded(index); }, pre, {"weight_map puts tensor 'x' in shard 'model-00002-of-00002.safetensors'"});
+  expect_error([&] { load_safetensors_sharded(index); }, pre,
+               {"weight_map puts tensor 'x' in shard 'model-00002-of-00002.safetensors'"});
   with_map("\"y\":" + s1 + ",\"z\":" + s2);
   expect_error([&] { load_safetensors_sharded(index); }, pre, {"holds tensor 'x', which weight_map does not list"});
   // malformed index files
@@ -479,7 +517,8 @@ TEST_CASE("atomic_file: write, overwrite, read and clear errors") {
   fs::create_directories(dir.path / "sub");
   expect_error([&] { write_file_atomic((dir.path / "sub").string(), "x"); }, "write_file_atomic: ", {"rename", "sub"});
   entries = 0;
-  for (const auto& e : fs::directory_iterator(dir.path)) entries += e.path().filename().string().find(".tmp.") != std::string::npos;
+  for (const auto& e : fs::directory_iterator(dir.path))
+    entries += e.path().filename().string().find(".tmp.") != std::string::npos;
   CHECK(entries == 0);
   expect_error([&] { read_file(dir.file("nope")); }, "read_file: ", {dir.file("nope"), "No such file or directory"});
   expect_error([&] { read_file(dir.path.string()); }, "read_file: ", {"not a regular file", "folder"});

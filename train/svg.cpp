@@ -339,8 +339,12 @@ std::string scatter_plot(const std::vector<ScatterSeries>& series, const PlotOpt
       if (!usable(ss.x[k], f.xlog) || !usable(ss.y[k], f.ylog)) continue;
       const double cx = f.px(ss.x[k]), cy = f.py(ss.y[k]);
       s += "<circle cx=\"" + num(cx) + "\" cy=\"" + num(cy) + "\" r=\"" + r + "\"/>\n";
-      if (!ss.labels.empty() && !ss.labels[k].empty())
-        text(s, cx + ss.radius + 3, cy - ss.radius - 2, ss.labels[k], "start", " fill=\"#222\" fill-opacity=\"1\"");
+      if (!ss.labels.empty() && !ss.labels[k].empty()) {
+        // Labels of points in the right quarter go on their left so they stay inside the figure.
+        const bool flip = cx > f.left + 0.75 * f.width;
+        text(s, flip ? cx - ss.radius - 3 : cx + ss.radius + 3, cy - ss.radius - 2, ss.labels[k], flip ? "end" : "start",
+             " fill=\"#222\" fill-opacity=\"1\"");
+      }
     }
     s += "</g>\n";
   }

@@ -27,6 +27,12 @@ void check_index(const Tensor& index, const Tensor& x, const char* op, const cha
            x.device());
 }
 
+// Contiguous, detached copy or view of an index tensor, shaped `s` (0-d inputs included).
+Tensor index_as(const Tensor& index, const Shape& s) {
+  Tensor c = contiguous(detach(index));
+  return (c.dim() == 0 ? unsqueeze(c, 0) : c).reshape(s);
+}
+
 // (O,R,I) split of `s` around `dim`.
 struct ORI {
   int64_t o = 1, r = 1, i = 1;
@@ -80,7 +86,7 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
            x.shape());
   if (x.dim() == 0) {
     wrap_dim(dim, 1, "gather");
-    return reshape(gather(reshape(x, {1}), 0, reshape(index, {1})), {});
+    return squeeze(gather(unsqueeze(x, 0), 0, unsqueeze(index, 0)), 0);
   }
   dim = wrap_dim(dim, x.dim(), "gather");
   // x: (..., R, ...); dims other than `dim` are cut to index's sizes (torch allows smaller).
@@ -115,7 +121,7 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
            index.shape(), " and src ", src.shape(), " must have the same rank");
   if (x.dim() == 0) {
     wrap_dim(dim, 1, "scatter_add");
-    return reshape(scatter_add(reshape(x, {1}), 0, reshape(index, {1}), reshape(src, {1})), {});
+    return squeeze(scatter_add(unsqueeze(x, 0), 0, unsqueeze(index, 0), unsqueeze(src, 0)), 0);
   }
   dim = wrap_dim(dim, x.dim(), "scatter_add");
   DType ct = accumulate_dtype(x.dtype(), "scatter_add");
@@ -163,7 +169,7 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   if (x.dim() == 0) {
     wrap_dim(dim, 1, "index_select");
     HH_CHECK(index.numel() == 1, "index_select: a 0-d input needs exactly one index, got ", index.numel());
-    return reshape(index_select(reshape(x, {1}), 0, index), {});
+    return squeeze(index_select(unsqueeze(x, 0), 0, index), 0);
   }
   dim = wrap_dim(dim, x.dim(), "index_select");
   ORI s = ori_at(x.shape(), dim);
@@ -171,7 +177,7 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   Shape os = x.shape();
   os[static_cast<size_t>(dim)] = k;
   Tensor out = empty(os, {x.dtype(), x.device()});
-  Tensor ic = contiguous(detach(index)).reshape({k});
+  Tensor ic = index_as(index, {k});
   if (k > 0)
     backend_of(out).index_select(contiguous(detach(x)).reshape({s.o, s.r, s.i}), ic, out.reshape({s.o, k, s.i}));
   Shape x_shape = x.shape();
@@ -185,7 +191,7 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
   HH_CHECK(weight.dim() == 2, "embedding: weight must be 2-D (V,C), got shape ", weight.shape());
   check_index(ids, weight, "embedding", "ids");
   int64_t v = weight.size(0), c = weight.size(1), n = ids.numel();
-  Tensor flat = contiguous(detach(ids)).reshape({n});  // (N)
+  Tensor flat = index_as(ids, {n});  // (N)
   Shape os = ids.shape();
   os.push_back(c);
   Tensor out = empty(os, {weight.dtype(), weight.device()});  // (..., C) viewed as (1,N,C)
@@ -225,7 +231,7 @@ Tensor one_hot(const Tensor& ids, int64_t num_classes, DType dtype) {
   os.push_back(num_classes);
   Tensor out = zeros(os, {ct, ids.device()});  // (..., num_classes) viewed as (N, num_classes, 1)
   if (n > 0) {
-    Tensor ic = contiguous(detach(ids)).reshape({n, 1, 1});
+    Tensor ic = index_as(ids, {n, 1, 1});
     try {
       backend_of(out).scatter_add(out.reshape({n, num_classes, 1}), ic, ones({n, 1, 1}, {ct, ids.device()}));
     } catch (const Error& e) {

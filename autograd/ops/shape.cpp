@@ -46,7 +46,7 @@ bool view_strides(const Tensor& x, const Shape& shape, Strides& out) {
   const Shape& os = x.shape();
   const Strides& ost = x.strides();
   out.assign(shape.size(), 0);
-  if (x.numel() == 0) {
+  if (x.numel() == 0 || os.empty()) {  // empty, or 0-d (one element: any view works)
     out = contiguous_strides(shape);
     return true;
   }

@@ -4,6 +4,7 @@
 
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/strided.h"
+#include "core/memory.h"
 #include "core/philox.h"
 
 namespace hh {
@@ -14,7 +15,11 @@ std::shared_ptr<void> CpuBackend::allocate(size_t nbytes) {
   if (padded == 0) padded = 64;
   void* p = std::aligned_alloc(64, padded);
   HH_CHECK(p != nullptr, "cpu allocate: out of memory for ", nbytes, " bytes");
-  return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+  detail::cpu_memory_allocated(padded);  // core/memory.h counters (current, peak)
+  return std::shared_ptr<void>(p, [padded](void* q) {
+    std::free(q);
+    detail::cpu_memory_freed(padded);
+  });
 }
 
 void CpuBackend::copy_from_host(void* dst, const void* src, size_t nbytes) { std::memcpy(dst, src, nbytes); }

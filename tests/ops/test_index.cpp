@@ -264,7 +264,15 @@ TEST_CASE("index ops: move integer, bool and bf16 data") {
   CHECK(embedding(f32({4, 2}), zeros({0, 3}, DType::i64)).shape() == Shape{0, 3, 2});
   // 0-d inputs.
   Tensor sc = from_vector(std::vector<double>{2.5}, {});
-  CHECK(gather(sc, 0, from_vector(std::vector<int64_t>{0}, {})).item<double>() == 2.5);
+  Tensor zero_d = from_vector(std::vector<int64_t>{0}, {});
+  CHECK(gather(sc, 0, zero_d).item<double>() == 2.5);
+  CHECK(gather(sc, 0, zero_d).dim() == 0);
+  CHECK(scatter_add(sc, -1, zero_d, sc).item<double>() == 5.0);
+  CHECK(index_select(sc, 0, zero_d).item<double>() == 2.5);
+  CHECK(index_select(x, 1, from_vector(std::vector<int64_t>{2}, {})).shape() == Shape{2, 1});
+  CHECK(to_vector<double>(embedding(from_vector(std::vector<double>{1, 2, 3, 4}, {2, 2}),
+                                    from_vector(std::vector<int64_t>{1}, {}))) == std::vector<double>{3, 4});
+  CHECK(one_hot(from_vector(std::vector<int64_t>{1}, {}), 3).shape() == Shape{3});
 }
 
 TEST_CASE("index ops: scatter_add does not write into its input; embedding backward accumulates") {

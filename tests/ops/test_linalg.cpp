@@ -1,6 +1,7 @@
 // Op-table rows for matmul and linear, plus direct tests of the GEMM kernel (storage orders,
 // alpha/beta, broadcast batch, threaded batch split) at sizes too large for the table.
 #include <cmath>
+#include <tuple>
 
 #include "core/backend.h"
 #include "core/parallel.h"
@@ -163,51 +164,78 @@ double max_rel_err(const Tensor& got, const Host& want) {
 
 }  // namespace
 
-TEST_CASE("gemm: storage orders, odd sizes, both dtypes") {
-  const int64_t m = 67, k = 131, n = 45;
+// f32 products of this size take the packed AVX2 engine (on x86 -march=native builds); k = 300
+// spans two depth blocks (KC = 256), so the accumulate-onto-c path runs too.
+TEST_CASE("gemm: storage orders, strided rows, odd sizes, both dtypes") {
+  const int64_t m = 67, k = 300, n = 45;
   for (DType t : {DType::f64, DType::f32}) {
     Tensor a = randm({m, k}, 1, t), b = randm({k, n}, 2, t);
     Host want = matmul_ref(to_host(a), to_host(b));
     Tensor at = randm({k, m}, 0, t), bt = randm({n, k}, 0, t);  // column-major copies
     copy_(tr(at), a);
     copy_(tr(bt), b);
-    const double tol = t == DType::f64 ? 1e-12 : 1e-5;
-    for (int combo = 0; combo < 4; ++combo) {
+    Tensor a2 = randm({2 * m, k}, 0, t);  // every other row: leading dimension 2k
+    copy_(slice(a2, 0, 0, 2 * m, 2), a);
+    const double tol = t == DType::f64 ? 1e-12 : 2e-5;
+    for (int combo = 0; combo < 6; ++combo) {
       CAPTURE(combo);
       CAPTURE(dtype_name(t));
-      Tensor A = combo & 1 ? tr(at) : a, B = combo & 2 ? tr(bt) : b;
+      Tensor A = combo & 1 ? tr(at) : combo & 4 ? slice(a2, 0, 0, 2 * m, 2) : a, B = combo & 2 ? tr(bt) : b;
       CHECK(max_rel_err(matmul(A, B), want) < tol);
     }
   }
 }
 
+TEST_CASE("gemm: f32 wider than one packed panel, thin and tall edges") {
+  // n = 3100 > NC = 3072 columns; m = 13 and k = 40 leave partial 6x16 tiles everywhere.
+  for (Shape s : {Shape{13, 40, 3100}, Shape{301, 20, 17}, Shape{5, 9, 1000}, Shape{1000, 7, 5}}) {
+    CAPTURE(shape_str(s));
+    Tensor a = randm({s[0], s[1]}, 20, DType::f32), b = randm({s[1], s[2]}, 21, DType::f32);
+    CHECK(max_rel_err(matmul(a, b), matmul_ref(to_host(a), to_host(b))) < 2e-5);
+    CHECK(max_rel_err(matmul(tr(tr(a).contiguous()), tr(tr(b).contiguous())), matmul_ref(to_host(a), to_host(b))) <
+          2e-5);
+  }
+}
+
 TEST_CASE("gemm: alpha/beta and broadcast batch stride through the backend") {
-  const int64_t bt = 5, m = 9, k = 13, n = 7;
-  Tensor a = randm({bt, m, k}, 3), b = randm({1, k, n}, 4), c0 = randm({bt, m, n}, 5);
-  Tensor c = clone(c0);
-  Tensor bb = b.as_strided({bt, k, n}, {0, n, 1}, 0);
-  backend_of(a).gemm(a, bb, c, {0.5, -2.0});
-  Host prod = matmul_ref(to_host(a), to_host(b));
-  auto c0v = to_vector<double>(c0), cv = to_vector<double>(c);
-  double worst = 0;
-  for (size_t i = 0; i < cv.size(); ++i) worst = std::max(worst, std::fabs(cv[i] - (0.5 * prod.v[i] - 2.0 * c0v[i])));
-  CHECK(worst < 1e-12);
+  // f64 (Eigen) and f32 at a size the packed engine takes (k > KC: beta applies once, not per block).
+  for (auto [t, bt, m, k, n] : {std::tuple<DType, int64_t, int64_t, int64_t, int64_t>{DType::f64, 5, 9, 13, 7},
+                                {DType::f32, 5, 30, 270, 40}}) {
+    CAPTURE(dtype_name(t));
+    Tensor a = randm({bt, m, k}, 3, t), b = randm({1, k, n}, 4, t), c0 = randm({bt, m, n}, 5, t);
+    Tensor c = clone(c0);
+    Tensor bb = b.as_strided({bt, k, n}, {0, n, 1}, 0);
+    backend_of(a).gemm(a, bb, c, {0.5, -2.0});
+    Host prod = matmul_ref(to_host(a), to_host(b));
+    auto c0v = to_vector<double>(c0), cv = to_vector<double>(c);
+    double worst = 0;
+    for (size_t i = 0; i < cv.size(); ++i)
+      worst = std::max(worst, std::fabs(cv[i] - (0.5 * prod.v[i] - 2.0 * c0v[i])) / (1.0 + std::fabs(prod.v[i])));
+    CHECK(worst < (t == DType::f64 ? 1e-12 : 2e-5));
+  }
 }
 
 TEST_CASE("gemm: threaded batch split and Eigen's split agree with the single-threaded result") {
   const int prev = num_threads();
-  // 16 matrices of 64x48x40 (batch split) and one 300x200x250 product (Eigen's own split).
+  // 16 matrices of 64x48x40 (batch split), one 301x250x200 f32 product (split inside, uneven
+  // rows) and the same in f64 (Eigen's own split); also 3 threads, which split neither evenly.
   Tensor a = randm({16, 64, 40}, 6, DType::f32), b = randm({16, 40, 48}, 7, DType::f32);
-  Tensor x = randm({300, 250}, 8, DType::f32), y = randm({250, 200}, 9, DType::f32);
+  Tensor x = randm({301, 250}, 8, DType::f32), y = randm({250, 200}, 9, DType::f32);
+  Tensor xd = x.to(DType::f64), yd = y.to(DType::f64);
   set_num_threads(1);
-  Tensor r1 = matmul(a, b), s1 = matmul(x, y);
-  set_num_threads(2);
-  Tensor r2 = matmul(a, b), s2 = matmul(x, y);
+  Tensor r1 = matmul(a, b), s1 = matmul(x, y), d1 = matmul(xd, yd);
+  for (int th : {2, 3}) {
+    CAPTURE(th);
+    set_num_threads(th);
+    CHECK(num_threads() == th);
+    CHECK(max_rel_err(matmul(a, b), to_host(r1)) < 1e-5);
+    CHECK(max_rel_err(matmul(x, y), to_host(s1)) < 1e-5);
+    CHECK(max_rel_err(matmul(xd, yd), to_host(d1)) < 1e-12);
+  }
   set_num_threads(prev);
-  CHECK(max_rel_err(r2, to_host(r1)) < 1e-5);
-  CHECK(max_rel_err(s2, to_host(s1)) < 1e-5);
   CHECK(max_rel_err(r1, matmul_ref(to_host(a), to_host(b))) < 1e-5);
-  CHECK(max_rel_err(s1, matmul_ref(to_host(x), to_host(y))) < 1e-5);
+  CHECK(max_rel_err(s1, matmul_ref(to_host(x), to_host(y))) < 2e-5);
+  CHECK(max_rel_err(d1, matmul_ref(to_host(xd), to_host(yd))) < 1e-12);
   check_throws([] { set_num_threads(0); }, {"set_num_threads", "0"});
 }
 

@@ -1,0 +1,458 @@
+// bench_attention: speed and memory of softmax vs linear attention per sequence length, and the
+// training-step throughput of the associative-recall model. Companions with the same --json
+// schema: tools/bench_attention_torch.py and tools/bench_ar_step_torch.py (PyTorch).
+//
+//   bench_attention [--device cpu|cuda[:N]] [--threads N] [--lengths 256,512,...,8192] [--batch 1]
+//                   [--heads N] [--head-dim 64] [--maps softmax,hedgehog,elu,taylor]
+//                   [--forms chunked,quadratic,recurrent] [--reps 3] [--json FILE]
+//   bench_attention --ar-step [--ar-mixers softmax,hedgehog] [--ar-batch 32] [--ar-len 128] ...
+//
+// Attention rows: q, k, v are random (B,H,L,D) f32 leaves requiring grad. The timed region applies
+// the feature map φ to q and k (its cost is part of linear attention) and then the mixer form:
+//   softmax    causal softmax attention (map "softmax" only; weights materialized, O(L²))
+//   chunked    the fused chunked causal op linear_attention_causal (O(L·F·D), the training path)
+//   quadratic  linear attention with the (L,L) weights materialized
+//   recurrent  token-by-token state updates (O(L) small ops; its backward keeps L states)
+// "fwd" runs without autograd (inference); "fwd+bwd" records the graph and backpropagates a fixed
+// random dy into q, k, v (and the feature map's weights). Each is the median of --reps runs after
+// one warm-up. Peak memory is the device's peak allocation during one run minus what was
+// allocated just before it (so inputs are excluded, outputs/grads/intermediates included), in MiB.
+// tok/s = B·L / time.
+//
+// Skips (printed as "skip"): quadratic above --max-quadratic-len (default 4096), recurrent above
+// --max-recurrent-len (default 1024), and every form of "taylor" above --max-taylor-len (default
+// 2048): Taylor's F = 1 + D + D² (4161 at D=64) makes φ(q), φ(k) and the (B,H,L,D,D) outer product
+// huge, so it is slow by design; drop it with --maps. Default heads: 4 on the CPU, 12 on CUDA.
+//
+// --ar-step: one training step (forward, cross-entropy over all positions, backward, AdamW) of the
+// paper-preset AR decoder (apps/ar_probe --preset paper: vocab 40, 4 layers, 4 heads × 64, dim 256,
+// MLP 512, RoPE, pre-LN, GELU, chunked linear form, chunk 64), batch 32, length 128, per mixer;
+// zero_grad runs untimed before each step; median of --reps steps after two warm-up steps;
+// tok/s = batch·length / step time; peak MiB excludes parameters and optimizer state.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "apps/flags.h"
+#include "autograd/ops.h"
+#include "core/backend.h"
+#include "core/memory.h"
+#include "core/parallel.h"
+#include "nn/attention.h"
+#include "nn/feature_maps.h"
+#include "nn/transformer.h"
+#include "train/optim.h"
+
+namespace hh {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+constexpr int kWarmup = 1;
+constexpr double kMiB = 1024.0 * 1024.0;
+constexpr double kEps = 1e-6;
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+struct Measure {
+  double ms = 0;        // median wall time
+  double peak_mib = 0;  // max over runs of (peak during the run - allocated before it)
+};
+
+// Times `run` on `dev`: kWarmup untimed runs, then `reps` timed ones. `prep` runs before each
+// (untimed, and before the memory baseline is taken), e.g. to drop last run's gradients.
+Measure measure(Device dev, int reps, int warmup, const std::function<void()>& prep, const std::function<void()>& run) {
+  Backend& be = backend_for(dev);
+  for (int i = 0; i < warmup; ++i) {
+    prep();
+    run();
+  }
+  std::vector<double> ts;
+  size_t peak = 0;
+  for (int i = 0; i < reps; ++i) {
+    prep();
+    be.synchronize();
+    const size_t base = memory_stats(dev).current;
+    reset_peak_memory(dev);
+    auto t0 = Clock::now();
+    run();
+    be.synchronize();
+    ts.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    const size_t p = memory_stats(dev).peak;
+    peak = std::max(peak, p > base ? p - base : 0);
+  }
+  return {median(ts) * 1e3, static_cast<double>(peak) / kMiB};
+}
+
+std::vector<int64_t> parse_int_list(const std::string& flag, const std::string& text, int64_t lo, int64_t hi) {
+  std::vector<int64_t> out;
+  for (const std::string& item : apps::Flags::split_list(text)) {
+    size_t pos = 0;
+    int64_t x = 0;
+    try {
+      x = std::stoll(item, &pos);
+    } catch (...) {
+      pos = 0;
+    }
+    HH_CHECK(pos == item.size() && !item.empty(), "--", flag, ": expected integers, got '", item, "'");
+    HH_CHECK(x >= lo && x <= hi, "--", flag, ": ", x, " is out of range [", lo, ", ", hi, "]");
+    out.push_back(x);
+  }
+  HH_CHECK(!out.empty(), "--", flag, ": expected a comma-separated list of integers, got '", text, "'");
+  return out;
+}
+
+std::vector<std::string> parse_name_list(const std::string& flag, const std::string& text) {
+  std::vector<std::string> out = apps::Flags::split_list(text);
+  HH_CHECK(!out.empty(), "--", flag, ": expected a comma-separated list, got '", text, "'");
+  return out;
+}
+
+// ---------------------------------------------------------------- attention rows
+
+struct Settings {
+  Device device;
+  int64_t batch, heads, head_dim, chunk;
+  int reps;
+  int64_t max_quadratic, max_recurrent, max_taylor;
+};
+
+struct Row {
+  std::string map, form, status = "ok", reason;
+  int64_t L = 0, F = 0;
+  Measure fwd, train;
+};
+
+json row_json(const Row& r, int64_t batch) {
+  json j = {{"map", r.map}, {"form", r.form}, {"L", r.L}, {"F", r.F}, {"status", r.status}};
+  if (r.status == "ok") {
+    const double tokens = static_cast<double>(batch * r.L);
+    j["fwd_ms"] = r.fwd.ms;
+    j["fwd_bwd_ms"] = r.train.ms;
+    j["fwd_peak_mib"] = r.fwd.peak_mib;
+    j["fwd_bwd_peak_mib"] = r.train.peak_mib;
+    j["fwd_tokens_per_s"] = tokens / (r.fwd.ms * 1e-3);
+    j["fwd_bwd_tokens_per_s"] = tokens / (r.train.ms * 1e-3);
+  } else {
+    j["reason"] = r.reason;
+  }
+  return j;
+}
+
+void print_header() {
+  std::printf("%-10s %-10s %6s %5s %10s %11s %9s %11s %11s %11s\n", "map", "form", "L", "F", "fwd ms", "fwd+bwd ms",
+              "fwd MiB", "f+b MiB", "fwd tok/s", "f+b tok/s");
+}
+
+void print_row(const Row& r, int64_t batch) {
+  std::printf("%-10s %-10s %6lld %5lld ", r.map.c_str(), r.form.c_str(), (long long)r.L, (long long)r.F);
+  if (r.status == "ok") {
+    const double tokens = static_cast<double>(batch * r.L);
+    std::printf("%10.2f %11.2f %9.1f %11.1f %11.0f %11.0f\n", r.fwd.ms, r.train.ms, r.fwd.peak_mib, r.train.peak_mib,
+                tokens / (r.fwd.ms * 1e-3), tokens / (r.train.ms * 1e-3));
+  } else {
+    std::printf("%s (%s)\n", r.status.c_str(), r.reason.c_str());
+  }
+  std::fflush(stdout);
+}
+
+// One (map, form, L) row; throws on an op failure (the caller records it).
+Row run_case(const Settings& s, const std::string& map, const std::string& form, int64_t L,
+             const std::shared_ptr<nn::FeatureMap>& fm) {
+  Row r;
+  r.map = map;
+  r.form = form;
+  r.L = L;
+  r.F = fm ? fm->feature_dim() : s.head_dim;
+  if (map == "taylor" && L > s.max_taylor) {
+    r.status = "skip";
+    r.reason = str("taylor above --max-taylor-len ", s.max_taylor);
+  } else if (form == "quadratic" && L > s.max_quadratic) {
+    r.status = "skip";
+    r.reason = str("quadratic above --max-quadratic-len ", s.max_quadratic);
+  } else if (form == "recurrent" && L > s.max_recurrent) {
+    r.status = "skip";
+    r.reason = str("recurrent above --max-recurrent-len ", s.max_recurrent);
+  }
+  if (r.status != "ok") return r;
+
+  const Shape shape{s.batch, s.heads, L, s.head_dim};
+  Generator gen(1234 + static_cast<uint64_t>(L));
+  const Options o{DType::f32, s.device};
+  Tensor q = randn(shape, gen, o).requires_grad_(), k = randn(shape, gen, o).requires_grad_();
+  Tensor v = randn(shape, gen, o).requires_grad_();
+  Tensor dy = randn(shape, gen, o);
+  std::vector<Tensor> params = fm ? fm->parameters() : std::vector<Tensor>{};
+  const nn::FeatureContext ctx{0, L};
+
+  // q, k, v (B,H,L,D) -> (B,H,L,D), φ included.
+  auto forward = [&]() -> Tensor {
+    if (form == "softmax") return nn::softmax_attention(q, k, v, true, Tensor());
+    Tensor pq = fm->forward(q, true, ctx), pk = fm->forward(k, false, ctx);  // (B,H,L,F)
+    if (form == "chunked") return linear_attention_causal(pq, pk, v, s.chunk, kEps);
+    if (form == "quadratic") return nn::linear_attention_quadratic(pq, pk, v, true, kEps);
+    return nn::linear_attention_recurrent(pq, pk, v, kEps);
+  };
+  auto drop_grads = [&]() {
+    q.zero_grad();
+    k.zero_grad();
+    v.zero_grad();
+    for (Tensor& p : params) p.zero_grad();
+  };
+  r.fwd = measure(s.device, s.reps, kWarmup, drop_grads, [&]() {
+    NoGradGuard ng;
+    Tensor y = forward();
+  });
+  r.train = measure(s.device, s.reps, kWarmup, drop_grads, [&]() {
+    Tensor y = forward();
+    y.backward(dy);
+  });
+  drop_grads();
+  return r;
+}
+
+// Smallest measured L from which `lin` is faster than softmax at every longer measured L (0: never).
+int64_t crossover(const std::vector<Row>& rows, const std::string& map, const std::string& form, bool train) {
+  std::vector<std::pair<int64_t, bool>> faster;  // (L, linear faster), by L
+  for (const Row& r : rows) {
+    if (r.map != map || r.form != form || r.status != "ok") continue;
+    for (const Row& sm : rows)
+      if (sm.map == "softmax" && sm.L == r.L && sm.status == "ok") {
+        double tl = train ? r.train.ms : r.fwd.ms, ts = train ? sm.train.ms : sm.fwd.ms;
+        faster.emplace_back(r.L, tl < ts);
+      }
+  }
+  std::sort(faster.begin(), faster.end());
+  int64_t from = 0;
+  for (auto it = faster.rbegin(); it != faster.rend() && it->second; ++it) from = it->first;
+  return from;
+}
+
+int run_attention(const apps::Flags& f, Device device, json& out) {
+  Settings s;
+  s.device = device;
+  s.batch = f.integer("batch", 1, 1 << 20);
+  const int64_t heads = f.integer("heads", 0, 4096);
+  s.heads = heads > 0 ? heads : (device.is_cuda() ? 12 : 4);
+  s.head_dim = f.integer("head-dim", 1, 4096);
+  s.chunk = f.integer("chunk", 1, 1 << 20);
+  s.reps = static_cast<int>(f.integer("reps", 1, 1000));
+  s.max_quadratic = f.integer("max-quadratic-len", 0, INT64_MAX);
+  s.max_recurrent = f.integer("max-recurrent-len", 0, INT64_MAX);
+  s.max_taylor = f.integer("max-taylor-len", 0, INT64_MAX);
+  const std::vector<int64_t> lengths = parse_int_list("lengths", f.str("lengths"), 1, int64_t(1) << 24);
+  const std::vector<std::string> maps = parse_name_list("maps", f.str("maps"));
+  const std::vector<std::string> forms = parse_name_list("forms", f.str("forms"));
+  for (const std::string& m : maps)
+    HH_CHECK(m == "softmax" || nn::is_feature_map_name(m), "--maps: unknown map '", m,
+             "' (expected softmax or a feature map name such as hedgehog, elu, taylor)");
+  for (const std::string& fo : forms)
+    HH_CHECK(fo == "chunked" || fo == "quadratic" || fo == "recurrent" || fo == "softmax", "--forms: unknown form '", fo,
+             "' (expected chunked, quadratic, recurrent; softmax is implied by --maps softmax)");
+
+  std::printf("attention benchmark: %s, %d thread(s), B=%lld H=%lld D=%lld, chunk %lld, f32, median of %d after %d "
+              "warm-up\n\n",
+              device.str().c_str(), num_threads(), (long long)s.batch, (long long)s.heads, (long long)s.head_dim,
+              (long long)s.chunk, s.reps, kWarmup);
+  print_header();
+  std::vector<Row> rows;
+  int failures = 0;
+  for (const std::string& map : maps) {
+    std::shared_ptr<nn::FeatureMap> fm;
+    std::vector<std::string> map_forms{"softmax"};
+    if (map != "softmax") {
+      nn::FeatureMapConfig fc;
+      fc.name = map;
+      fc.heads = s.heads;
+      fc.head_dim = s.head_dim;
+      Generator init_gen(7);
+      fm = nn::make_feature_map(fc, {init_gen, device});
+      map_forms.clear();
+      for (const std::string& fo : forms)
+        if (fo != "softmax") map_forms.push_back(fo);
+    }
+    for (const std::string& form : map_forms)
+      for (int64_t L : lengths) {
+        Row r;
+        try {
+          r = run_case(s, map, form, L, fm);
+        } catch (const std::exception& e) {
+          r.map = map;
+          r.form = form;
+          r.L = L;
+          r.F = fm ? fm->feature_dim() : s.head_dim;
+          r.status = "error";
+          r.reason = e.what();
+          ++failures;
+        }
+        print_row(r, s.batch);
+        rows.push_back(r);
+      }
+  }
+
+  json jrows = json::array(), jcross = json::array();
+  for (const Row& r : rows) jrows.push_back(row_json(r, s.batch));
+  bool have_softmax = std::any_of(rows.begin(), rows.end(), [](const Row& r) { return r.map == "softmax" && r.status == "ok"; });
+  if (have_softmax) {
+    std::printf("\nwhere linear attention overtakes softmax (faster at this and every longer measured L):\n");
+    for (const std::string& map : maps) {
+      if (map == "softmax") continue;
+      for (const std::string& form : forms) {
+        if (form == "softmax") continue;
+        int64_t a = crossover(rows, map, form, false), b = crossover(rows, map, form, true);
+        auto say = [](int64_t L) { return L > 0 ? "L=" + std::to_string(L) : std::string("not within the measured lengths"); };
+        std::printf("  %-10s %-10s fwd: %-32s fwd+bwd: %s\n", map.c_str(), form.c_str(), say(a).c_str(), say(b).c_str());
+        jcross.push_back({{"map", map}, {"form", form}, {"fwd_L", a > 0 ? json(a) : json(nullptr)},
+                          {"fwd_bwd_L", b > 0 ? json(b) : json(nullptr)}});
+      }
+    }
+  }
+  out["batch"] = s.batch;
+  out["heads"] = s.heads;
+  out["head_dim"] = s.head_dim;
+  out["chunk"] = s.chunk;
+  out["reps"] = s.reps;
+  out["warmup"] = kWarmup;
+  out["results"] = jrows;
+  out["crossover"] = jcross;
+  if (failures) std::printf("\n%d case(s) failed (status \"error\" above)\n", failures);
+  return failures ? 1 : 0;
+}
+
+// ---------------------------------------------------------------- AR training step
+
+int run_ar_step(const apps::Flags& f, Device device, json& out) {
+  const int64_t batch = f.integer("ar-batch", 1, 1 << 20), len = f.integer("ar-len", 2, 1 << 20);
+  const int reps = static_cast<int>(f.integer("reps", 1, 1000));
+  const std::vector<std::string> mixers = parse_name_list("ar-mixers", f.str("ar-mixers"));
+  for (const std::string& m : mixers)
+    HH_CHECK(m == "softmax" || nn::is_feature_map_name(m), "--ar-mixers: unknown mixer '", m, "'");
+  constexpr int64_t kVocab = 40;
+  std::printf("AR training step (paper preset: 4 layers, 4 heads x 64, dim 256, MLP 512, RoPE, vocab %lld): %s, %d "
+              "thread(s), batch %lld, length %lld, median of %d after 2 warm-up steps\n\n",
+              (long long)kVocab, device.str().c_str(), num_threads(), (long long)batch, (long long)len, reps);
+  std::printf("%-12s %10s %10s %12s %10s\n", "mixer", "params", "step ms", "tok/s", "peak MiB");
+  json jrows = json::array();
+  int failures = 0;
+  for (const std::string& mixer : mixers) {
+    json row = {{"mixer", mixer}};
+    try {
+      nn::TransformerConfig mc;
+      mc.vocab = kVocab;
+      mc.layers = 4;
+      mc.heads = 4;
+      mc.head_dim = 64;
+      mc.dim = 256;
+      mc.mlp_hidden = 512;
+      mc.positions = "rope";
+      mc.pre_ln = true;
+      mc.max_len = len;
+      mc.attention.mixer = mixer;
+      mc.attention.form = nn::LinearForm::chunked;
+      mc.attention.chunk = 64;
+      Generator gen(0);
+      nn::DecoderLM model(mc, {gen, device});
+      model.train();
+      train::AdamW opt(train::decay_groups(model, 0.0), 1e-3);
+      Generator data_gen(1);
+      Tensor ids = randint(0, kVocab, {batch, len}, data_gen).to(device);
+      Tensor targets = randint(0, kVocab, {batch * len}, data_gen).to(device);
+      // Gradients are dropped untimed before each step (and before the memory baseline).
+      auto step = [&]() {
+        Tensor logits = model.forward(ids);  // (B,L,V)
+        Tensor loss = cross_entropy(reshape(logits, {-1, kVocab}), targets);
+        loss.backward();
+        opt.step();
+        model.on_optimizer_step();
+      };
+      Measure m = measure(device, reps, 2, [&] { opt.zero_grad(); }, step);
+      const double tps = static_cast<double>(batch * len) / (m.ms * 1e-3);
+      std::printf("%-12s %10lld %10.1f %12.0f %10.1f\n", mixer.c_str(), (long long)model.num_parameters(), m.ms, tps,
+                  m.peak_mib);
+      row["params"] = model.num_parameters();
+      row["step_ms"] = m.ms;
+      row["tokens_per_s"] = tps;
+      row["peak_mib"] = m.peak_mib;
+      row["status"] = "ok";
+    } catch (const std::exception& e) {
+      std::printf("%-12s error: %s\n", mixer.c_str(), e.what());
+      row["status"] = "error";
+      row["reason"] = e.what();
+      ++failures;
+    }
+    std::fflush(stdout);
+    jrows.push_back(row);
+  }
+  out["batch"] = batch;
+  out["length"] = len;
+  out["reps"] = reps;
+  out["warmup"] = 2;
+  out["results"] = jrows;
+  return failures ? 1 : 0;
+}
+
+int run(int argc, char** argv) {
+  apps::Flags f("bench_attention",
+                "Softmax vs linear attention: time, memory and tokens/s per sequence length (fwd and fwd+bwd), "
+                "or (--ar-step) the AR model's training-step throughput.");
+  f.add("device", "cpu", "cpu or cuda[:N]");
+  f.add("threads", "0", "CPU threads (0 = all cores)");
+  f.add("lengths", "256,512,1024,2048,4096,8192", "sequence lengths L");
+  f.add("batch", "1", "batch size B");
+  f.add("heads", "0", "heads H (0 = 4 on cpu, 12 on cuda)");
+  f.add("head-dim", "64", "head dimension D");
+  f.add("maps", "softmax,hedgehog,elu,taylor", "softmax and/or feature-map names");
+  f.add("forms", "chunked,quadratic,recurrent", "linear-attention forms to run for each feature map");
+  f.add("chunk", "64", "chunk size of the chunked form");
+  f.add("reps", "3", "timed runs per measurement (median)");
+  f.add("max-quadratic-len", "4096", "skip the quadratic linear form above this L");
+  f.add("max-recurrent-len", "1024", "skip the recurrent linear form above this L");
+  f.add("max-taylor-len", "2048", "skip every taylor form above this L (F = 1+D+D^2)");
+  f.add("json", "", "also write the results as JSON to this file");
+  f.add("ar-step", "false", "benchmark the AR model's training step instead of the attention table", true);
+  f.add("ar-mixers", "softmax,hedgehog", "--ar-step: mixers to compare");
+  f.add("ar-batch", "32", "--ar-step: batch size");
+  f.add("ar-len", "128", "--ar-step: sequence length");
+  if (!f.parse(argc, argv)) return 0;
+
+  const Device device = parse_device(f.str("device"));
+  if (device.is_cuda()) HH_CHECK(cuda_available(), "--device ", f.str("device"), ": no CUDA device available");
+  const int64_t threads = f.integer("threads", 0, 4096);
+  if (threads > 0) set_num_threads(static_cast<int>(threads));
+  const std::string json_path = f.str("json");
+  // Fail on an unwritable --json before spending minutes measuring.
+  if (!json_path.empty()) HH_CHECK(std::ofstream(json_path).good(), "--json: cannot write '", json_path, "'");
+
+  json out = {{"library", "hedgehog"}, {"device", device.str()}, {"threads", num_threads()}, {"dtype", "f32"}};
+  const bool ar = f.boolean("ar-step");
+  out["benchmark"] = ar ? "ar_step" : "attention";
+  const int rc = ar ? run_ar_step(f, device, out) : run_attention(f, device, out);
+  if (!json_path.empty()) {
+    std::ofstream file(json_path);
+    HH_CHECK(file.good(), "--json: cannot write '", json_path, "'");
+    file << out.dump(2) << "\n";
+    std::printf("\nwrote %s\n", json_path.c_str());
+  }
+  return rc;
+}
+
+}  // namespace
+}  // namespace hh
+
+int main(int argc, char** argv) {
+  try {
+    return hh::run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+}

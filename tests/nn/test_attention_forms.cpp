@@ -1,0 +1,181 @@
+// Every linear-attention form against the quadratic form (values and gradients), for φ outputs of
+// every feature map; causality; recurrent decoding against the full forward.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "nn/attention.h"
+#include "nn/transformer.h"
+#include "tests/op_table.h"
+
+using namespace hh;
+using namespace hh::nn;
+
+namespace {
+
+// Relative RMS error ‖a-b‖ / ‖b‖.
+double rel_rms(const Tensor& a, const Tensor& b) {
+  auto x = to_vector<double>(a), y = to_vector<double>(b);
+  double num = 0, den = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    num += (x[i] - y[i]) * (x[i] - y[i]);
+    den += y[i] * y[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-300));
+}
+
+struct Phi {
+  Tensor q, k, v;
+};
+
+// φ(q), φ(k) from a real feature map on random q, k (B=2, H=2, L=37, D=8).
+Phi make_phi(const std::string& name, DType dt, uint64_t seed = 1) {
+  Generator g(seed);
+  FeatureMapConfig c;
+  c.name = name;
+  c.heads = 2;
+  c.head_dim = 8;
+  c.feature_dim = name == "performer" ? 32 : 0;
+  Generator ig(seed + 1);
+  auto fm = make_feature_map(c, {ig, Device::cpu(), dt});
+  Tensor q = randn({2, 2, 37, 8}, g, {dt}), k = randn({2, 2, 37, 8}, g, {dt}), v = randn({2, 2, 37, 5}, g, {dt});
+  NoGradGuard ng;
+  FeatureContext ctx{0, 37};
+  return {fm->forward(q, true, ctx).detach(), fm->forward(k, false, ctx).detach(), v};
+}
+
+const std::vector<std::string> kMaps = {"elu",    "relu", "performer", "cosformer",   "exp",       "taylor",
+                                        "t2r",    "hedgehog", "hedgehog-exp", "hedgehog-untrained"};
+
+}  // namespace
+
+TEST_CASE("linear attention forms agree with the quadratic form (f32 values)") {
+  for (const auto& name : kMaps) {
+    SUBCASE(name.c_str()) {
+      Phi p = make_phi(name, DType::f32);
+      Tensor ref = linear_attention_quadratic(p.q, p.k, p.v, true, 1e-6);
+      for (int64_t chunk : {1, 8, 64})
+        CHECK_MESSAGE(rel_rms(linear_attention_causal(p.q, p.k, p.v, chunk, 1e-6), ref) < 1e-4, name, " chunk ", chunk);
+      CHECK(rel_rms(linear_attention_recurrent(p.q, p.k, p.v, 1e-6), ref) < 1e-4);
+      Tensor ref_nc = linear_attention_quadratic(p.q, p.k, p.v, false, 1e-6);
+      CHECK(rel_rms(linear_attention_noncausal(p.q, p.k, p.v, 1e-6), ref_nc) < 1e-4);
+    }
+  }
+}
+
+TEST_CASE("linear attention forms agree in gradients (f64 tight, f32 1e-4)") {
+  for (DType dt : {DType::f64, DType::f32}) {
+    for (const auto& name : {std::string("hedgehog"), std::string("elu"), std::string("taylor")}) {
+      Phi p = make_phi(name, dt, 3);
+      Generator g(9);
+      Tensor w = randn(p.v.shape(), g, {dt});
+      auto grads = [&](auto form) {
+        Tensor q = p.q.detach().requires_grad_(), k = p.k.detach().requires_grad_(), v = p.v.detach().requires_grad_();
+        sum(mul(form(q, k, v), w)).backward();
+        return std::vector<Tensor>{q.grad(), k.grad(), v.grad()};
+      };
+      auto ref = grads([](auto q, auto k, auto v) { return linear_attention_quadratic(q, k, v, true, 1e-6); });
+      auto chunked = grads([](auto q, auto k, auto v) { return linear_attention_causal(q, k, v, 8, 1e-6); });
+      auto rec = grads([](auto q, auto k, auto v) { return linear_attention_recurrent(q, k, v, 1e-6); });
+      double tol = dt == DType::f64 ? 1e-10 : 1e-4;
+      for (int i = 0; i < 3; ++i) {
+        CHECK_MESSAGE(rel_rms(chunked[i], ref[i]) < tol, name, " ", dtype_name(dt), " chunked grad ", i);
+        CHECK_MESSAGE(rel_rms(rec[i], ref[i]) < tol, name, " ", dtype_name(dt), " recurrent grad ", i);
+      }
+      auto nc_ref = grads([](auto q, auto k, auto v) { return linear_attention_quadratic(q, k, v, false, 1e-6); });
+      auto nc = grads([](auto q, auto k, auto v) { return linear_attention_noncausal(q, k, v, 1e-6); });
+      for (int i = 0; i < 3; ++i) CHECK(rel_rms(nc[i], nc_ref[i]) < tol);
+    }
+  }
+}
+
+TEST_CASE("linear attention: padded keys are excluded in every form") {
+  Phi p = make_phi("hedgehog", DType::f64, 5);
+  std::vector<double> m(2 * 37, 1.0);
+  for (int i = 30; i < 37; ++i) m[static_cast<size_t>(37 + i)] = 0.0;  // batch 1: last 7 keys are padding
+  Tensor mask = from_vector(m, {2, 37}, {DType::boolean});
+  Tensor ref = linear_attention_quadratic(p.q, p.k, p.v, false, 1e-6, mask);
+  CHECK(rel_rms(linear_attention_noncausal(p.q, p.k, p.v, 1e-6, mask), ref) < 1e-10);
+  // Same as dropping the padded keys outright for batch 1.
+  Tensor q1 = slice(p.q, 0, 1, 2), k1 = slice(slice(p.k, 0, 1, 2), 2, 0, 30), v1 = slice(slice(p.v, 0, 1, 2), 2, 0, 30);
+  Tensor a = matmul(q1, transpose(k1, -1, -2));
+  Tensor want = matmul(div(a, add(sum(a, {-1}, true), 1e-6)), v1);
+  CHECK(rel_rms(slice(ref, 0, 1, 2), want) < 1e-10);
+}
+
+TEST_CASE("softmax and linear attention modules are causal") {
+  for (std::string mixer : {"softmax", "hedgehog", "elu", "taylor"}) {
+    SUBCASE(mixer.c_str()) {
+      Generator g(4);
+      AttentionConfig c;
+      c.dim = 16;
+      c.heads = 2;
+      c.head_dim = 8;
+      c.mixer = mixer;
+      c.chunk = 4;
+      c.rope = true;
+      Attention attn(c, {g});
+      Tensor x = randn({1, 10, 16}, g);
+      Tensor y1 = attn.forward(x);
+      Tensor x2 = clone(x);
+      copy_(slice(x2, 1, 7, 10), randn({1, 3, 16}, g));  // change only the future of position 6
+      Tensor y2 = attn.forward(x2);
+      CHECK(max_abs_diff(slice(y1, 1, 0, 7), slice(y2, 1, 0, 7)) < 1e-6);
+      CHECK(max_abs_diff(slice(y1, 1, 7, 10), slice(y2, 1, 7, 10)) > 1e-4);
+    }
+  }
+}
+
+TEST_CASE("Attention: chunked, quadratic and recurrent forms give the same module output") {
+  Generator g(6);
+  AttentionConfig c;
+  c.dim = 16;
+  c.heads = 2;
+  c.head_dim = 8;
+  c.mixer = "hedgehog";
+  c.chunk = 3;
+  c.rope = true;
+  Attention attn(c, {g});
+  Tensor x = randn({2, 11, 16}, g);
+  Tensor y = attn.forward(x);
+  attn.cfg.form = LinearForm::quadratic;
+  CHECK(rel_rms(attn.forward(x), y) < 1e-4);
+  attn.cfg.form = LinearForm::recurrent;
+  CHECK(rel_rms(attn.forward(x), y) < 1e-4);
+  TraceRequest tr;
+  tr.weights = true;
+  attn.forward(x, Tensor(), &tr);
+  REQUIRE(tr.layers.size() == 1);
+  CHECK(tr.layers[0].weights.shape() == Shape{2, 2, 11, 11});
+}
+
+TEST_CASE("DecoderLM: recurrent decoding matches the full forward") {
+  TransformerConfig c;
+  c.vocab = 13;
+  c.dim = 16;
+  c.layers = 2;
+  c.heads = 2;
+  c.head_dim = 8;
+  c.mlp_hidden = 32;
+  c.attention.mixer = "hedgehog";
+  c.attention.chunk = 4;
+  Generator g(7);
+  DecoderLM lm(c, {g});
+  lm.eval();
+  Tensor ids = randint(0, 13, {2, 9}, g);
+  Tensor full_logits = lm.forward(ids);
+  std::vector<RecurrentState> states;
+  std::vector<Tensor> steps;
+  for (int64_t t = 0; t < 9; ++t) steps.push_back(lm.step(slice(ids, 1, t, t + 1), states));
+  CHECK(rel_rms(cat(steps, 1), full_logits) < 1e-4);
+  CHECK_THROWS_WITH_AS(
+      [&] {
+        TransformerConfig s = c;
+        s.attention.mixer = "softmax";
+        Generator g2(1);
+        DecoderLM soft(s, {g2});
+        std::vector<RecurrentState> st;
+        soft.step(slice(ids, 1, 0, 1), st);
+      }(),
+      doctest::Contains("recurrent decoding needs a linear"), hh::Error);
+}

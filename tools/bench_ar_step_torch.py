@@ -1,0 +1,184 @@
+#!/usr/bin/env python3
+"""PyTorch counterpart of `bench_attention --ar-step`: tokens/s of one training step (forward,
+cross-entropy over every position, backward, AdamW) of the paper-preset associative-recall
+decoder, per mixer, with the same table and --json keys.
+
+    python3 tools/bench_ar_step_torch.py [--device cpu|cuda] [--threads N] [--ar-mixers softmax,hedgehog]
+        [--ar-batch 32] [--ar-len 128] [--reps 3] [--json FILE] [--compare HH_JSON]
+
+The model is hedgehog's DecoderLM as apps/ar_probe --preset paper builds it: vocab 40, token
+embedding N(0, 0.02), 4 pre-LN blocks (LayerNorm -> attention -> residual, LayerNorm -> GELU(erf)
+MLP 256->512->256 -> residual), 4 heads x 64, dim 256, biases on the projections and the MLP, RoPE
+half-split (θ = 10000) on q and k, final LayerNorm, untied lm_head without bias. Mixers: softmax
+(F.scaled_dot_product_attention, causal) or hedgehog (per-head identity-initialized W (H,D,D),
+b = 0, φ = [softmax(z), softmax(-z)], chunked causal linear attention with chunk 64, eps 1e-6).
+AdamW lr 1e-3, weight decay 0. zero_grad runs untimed before each step. Median of --reps steps
+after two warm-up steps; peak memory as in bench_attention_torch.py (MiB above what was allocated
+before the step: parameters and optimizer state excluded, the step's gradients included).
+--compare reads `bench_attention --ar-step --json` output and adds the hh/torch step-time ratio.
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_attention_torch as bat  # noqa: E402  (feature map, chunked form, memory helpers)
+
+WARMUP = 2
+VOCAB, DIM, LAYERS, HEADS, HEAD_DIM, MLP = 40, 256, 4, 4, 64, 512
+MIXERS = ("softmax", "hedgehog")
+
+
+def build_model(torch, mixer, device):
+    nn, F = torch.nn, torch.nn.functional
+
+    def rope(x):  # x (B,H,L,D), half-split layout
+        L, D = x.shape[2], x.shape[3]
+        half = D // 2
+        inv = 10000.0 ** (-2.0 * torch.arange(half, dtype=torch.float64, device=x.device) / D)
+        ang = torch.arange(L, dtype=torch.float64, device=x.device)[:, None] * inv[None, :]
+        c, s = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
+        x1, x2 = x[..., :half], x[..., half:]
+        return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], -1)
+
+    class Attention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.q_proj, self.k_proj = nn.Linear(DIM, HEADS * HEAD_DIM), nn.Linear(DIM, HEADS * HEAD_DIM)
+            self.v_proj, self.o_proj = nn.Linear(DIM, HEADS * HEAD_DIM), nn.Linear(HEADS * HEAD_DIM, DIM)
+            if mixer == "hedgehog":
+                self.fm_weight = nn.Parameter(torch.eye(HEAD_DIM).repeat(HEADS, 1, 1))  # (H,D,D)
+                self.fm_bias = nn.Parameter(torch.zeros(HEADS, HEAD_DIM))
+
+        def phi(self, x):
+            z = torch.matmul(x, self.fm_weight.unsqueeze(0)) + self.fm_bias[None, :, None, :]
+            return torch.cat([torch.softmax(z, -1), torch.softmax(-z, -1)], -1)
+
+        def forward(self, x):
+            B, L, _ = x.shape
+            heads = lambda t: t.view(B, L, HEADS, HEAD_DIM).transpose(1, 2)  # noqa: E731
+            q, k, v = heads(self.q_proj(x)), heads(self.k_proj(x)), heads(self.v_proj(x))
+            q, k = rope(q), rope(k)
+            if mixer == "softmax":
+                y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            else:
+                y = bat.linear_chunked(torch, self.phi(q), self.phi(k), v, 64, bat.EPS)
+            return self.o_proj(y.transpose(1, 2).reshape(B, L, HEADS * HEAD_DIM))
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm1, self.norm2 = nn.LayerNorm(DIM), nn.LayerNorm(DIM)
+            self.attn = Attention()
+            self.fc1, self.fc2 = nn.Linear(DIM, MLP), nn.Linear(MLP, DIM)
+
+        def forward(self, x):
+            h = x + self.attn(self.norm1(x))
+            return h + self.fc2(F.gelu(self.fc1(self.norm2(h))))
+
+    class DecoderLM(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(VOCAB, DIM)
+            nn.init.normal_(self.embed.weight, std=0.02)
+            self.layers = nn.ModuleList(Block() for _ in range(LAYERS))
+            self.norm = nn.LayerNorm(DIM)
+            self.lm_head = nn.Linear(DIM, VOCAB, bias=False)
+
+        def forward(self, ids):
+            h = self.embed(ids)
+            for b in self.layers:
+                h = b(h)
+            return self.lm_head(self.norm(h))
+
+    return DecoderLM().to(device)
+
+
+def main():
+    p = bat.Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
+    p.add_argument("--threads", type=bat.nonneg_int, default=0, help="CPU threads (0 = torch's default)")
+    p.add_argument("--ar-mixers", type=bat.name_list(MIXERS), default=list(MIXERS))
+    p.add_argument("--ar-batch", type=bat.positive_int, default=32)
+    p.add_argument("--ar-len", type=bat.positive_int, default=128)
+    p.add_argument("--reps", type=bat.positive_int, default=3)
+    p.add_argument("--json", metavar="FILE")
+    p.add_argument("--compare", metavar="HH_JSON", help="bench_attention --ar-step --json output")
+    args = p.parse_args()
+
+    hh = {}
+    if args.compare:
+        try:
+            with open(args.compare) as f:
+                hh = {r["mixer"]: r for r in json.load(f).get("results", [])}
+        except (OSError, ValueError, KeyError) as e:
+            sys.stderr.write(f"error: cannot read --compare file '{args.compare}': {e}\n")
+            sys.exit(1)
+    try:
+        import torch
+    except ImportError as e:
+        sys.stderr.write(f"error: PyTorch is not importable: {e}\n")
+        sys.exit(1)
+    try:
+        device = torch.device(args.device)
+    except RuntimeError as e:
+        sys.stderr.write(f"error: --device: {e}\n")
+        sys.exit(1)
+    if device.type not in ("cpu", "cuda") or (device.type == "cuda" and not torch.cuda.is_available()):
+        sys.stderr.write(f"error: --device {args.device}: not available\n")
+        sys.exit(1)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    B, L = args.ar_batch, args.ar_len
+    print(f"torch {torch.__version__} AR training step (paper preset: {LAYERS} layers, {HEADS} heads x {HEAD_DIM}, "
+          f"dim {DIM}, MLP {MLP}, RoPE, vocab {VOCAB}): {device}, {torch.get_num_threads()} thread(s), batch {B}, "
+          f"length {L}, median of {args.reps} after {WARMUP} warm-up steps\n")
+    cmp_hdr = f" {'hh/torch':>9}" if hh else ""
+    print(f"{'mixer':<12} {'params':>10} {'step ms':>10} {'tok/s':>12} {'peak MiB':>10}{cmp_hdr}")
+    rows = []
+    for mixer in args.ar_mixers:
+        torch.manual_seed(0)
+        model = build_model(torch, mixer, device)
+        model.train()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
+        g = torch.Generator(device="cpu").manual_seed(1)
+        ids = torch.randint(0, VOCAB, (B, L), generator=g).to(device)
+        targets = torch.randint(0, VOCAB, (B * L,), generator=g).to(device)
+
+        def step():  # gradients were dropped by zero_grad (untimed, before the memory baseline)
+            logits = model(ids)
+            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB), targets)
+            loss.backward()
+            opt.step()
+
+        old_warmup, bat.WARMUP = bat.WARMUP, WARMUP
+        ms, peak = bat.measure(torch, device, args.reps, lambda: opt.zero_grad(set_to_none=True), step)
+        bat.WARMUP = old_warmup
+        params = sum(p.numel() for p in model.parameters())
+        tps = B * L / (ms * 1e-3)
+        cmp_s = ""
+        if hh:
+            ref = hh.get(mixer)
+            cmp_s = f" {ref['step_ms'] / ms:8.2f}x" if ref and ref.get("status") == "ok" else f" {'n/a':>9}"
+        print(f"{mixer:<12} {params:10d} {ms:10.1f} {tps:12.0f} {bat.fmt_mib(peak):>10}{cmp_s}", flush=True)
+        rows.append({"mixer": mixer, "params": params, "step_ms": ms, "tokens_per_s": tps, "peak_mib": peak,
+                     "status": "ok"})
+    out = {"library": f"torch {torch.__version__}", "device": str(device), "threads": torch.get_num_threads(),
+           "dtype": "f32", "benchmark": "ar_step", "batch": B, "length": L, "reps": args.reps, "warmup": WARMUP,
+           "results": rows}
+    if args.json:
+        try:
+            with open(args.json, "w") as f:
+                json.dump(out, f, indent=2)
+                f.write("\n")
+        except OSError as e:
+            sys.stderr.write(f"error: cannot write --json file '{args.json}': {e}\n")
+            sys.exit(1)
+        print(f"\nwrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()

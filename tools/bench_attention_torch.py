@@ -1,0 +1,397 @@
+#!/usr/bin/env python3
+"""PyTorch counterpart of apps/bench_attention: softmax vs linear attention per sequence length,
+forward and forward+backward time, peak memory and tokens/s, with the same flags, table and
+--json keys, so the two can be compared row by row.
+
+    python3 tools/bench_attention_torch.py [--device cpu|cuda] [--threads N] [--lengths 256,...]
+        [--batch 1] [--heads N] [--head-dim 64] [--maps softmax,hedgehog,elu,taylor]
+        [--forms chunked,quadratic,recurrent] [--chunk 64] [--reps 3] [--json FILE]
+        [--compare HH_JSON]
+
+Rows (q, k, v random (B,H,L,D) f32 leaves requiring grad; φ applied inside the timed region):
+  softmax    F.scaled_dot_product_attention(is_causal=True) (on the CPU a flash-style kernel that
+             never materializes the (L,L) weights, unlike hedgehog's composed softmax)
+  chunked    a straightforward chunked causal linear attention in torch ops: per-chunk masked
+             (C,C) products plus an exclusive prefix sum of the per-chunk φkᵀv states; autograd
+             does the backward (it keeps the (L/C,F,D) states)
+  quadratic  tril(φq φkᵀ), row-normalized, times v
+  recurrent  a Python loop over tokens carrying S (F,D) and z (F)
+Feature maps as in nn/feature_maps.cpp: hedgehog (per-head identity-initialized W (H,D,D), b = 0,
+φ = [softmax(xW+b), softmax(-(xW+b))], F = 2D), elu (elu(x)+1, F = D), taylor (1, x/D^¼,
+vec(xxᵀ)/(√2·√D), F = 1+D+D²), relu.
+"fwd" runs under torch.no_grad(); "fwd+bwd" backpropagates a fixed random dy. Median of --reps
+after one warm-up. Peak memory = peak allocation during one extra run minus what was allocated
+before it, in MiB: torch.cuda.max_memory_allocated on CUDA; on the CPU the allocation events of
+torch.profiler(profile_memory=True) (n/a if this torch's profiler lacks them).
+Skips as bench_attention: quadratic above --max-quadratic-len (4096), recurrent above
+--max-recurrent-len (1024), taylor above --max-taylor-len (2048).
+--compare reads bench_attention's --json and adds hh/torch time ratios (> 1: hedgehog slower).
+"""
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+
+WARMUP = 1
+EPS = 1e-6
+MIB = 1024.0 * 1024.0
+MAPS = ("softmax", "hedgehog", "elu", "relu", "taylor")
+FORMS = ("chunked", "quadratic", "recurrent")
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):  # "error: ..." and exit status 1, like bench_attention
+        sys.stderr.write(f"error: {message}\n")
+        sys.exit(1)
+
+
+def int_list(text):
+    try:
+        vals = [int(v) for v in text.split(",") if v]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated positive integers, got '{text}'")
+    if not vals or any(v < 1 for v in vals):
+        raise argparse.ArgumentTypeError(f"expected comma-separated positive integers, got '{text}'")
+    return vals
+
+
+def name_list(allowed):
+    def parse(text):
+        vals = [v for v in text.split(",") if v]
+        bad = [v for v in vals if v not in allowed]
+        if not vals or bad:
+            raise argparse.ArgumentTypeError(f"unknown name(s) {bad or text!r}; expected some of {', '.join(allowed)}")
+        return vals
+    return parse
+
+
+def nonneg_int(text):
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got '{text}'")
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got '{text}'")
+    return v
+
+
+def positive_int(text):
+    v = nonneg_int(text)
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got '{text}'")
+    return v
+
+
+# ---------------------------------------------------------------- memory
+
+def cpu_peak_bytes(torch, fn):
+    """Peak of the running sum of CPU allocations made by fn() (bytes above the start), or None."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    try:
+        tree = prof.profiler.kineto_results.experimental_event_tree()
+    except AttributeError:
+        return None
+    allocs = []
+    stack = list(tree)
+    while stack:
+        n = stack.pop()
+        if type(n.extra_fields).__name__ == "_ExtraFields_Allocation" and n.extra_fields.device.type == "cpu":
+            allocs.append((n.start_time_ns, n.extra_fields.alloc_size))
+        stack.extend(n.children)
+    if not allocs:
+        return None
+    allocs.sort()
+    cur = peak = 0
+    for _, size in allocs:
+        cur += size
+        peak = max(peak, cur)
+    return peak
+
+
+def measure(torch, device, reps, prep, fn):
+    """(median ms, peak MiB or None) of fn() after WARMUP runs; prep() runs untimed before each."""
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    for _ in range(WARMUP):
+        prep()
+        fn()
+    ts = []
+    for _ in range(reps):
+        prep()
+        sync()
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        ts.append(time.perf_counter() - t0)
+    prep()
+    if device.type == "cuda":
+        sync()
+        base = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        fn()
+        sync()
+        peak = (torch.cuda.max_memory_allocated(device) - base) / MIB
+    else:
+        try:
+            p = cpu_peak_bytes(torch, fn)
+            peak = None if p is None else p / MIB
+        except Exception:  # a profiler without allocation events: memory is reported as n/a
+            peak = None
+    return statistics.median(ts) * 1e3, peak
+
+
+# ---------------------------------------------------------------- feature maps and forms
+
+def make_feature_map(torch, name, H, D, device):
+    """(φ(x, is_query), F, parameters)."""
+    F = torch.nn.functional
+    if name == "elu":
+        return (lambda x, is_q: F.elu(x) + 1), D, []
+    if name == "relu":
+        return (lambda x, is_q: F.relu(x)), D, []
+    if name == "taylor":
+        c1, c2 = D ** -0.25, 1.0 / (math.sqrt(2.0) * math.sqrt(D))
+
+        def taylor(x, is_q):
+            B, Hh, L, _ = x.shape
+            quad = (x.unsqueeze(-1) * x.unsqueeze(-2)).reshape(B, Hh, L, D * D)
+            return torch.cat([torch.ones(B, Hh, L, 1, dtype=x.dtype, device=x.device), x * c1, quad * c2], -1)
+        return taylor, 1 + D + D * D, []
+    if name == "hedgehog":
+        W = torch.eye(D, device=device).repeat(H, 1, 1).requires_grad_()  # (H,D,D)
+        b = torch.zeros(H, D, device=device, requires_grad=True)
+
+        def hedgehog(x, is_q):
+            z = torch.matmul(x, W.unsqueeze(0)) + b[None, :, None, :]  # (B,H,L,D)
+            return torch.cat([torch.softmax(z, -1), torch.softmax(-z, -1)], -1)
+        return hedgehog, 2 * D, [W, b]
+    raise ValueError(f"unknown feature map '{name}'")
+
+
+def linear_chunked(torch, pq, pk, v, C, eps):
+    """Causal linear attention in chunks of C: pq, pk (B,H,L,F), v (B,H,L,D) -> (B,H,L,D)."""
+    B, H, L, Fd = pq.shape
+    D = v.shape[-1]
+    pad = (-L) % C
+    if pad:  # zero keys add nothing; padded query rows are sliced off
+        pq = torch.nn.functional.pad(pq, (0, 0, 0, pad))
+        pk = torch.nn.functional.pad(pk, (0, 0, 0, pad))
+        v = torch.nn.functional.pad(v, (0, 0, 0, pad))
+    N = (L + pad) // C
+    q = pq.reshape(B, H, N, C, Fd)
+    k = pk.reshape(B, H, N, C, Fd)
+    vv = v.reshape(B, H, N, C, D)
+    kv = torch.matmul(k.transpose(-1, -2), vv)   # (B,H,N,F,D) per-chunk state
+    S = kv.cumsum(2) - kv                        # state of all earlier chunks
+    ks = k.sum(3)                                # (B,H,N,F)
+    z = ks.cumsum(2) - ks
+    a = torch.matmul(q, k.transpose(-1, -2)).tril()  # (B,H,N,C,C) within the chunk
+    num = torch.matmul(a, vv) + torch.matmul(q, S)
+    den = a.sum(-1) + (q * z.unsqueeze(3)).sum(-1)   # (B,H,N,C)
+    y = num / (den.unsqueeze(-1) + eps)
+    return y.reshape(B, H, N * C, D)[:, :, :L]
+
+
+def linear_quadratic(torch, pq, pk, v, eps):
+    a = torch.matmul(pq, pk.transpose(-1, -2)).tril()
+    return torch.matmul(a / (a.sum(-1, keepdim=True) + eps), v)
+
+
+def linear_recurrent(torch, pq, pk, v, eps):
+    B, H, L, Fd = pq.shape
+    S = torch.zeros(B, H, Fd, v.shape[-1], dtype=v.dtype, device=v.device)
+    z = torch.zeros(B, H, Fd, 1, dtype=v.dtype, device=v.device)
+    ys = []
+    for t in range(L):
+        qt, kt, vt = pq[:, :, t:t + 1], pk[:, :, t:t + 1], v[:, :, t:t + 1]
+        S = S + torch.matmul(kt.transpose(-1, -2), vt)
+        z = z + kt.transpose(-1, -2)
+        ys.append(torch.matmul(qt, S) / (torch.matmul(qt, z) + eps))
+    return torch.cat(ys, 2)
+
+
+# ---------------------------------------------------------------- driver
+
+def skip_reason(args, name, form, L):
+    if name == "taylor" and L > args.max_taylor_len:
+        return f"taylor above --max-taylor-len {args.max_taylor_len}"
+    if form == "quadratic" and L > args.max_quadratic_len:
+        return f"quadratic above --max-quadratic-len {args.max_quadratic_len}"
+    if form == "recurrent" and L > args.max_recurrent_len:
+        return f"recurrent above --max-recurrent-len {args.max_recurrent_len}"
+    return None
+
+
+def run_case(torch, args, device, H, name, form, L, fmap):
+    F = torch.nn.functional
+    phi, Fd, params = fmap if fmap else (None, args.head_dim, [])
+    row = {"map": name, "form": form, "L": L, "F": Fd, "status": "ok"}
+    reason = skip_reason(args, name, form, L)
+    if reason:
+        row.update(status="skip", reason=reason)
+        return row
+    g = torch.Generator(device=device).manual_seed(1234 + L)
+    shape = (args.batch, H, L, args.head_dim)
+    q, k, v = (torch.randn(shape, generator=g, device=device).requires_grad_() for _ in range(3))
+    dy = torch.randn(shape, generator=g, device=device)
+
+    def forward():
+        if form == "softmax":
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        pq, pk = phi(q, True), phi(k, False)
+        if form == "chunked":
+            return linear_chunked(torch, pq, pk, v, args.chunk, EPS)
+        if form == "quadratic":
+            return linear_quadratic(torch, pq, pk, v, EPS)
+        return linear_recurrent(torch, pq, pk, v, EPS)
+
+    def drop_grads():
+        for t in [q, k, v] + params:
+            t.grad = None
+
+    def fwd():
+        with torch.no_grad():
+            forward()
+
+    def fwd_bwd():
+        forward().backward(dy)
+
+    fwd_ms, fwd_mib = measure(torch, device, args.reps, drop_grads, fwd)
+    tr_ms, tr_mib = measure(torch, device, args.reps, drop_grads, fwd_bwd)
+    drop_grads()
+    tokens = args.batch * L
+    row.update(fwd_ms=fwd_ms, fwd_bwd_ms=tr_ms, fwd_peak_mib=fwd_mib, fwd_bwd_peak_mib=tr_mib,
+               fwd_tokens_per_s=tokens / (fwd_ms * 1e-3), fwd_bwd_tokens_per_s=tokens / (tr_ms * 1e-3))
+    return row
+
+
+def crossover(rows, name, form, key):
+    """Smallest L from which (name, form) is faster than softmax at every longer measured L."""
+    soft = {r["L"]: r[key] for r in rows if r["map"] == "softmax" and r["status"] == "ok"}
+    pts = sorted((r["L"], r[key] < soft[r["L"]]) for r in rows
+                 if r["map"] == name and r["form"] == form and r["status"] == "ok" and r["L"] in soft)
+    frm = None
+    for L, faster in reversed(pts):
+        if not faster:
+            break
+        frm = L
+    return frm
+
+
+def fmt_mib(x):
+    return f"{x:.1f}" if x is not None else "n/a"
+
+
+def main():
+    p = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
+    p.add_argument("--threads", type=nonneg_int, default=0, help="CPU threads (0 = torch's default)")
+    p.add_argument("--lengths", type=int_list, default=[256, 512, 1024, 2048, 4096, 8192])
+    p.add_argument("--batch", type=positive_int, default=1)
+    p.add_argument("--heads", type=nonneg_int, default=0, help="0 = 4 on cpu, 12 on cuda")
+    p.add_argument("--head-dim", type=positive_int, default=64)
+    p.add_argument("--maps", type=name_list(MAPS), default=["softmax", "hedgehog", "elu", "taylor"])
+    p.add_argument("--forms", type=name_list(FORMS + ("softmax",)), default=list(FORMS))
+    p.add_argument("--chunk", type=positive_int, default=64)
+    p.add_argument("--reps", type=positive_int, default=3)
+    p.add_argument("--max-quadratic-len", type=nonneg_int, default=4096)
+    p.add_argument("--max-recurrent-len", type=nonneg_int, default=1024)
+    p.add_argument("--max-taylor-len", type=nonneg_int, default=2048)
+    p.add_argument("--json", metavar="FILE")
+    p.add_argument("--compare", metavar="HH_JSON", help="bench_attention --json output to compare against")
+    args = p.parse_args()
+
+    hh = {}
+    if args.compare:
+        try:
+            with open(args.compare) as f:
+                hh = {(r["map"], r["form"], r["L"]): r for r in json.load(f).get("results", [])}
+        except (OSError, ValueError, KeyError) as e:
+            sys.stderr.write(f"error: cannot read --compare file '{args.compare}': {e}\n")
+            sys.exit(1)
+    try:
+        import torch
+    except ImportError as e:
+        sys.stderr.write(f"error: PyTorch is not importable: {e}\n")
+        sys.exit(1)
+    try:
+        device = torch.device(args.device)
+    except RuntimeError as e:
+        sys.stderr.write(f"error: --device: {e}\n")
+        sys.exit(1)
+    if device.type not in ("cpu", "cuda") or (device.type == "cuda" and not torch.cuda.is_available()):
+        sys.stderr.write(f"error: --device {args.device}: not available (cpu, or cuda with a CUDA torch and GPU)\n")
+        sys.exit(1)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    H = args.heads or (12 if device.type == "cuda" else 4)
+    threads = torch.get_num_threads()
+    print(f"torch {torch.__version__} attention benchmark: {device}, {threads} thread(s), B={args.batch} H={H} "
+          f"D={args.head_dim}, chunk {args.chunk}, f32, median of {args.reps} after {WARMUP} warm-up\n")
+    cmp_hdr = f" {'hh/t fwd':>8} {'hh/t f+b':>8}" if hh else ""
+    print(f"{'map':<10} {'form':<10} {'L':>6} {'F':>5} {'fwd ms':>10} {'fwd+bwd ms':>11} {'fwd MiB':>9} "
+          f"{'f+b MiB':>11} {'fwd tok/s':>11} {'f+b tok/s':>11}{cmp_hdr}")
+    rows = []
+    failures = 0
+    for name in args.maps:
+        fmap = None if name == "softmax" else make_feature_map(torch, name, H, args.head_dim, device)
+        forms = ["softmax"] if name == "softmax" else [f for f in args.forms if f != "softmax"]
+        for form in forms:
+            for L in args.lengths:
+                try:
+                    r = run_case(torch, args, device, H, name, form, L, fmap)
+                except (RuntimeError, MemoryError) as e:
+                    r = {"map": name, "form": form, "L": L, "F": fmap[1] if fmap else args.head_dim,
+                         "status": "error", "reason": str(e).splitlines()[0]}
+                    failures += 1
+                rows.append(r)
+                head = f"{name:<10} {form:<10} {L:6d} {r['F']:5d} "
+                if r["status"] != "ok":
+                    print(f"{head}{r['status']} ({r['reason']})", flush=True)
+                    continue
+                cmp_s = ""
+                if hh:
+                    ref = hh.get((name, form, L))
+                    if ref and ref.get("status") == "ok":
+                        cmp_s = f" {ref['fwd_ms'] / r['fwd_ms']:7.2f}x {ref['fwd_bwd_ms'] / r['fwd_bwd_ms']:7.2f}x"
+                    else:
+                        cmp_s = f" {'n/a':>8} {'n/a':>8}"
+                print(f"{head}{r['fwd_ms']:10.2f} {r['fwd_bwd_ms']:11.2f} {fmt_mib(r['fwd_peak_mib']):>9} "
+                      f"{fmt_mib(r['fwd_bwd_peak_mib']):>11} {r['fwd_tokens_per_s']:11.0f} "
+                      f"{r['fwd_bwd_tokens_per_s']:11.0f}{cmp_s}", flush=True)
+
+    cross = []
+    if any(r["map"] == "softmax" and r["status"] == "ok" for r in rows):
+        print("\nwhere linear attention overtakes softmax (faster at this and every longer measured L):")
+        for name in args.maps:
+            if name == "softmax":
+                continue
+            for form in args.forms:
+                if form == "softmax":
+                    continue
+                a, b = crossover(rows, name, form, "fwd_ms"), crossover(rows, name, form, "fwd_bwd_ms")
+                say = lambda L: f"L={L}" if L else "not within the measured lengths"  # noqa: E731
+                print(f"  {name:<10} {form:<10} fwd: {say(a):<32} fwd+bwd: {say(b)}")
+                cross.append({"map": name, "form": form, "fwd_L": a, "fwd_bwd_L": b})
+    out = {"library": f"torch {torch.__version__}", "device": str(device), "threads": threads, "dtype": "f32",
+           "benchmark": "attention", "batch": args.batch, "heads": H, "head_dim": args.head_dim,
+           "chunk": args.chunk, "reps": args.reps, "warmup": WARMUP, "results": rows, "crossover": cross}
+    if args.json:
+        try:
+            with open(args.json, "w") as f:
+                json.dump(out, f, indent=2)
+                f.write("\n")
+        except OSError as e:
+            sys.stderr.write(f"error: cannot write --json file '{args.json}': {e}\n")
+            sys.exit(1)
+        print(f"\nwrote {args.json}")
+    if failures:
+        print(f"\n{failures} case(s) failed (status \"error\" above)")
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
