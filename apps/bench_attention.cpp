@@ -20,7 +20,9 @@
 // tok/s = B·L / time.
 //
 // Skips (printed as "skip"): quadratic above --max-quadratic-len (default 4096), recurrent above
-// --max-recurrent-len (default 1024), and every form of "taylor" above --max-taylor-len (default
+// --max-recurrent-len (default 1024) or when the recurrent backward's per-token states
+// (L·B·H·F·D·4 bytes) exceed --max-recurrent-mib (default 2048; this keeps taylor's recurrent
+// form at L <= 480 with B=1, H=4), and every form of "taylor" above --max-taylor-len (default
 // 2048): Taylor's F = 1 + D + D² (4161 at D=64) makes φ(q), φ(k) and the (B,H,L,D,D) outer product
 // huge, so it is slow by design; drop it with --maps. Default heads: 4 on the CPU, 12 on CUDA.
 //
@@ -124,6 +126,7 @@ struct Settings {
   int64_t batch, heads, head_dim, chunk;
   int reps;
   int64_t max_quadratic, max_recurrent, max_taylor;
+  double max_recurrent_mib;
 };
 
 struct Row {
@@ -165,6 +168,11 @@ void print_row(const Row& r, int64_t batch) {
   std::fflush(stdout);
 }
 
+// The recurrent form's backward keeps one (B,H,F,D) f32 state per token: L·B·H·F·D·4 bytes.
+double recurrent_state_mib(const Settings& s, int64_t L, int64_t F) {
+  return static_cast<double>(L) * static_cast<double>(s.batch * s.heads) * static_cast<double>(F * s.head_dim) * 4.0 / kMiB;
+}
+
 // One (map, form, L) row; throws on an op failure (the caller records it).
 Row run_case(const Settings& s, const std::string& map, const std::string& form, int64_t L,
              const std::shared_ptr<nn::FeatureMap>& fm) {
@@ -182,6 +190,10 @@ Row run_case(const Settings& s, const std::string& map, const std::string& form,
   } else if (form == "recurrent" && L > s.max_recurrent) {
     r.status = "skip";
     r.reason = str("recurrent above --max-recurrent-len ", s.max_recurrent);
+  } else if (form == "recurrent" && recurrent_state_mib(s, L, r.F) > s.max_recurrent_mib) {
+    r.status = "skip";
+    r.reason = str("recurrent backward keeps ~", static_cast<int64_t>(recurrent_state_mib(s, L, r.F)),
+                   " MiB of states > --max-recurrent-mib ", s.max_recurrent_mib);
   }
   if (r.status != "ok") return r;
 
@@ -249,6 +261,7 @@ int run_attention(const apps::Flags& f, Device device, json& out) {
   s.max_quadratic = f.integer("max-quadratic-len", 0, INT64_MAX);
   s.max_recurrent = f.integer("max-recurrent-len", 0, INT64_MAX);
   s.max_taylor = f.integer("max-taylor-len", 0, INT64_MAX);
+  s.max_recurrent_mib = f.number("max-recurrent-mib", 0, 1e12);
   const std::vector<int64_t> lengths = parse_int_list("lengths", f.str("lengths"), 1, int64_t(1) << 24);
   const std::vector<std::string> maps = parse_name_list("maps", f.str("maps"));
   const std::vector<std::string> forms = parse_name_list("forms", f.str("forms"));
@@ -416,6 +429,7 @@ int run(int argc, char** argv) {
   f.add("reps", "3", "timed runs per measurement (median)");
   f.add("max-quadratic-len", "4096", "skip the quadratic linear form above this L");
   f.add("max-recurrent-len", "1024", "skip the recurrent linear form above this L");
+  f.add("max-recurrent-mib", "2048", "skip the recurrent form when its L per-token states (L*B*H*F*D*4 bytes) exceed this");
   f.add("max-taylor-len", "2048", "skip every taylor form above this L (F = 1+D+D^2)");
   f.add("json", "", "also write the results as JSON to this file");
   f.add("ar-step", "false", "benchmark the AR model's training step instead of the attention table", true);

@@ -6,12 +6,17 @@
 // GEMM rows time Backend::gemm into a preallocated output (what torch.matmul(a, b, out=c) does),
 // so page faults of a fresh 50 MB result do not blur the kernel; op rows call the hh:: op API
 // (allocating, like torch's eager ops). Every row: warm-up runs, then the median of --reps.
+//
+// Besides wall time, every row reports a CPU-time rate: work / (process CPU seconds / threads).
+// On an idle machine the two agree; on a shared one (other jobs on the same cores) the wall rate
+// drops while the CPU-time rate still estimates what the code does when it has the cores.
 #include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
@@ -31,22 +36,35 @@ constexpr int kWarmup = 2;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
+double cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   size_t n = v.size();
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-// Median wall time (seconds) of f over `reps` runs after kWarmup runs.
-double time_median(const std::function<void()>& f, int reps) {
+struct Timing {
+  double wall = 0;  // median wall seconds
+  double cpu = 0;   // median process CPU seconds (all threads)
+};
+
+// Medians of f over `reps` runs after kWarmup runs.
+Timing time_median(const std::function<void()>& f, int reps) {
   for (int i = 0; i < kWarmup; ++i) f();
-  std::vector<double> ts;
+  std::vector<double> ws, cs;
   for (int i = 0; i < reps; ++i) {
     auto t0 = Clock::now();
+    double c0 = cpu_seconds();
     f();
-    ts.push_back(seconds_since(t0));
+    cs.push_back(cpu_seconds() - c0);
+    ws.push_back(seconds_since(t0));
   }
-  return median(ts);
+  return {median(ws), median(cs)};
 }
 
 // ---- FMA peak: register-only multiply-add chains, no memory traffic ----
@@ -70,11 +88,13 @@ constexpr const char* kIsa = nullptr;
 #endif
 constexpr int kChains = 12;
 
-// GFLOP/s of `threads` threads each running `iters` rounds of kChains FMAs; 0 without FMA.
-double fma_peak_once(int threads, int64_t iters) {
+// {wall, CPU-time} GFLOP/s of `threads` threads each running `iters` rounds of kChains FMAs;
+// zeros without FMA.
+Timing fma_peak_once(int threads, int64_t iters) {
 #if defined(__FMA__)
   volatile float sink = 0.0f;
   auto t0 = Clock::now();
+  double c0 = cpu_seconds();
 #pragma omp parallel num_threads(threads)
   {
     Vec acc[kChains];
@@ -87,22 +107,27 @@ double fma_peak_once(int threads, int64_t iters) {
 #pragma omp atomic
     sink += s;
   }
-  double dt = seconds_since(t0);
+  double dt = seconds_since(t0), dc = cpu_seconds() - c0;
   (void)sink;
-  return 2.0 * kLanes * kChains * static_cast<double>(iters) * threads / dt / 1e9;
+  double gflop = 2.0 * kLanes * kChains * static_cast<double>(iters) * threads / 1e9;
+  return {gflop / dt, gflop / (dc / threads)};
 #else
   (void)threads;
   (void)iters;
-  return 0.0;
+  return {};
 #endif
 }
 
-double fma_peak(int threads, int reps) {
+Timing fma_peak(int threads, int reps) {
   const int64_t iters = 20'000'000;  // ~4 GFLOP per thread: tens of milliseconds
   for (int i = 0; i < kWarmup; ++i) fma_peak_once(threads, iters / 4);
-  std::vector<double> g;
-  for (int i = 0; i < reps; ++i) g.push_back(fma_peak_once(threads, iters));
-  return median(g);
+  std::vector<double> w, c;
+  for (int i = 0; i < reps; ++i) {
+    Timing t = fma_peak_once(threads, iters);
+    w.push_back(t.wall);
+    c.push_back(t.cpu);
+  }
+  return {median(w), median(c)};
 }
 
 // ---- GEMM rows ----
@@ -214,39 +239,48 @@ int main(int argc, char** argv) {
 
   std::printf("hedgehog CPU benchmark, f32, median of %d runs after %d warm-ups\n", flags.reps, kWarmup);
   // FMA peak per thread count.
-  json peaks = json::object();
-  std::vector<double> peak(flags.threads.size(), 0.0);
-  std::printf("\nFMA peak (%s register-only chains, measured)\n", kIsa ? kIsa : "unavailable");
+  json peaks = json::object(), peaks_cpu = json::object();
+  std::vector<Timing> peak(flags.threads.size());
+  std::printf("\nFMA peak (%s, %d register-only chains per thread, measured)\n", kIsa ? kIsa : "unavailable", kChains);
+  std::printf("  %7s %14s %18s\n", "threads", "wall GFLOP/s", "cpu-time GFLOP/s");
   for (size_t i = 0; i < flags.threads.size(); ++i) {
     peak[i] = fma_peak(flags.threads[i], flags.reps);
-    std::printf("  %2d thread%s %10.1f GFLOP/s\n", flags.threads[i], flags.threads[i] == 1 ? " " : "s", peak[i]);
-    peaks[std::to_string(flags.threads[i])] = peak[i];
+    std::printf("  %7d %14.1f %18.1f\n", flags.threads[i], peak[i].wall, peak[i].cpu);
+    peaks[std::to_string(flags.threads[i])] = peak[i].wall;
+    peaks_cpu[std::to_string(flags.threads[i])] = peak[i].cpu;
   }
   out["fma_peak_gflops"] = peaks;
+  out["fma_peak_cpu_gflops"] = peaks_cpu;
   out["isa"] = kIsa ? kIsa : "none";
 
   // GEMM.
-  std::printf("\n%-28s %7s %10s %10s %8s\n", "GEMM (into preallocated C)", "threads", "ms", "GFLOP/s", "% peak");
+  std::printf("\n%-28s %7s %9s %9s %7s %9s %7s\n", "GEMM (into preallocated C)", "threads", "ms", "GFLOP/s", "%peak",
+              "cpu GF/s", "%peak");
   json gemm_rows = json::array();
   hh::Generator gen(42);
   for (const GemmCase& g : gemm_cases()) {
     hh::Tensor a = hh::uniform({g.batch, g.m, g.k}, -1, 1, gen), b = hh::uniform({g.batch, g.k, g.n}, -1, 1, gen);
     hh::Tensor c = hh::empty({g.batch, g.m, g.n});
     hh::Backend& be = hh::backend_of(c);
-    const double flops = 2.0 * static_cast<double>(g.batch * g.m) * static_cast<double>(g.k * g.n);
+    const double gflop = 2.0 * static_cast<double>(g.batch * g.m) * static_cast<double>(g.k * g.n) / 1e9;
     for (size_t i = 0; i < flags.threads.size(); ++i) {
-      hh::set_num_threads(flags.threads[i]);
-      double t = time_median([&] { be.gemm(a, b, c, {1.0, 0.0}); }, flags.reps);
-      double gf = flops / t / 1e9, pct = peak[i] > 0 ? 100.0 * gf / peak[i] : 0.0;
-      std::printf("%-28s %7d %10.2f %10.1f %7.1f%%\n", g.name.c_str(), flags.threads[i], t * 1e3, gf, pct);
-      gemm_rows.push_back({{"name", g.name}, {"batch", g.batch}, {"m", g.m}, {"k", g.k}, {"n", g.n},
-                           {"threads", flags.threads[i]}, {"ms", t * 1e3}, {"gflops", gf}, {"pct_peak", pct}});
+      const int th = flags.threads[i];
+      hh::set_num_threads(th);
+      Timing t = time_median([&] { be.gemm(a, b, c, {1.0, 0.0}); }, flags.reps);
+      const double gf = gflop / t.wall, gfc = gflop / (t.cpu / th);
+      const double pct = peak[i].wall > 0 ? 100.0 * gf / peak[i].wall : 0.0;
+      const double pctc = peak[i].cpu > 0 ? 100.0 * gfc / peak[i].cpu : 0.0;
+      std::printf("%-28s %7d %9.2f %9.1f %6.1f%% %9.1f %6.1f%%\n", g.name.c_str(), th, t.wall * 1e3, gf, pct, gfc,
+                  pctc);
+      gemm_rows.push_back({{"name", g.name}, {"batch", g.batch}, {"m", g.m}, {"k", g.k}, {"n", g.n}, {"threads", th},
+                           {"ms", t.wall * 1e3}, {"gflops", gf}, {"pct_peak", pct}, {"cpu_gflops", gfc},
+                           {"cpu_pct_peak", pctc}});
     }
   }
   out["gemm"] = gemm_rows;
 
   // Memory-bound ops through the op API.
-  std::printf("\n%-28s %7s %10s %10s\n", "op on (4096x2048) f32", "threads", "ms", "GB/s");
+  std::printf("\n%-28s %7s %9s %9s %9s\n", "op on (4096x2048) f32", "threads", "ms", "GB/s", "cpu GB/s");
   json op_rows = json::array();
   hh::Tensor x = hh::uniform({kRows, kCols}, -2, 2, gen), y = hh::uniform({kRows, kCols}, -2, 2, gen);
   hh::Tensor w = hh::uniform({kCols}, 0.5, 1.5, gen), bias = hh::uniform({kCols}, -0.5, 0.5, gen);
@@ -256,13 +290,14 @@ int main(int argc, char** argv) {
       hh::set_num_threads(th);
       json row = {{"name", op.name}, {"threads", th}};
       try {
-        double t = time_median([&] { op.fn(); }, flags.reps);
-        double gbs = op.bytes / t / 1e9;
-        std::printf("%-28s %7d %10.2f %10.1f\n", op.name.c_str(), th, t * 1e3, gbs);
-        row["ms"] = t * 1e3;
+        Timing t = time_median([&] { op.fn(); }, flags.reps);
+        const double gbs = op.bytes / t.wall / 1e9, gbc = op.bytes / (t.cpu / th) / 1e9;
+        std::printf("%-28s %7d %9.2f %9.1f %9.1f\n", op.name.c_str(), th, t.wall * 1e3, gbs, gbc);
+        row["ms"] = t.wall * 1e3;
         row["gbs"] = gbs;
+        row["cpu_gbs"] = gbc;
       } catch (const hh::Error& e) {
-        std::printf("%-28s %7d %10s %10s\n", op.name.c_str(), th, "n/a", "n/a");
+        std::printf("%-28s %7d %9s %9s %9s\n", op.name.c_str(), th, "n/a", "n/a", "n/a");
         row["ms"] = nullptr;
         row["gbs"] = nullptr;
         row["error"] = e.what();

@@ -140,6 +140,20 @@ class Backend {
                                                 const Tensor& y, const Tensor& den, const Tensor& gy,
                                                 int64_t chunk, const Tensor& gq, const Tensor& gk,
                                                 const Tensor& gv) = 0;
+  // Fused softmax attention (FlashAttention-2 style): q (G,Lq,D), k (G,Lk,D), v (G,Lk,Dv), all
+  // contiguous, one dtype (f32/f64 on the CPU, f32 on CUDA). out (G,Lq,Dv) = softmax(scale·q kᵀ) v
+  // row by row; lse (G,Lq) = log Σ_j exp(scale·q_i·k_j) over the allowed keys. causal requires
+  // Lq == Lk and lets query i see keys j <= i. No (Lq,Lk) buffer: query tiles × key tiles with an
+  // online softmax (running max, running sum), fully masked key tiles skipped. A row with no keys
+  // (Lk == 0) gets out 0 and lse -inf.
+  virtual void flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale,
+                               const Tensor& out, const Tensor& lse) = 0;
+  // Gradients gq (G,Lq,D), gk (G,Lk,D), gv (G,Lk,Dv) of Σ gout·out, from the forward's out and lse
+  // (all contiguous, q's dtype). Recomputes P = exp(scale·q kᵀ - lse) per tile; with
+  // D_i = Σ_c gout_ic out_ic: gv = Pᵀ gout, dS = P ∘ (gout vᵀ - D), gq = scale·dS k, gk = scale·dSᵀ q.
+  virtual void flash_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                                        const Tensor& lse, const Tensor& gout, bool causal, double scale,
+                                        const Tensor& gq, const Tensor& gk, const Tensor& gv) = 0;
 
   // ---- optimizer ----
   // In place on param, m, v (contiguous, same shape, f32/f64): decoupled-decay AdamW.

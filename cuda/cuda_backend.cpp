@@ -53,8 +53,8 @@ CudaBackend& backend(int index) {
   static std::array<CudaBackend*, kMaxDevices> backends{};
   const DeviceCount& info = device_count_info();
   HH_CHECK(info.count > 0, "cuda:", index, ": no CUDA device is available (", info.why, ")");
-  HH_CHECK(index >= 0 && index < info.count && index < kMaxDevices, "cuda:", index, ": no such device (",
-           info.count, " CUDA device", info.count == 1 ? "" : "s", " available)");
+  HH_CHECK(index >= 0 && index < info.count && index < kMaxDevices, "cuda:", index, ": no such device (", info.count,
+           " CUDA device", info.count == 1 ? "" : "s", " available)");
   std::call_once(once[static_cast<size_t>(index)],
                  [&] { backends[static_cast<size_t>(index)] = new CudaBackend(index); });  // never deleted
   return *backends[static_cast<size_t>(index)];

@@ -50,9 +50,9 @@ class CudaBackend final : public Backend {
   void copy_to_host(void* dst, const void* src, size_t nbytes) override;
   void synchronize() override;
 
-  void fill(const Tensor& out, double value) override;                        // cuda_copy.cu
-  void copy(const Tensor& dst, const Tensor& src) override;                    // cuda_copy.cu
-  void random(const Tensor& out, const RandomParams& p) override;              // cuda_random.cu
+  void fill(const Tensor& out, double value) override;             // cuda_copy.cu
+  void copy(const Tensor& dst, const Tensor& src) override;        // cuda_copy.cu
+  void random(const Tensor& out, const RandomParams& p) override;  // cuda_random.cu
 
   void unary(UnaryOp op, const Tensor& x, const Tensor& y, const UnaryParams& p) override;  // cuda_unary.cu
   void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& gy, const Tensor& gx,
@@ -72,8 +72,8 @@ class CudaBackend final : public Backend {
   void layer_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
                            const Tensor& gy, const Tensor& gx, const Tensor& gweight, const Tensor& gbias) override;
   void rms_norm(const Tensor& x, const Tensor& weight, double eps, const Tensor& y, const Tensor& rstd) override;
-  void rms_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& rstd, const Tensor& gy,
-                         const Tensor& gx, const Tensor& gweight) override;
+  void rms_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& rstd, const Tensor& gy, const Tensor& gx,
+                         const Tensor& gweight) override;
   void cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyParams& p, const Tensor& loss,
                      const Tensor& lse) override;  // cuda_loss.cu
   void cross_entropy_backward(const Tensor& logits, const Tensor& target, const Tensor& lse, const Tensor& gloss,
@@ -85,12 +85,18 @@ class CudaBackend final : public Backend {
   void scatter_add(const Tensor& out, const Tensor& index, const Tensor& src) override;
   void triangle(const Tensor& x, const Tensor& out, int64_t k, bool upper) override;
 
-  // No CUDA kernel yet: runs the CPU kernel on host copies (cuda_attention.cpp).
+  // Checks in cuda_attention.cpp; kernels in cuda_attention.cu (chunked causal linear attention)
+  // and cuda_flash_attention.cu (softmax attention, f32).
   void linear_attention_causal(const Tensor& q, const Tensor& k, const Tensor& v, int64_t chunk, double eps,
                                const Tensor& y, const Tensor& den) override;
   void linear_attention_causal_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& y,
                                         const Tensor& den, const Tensor& gy, int64_t chunk, const Tensor& gq,
                                         const Tensor& gk, const Tensor& gv) override;
+  void flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale, const Tensor& out,
+                       const Tensor& lse) override;
+  void flash_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                                const Tensor& lse, const Tensor& gout, bool causal, double scale, const Tensor& gq,
+                                const Tensor& gk, const Tensor& gv) override;
 
   void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
                   const AdamWParams& p) override;  // cuda_optim.cu

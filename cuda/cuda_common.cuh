@@ -17,8 +17,8 @@
 
 namespace hh::cuda {
 
-constexpr int kBlock = 256;        // threads per block of the 1-D elementwise kernels
-constexpr int kMaxDims = 8;        // dims an OffsetCalc holds after merging
+constexpr int kBlock = 256;            // threads per block of the 1-D elementwise kernels
+constexpr int kMaxDims = 8;            // dims an OffsetCalc holds after merging
 constexpr int64_t kMaxGrid = 1 << 20;  // grid-stride loops cover the rest
 
 inline unsigned blocks_for(int64_t n, int threads = kBlock) {
@@ -33,8 +33,7 @@ inline void check_launch(const char* op) { HH_CUDA_CHECK(cudaGetLastError(), op)
 inline void check_device(const CudaBackend& b, const char* op, std::initializer_list<const Tensor*> ts) {
   for (const Tensor* t : ts)
     if (t->defined())
-      HH_CHECK(t->device() == b.device(), op, ": got a tensor on ", t->device(), " on the ", b.device(),
-               " backend");
+      HH_CHECK(t->device() == b.device(), op, ": got a tensor on ", t->device(), " on the ", b.device(), " backend");
 }
 
 // Grid-stride loop index helpers.
@@ -98,9 +97,8 @@ OffsetCalc<N> make_offset_calc(const std::array<const Tensor*, N>& ts, const cha
   StridedLoop<N> loop(ts);
   OffsetCalc<N> c;
   const int nd = static_cast<int>(loop.shape.size());
-  HH_CHECK(nd <= kMaxDims, op, ": the CUDA kernel handles at most ", kMaxDims,
-           " non-mergeable dims, got shape ", ts[0]->shape(), " with strides ", ts[0]->strides(),
-           " (make the operands contiguous first)");
+  HH_CHECK(nd <= kMaxDims, op, ": the CUDA kernel handles at most ", kMaxDims, " non-mergeable dims, got shape ",
+           ts[0]->shape(), " with strides ", ts[0]->strides(), " (make the operands contiguous first)");
   c.ndim = nd;
   for (int d = 0; d < nd; ++d) {
     c.sizes[d] = loop.shape[static_cast<size_t>(nd - 1 - d)];
@@ -113,10 +111,16 @@ OffsetCalc<N> make_offset_calc(const std::array<const Tensor*, N>& ts, const cha
 // ---- reductions over the threads of one row ----
 
 struct SumOp {
-  template <typename T> __device__ __forceinline__ T operator()(T a, T b) const { return a + b; }
+  template <typename T>
+  __device__ __forceinline__ T operator()(T a, T b) const {
+    return a + b;
+  }
 };
 struct MaxOp {  // NaN-propagating
-  template <typename T> __device__ __forceinline__ T operator()(T a, T b) const { return (a > b || a != a) ? a : b; }
+  template <typename T>
+  __device__ __forceinline__ T operator()(T a, T b) const {
+    return (a > b || a != a) ? a : b;
+  }
 };
 
 template <typename T, typename Op>

@@ -108,8 +108,7 @@ void CudaBackend::copy(const Tensor& dst, const Tensor& src) {
     dispatch_all(src.dtype(), [&](auto stag) {
       using D = typename decltype(dtag)::type;
       using S = typename decltype(stag)::type;
-      cuda::copy_cuda<D, S>(static_cast<D*>(dst.raw_data()), static_cast<const S*>(src.raw_data()), calc, n,
-                            stream_);
+      cuda::copy_cuda<D, S>(static_cast<D*>(dst.raw_data()), static_cast<const S*>(src.raw_data()), calc, n, stream_);
     });
   });
 }

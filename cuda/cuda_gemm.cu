@@ -67,12 +67,11 @@ template <typename T>
 void gemm_cuda(cublasHandle_t handle, const T* a, const T* b, T* c, const GemmArgs& g, T alpha, T beta) {
   const cublasOperation_t op_b = g.lb.row_major ? CUBLAS_OP_N : CUBLAS_OP_T;
   const cublasOperation_t op_a = g.la.row_major ? CUBLAS_OP_N : CUBLAS_OP_T;
-  check_cublas(cublasGemmStridedBatchedEx(handle, op_b, op_a, static_cast<int>(g.n), static_cast<int>(g.m),
-                                          static_cast<int>(g.k), &alpha, b, GemmTypes<T>::data,
-                                          static_cast<int>(g.lb.ld), g.sb, a, GemmTypes<T>::data,
-                                          static_cast<int>(g.la.ld), g.sa, &beta, c, GemmTypes<T>::data,
-                                          static_cast<int>(g.n), g.m * g.n, static_cast<int>(g.bt),
-                                          GemmTypes<T>::compute(), CUBLAS_GEMM_DEFAULT),
+  check_cublas(cublasGemmStridedBatchedEx(
+                   handle, op_b, op_a, static_cast<int>(g.n), static_cast<int>(g.m), static_cast<int>(g.k), &alpha, b,
+                   GemmTypes<T>::data, static_cast<int>(g.lb.ld), g.sb, a, GemmTypes<T>::data,
+                   static_cast<int>(g.la.ld), g.sa, &beta, c, GemmTypes<T>::data, static_cast<int>(g.n), g.m * g.n,
+                   static_cast<int>(g.bt), GemmTypes<T>::compute(), CUBLAS_GEMM_DEFAULT),
                "gemm", "cublasGemmStridedBatchedEx");
 }
 
@@ -81,8 +80,8 @@ void gemm_cuda(cublasHandle_t handle, const T* a, const T* b, T* c, const GemmAr
 
 void CudaBackend::gemm(const Tensor& a, const Tensor& b, const Tensor& c, const GemmParams& p) {
   cuda::check_device(*this, "gemm", {&a, &b, &c});
-  HH_CHECK(a.dim() == 3 && b.dim() == 3 && c.dim() == 3, "gemm: expected 3-d a, b, c, got ", a.shape(), ", ",
-           b.shape(), ", ", c.shape());
+  HH_CHECK(a.dim() == 3 && b.dim() == 3 && c.dim() == 3, "gemm: expected 3-d a, b, c, got ", a.shape(), ", ", b.shape(),
+           ", ", c.shape());
   HH_CHECK(a.size(0) == b.size(0) && a.size(0) == c.size(0) && a.size(2) == b.size(1) && c.size(1) == a.size(1) &&
                c.size(2) == b.size(2),
            "gemm: shapes ", a.shape(), " · ", b.shape(), " -> ", c.shape(), " do not match");

@@ -45,7 +45,8 @@ __device__ __forceinline__ void atomic_add(int64_t* p, int64_t v) {
 // synchronization here, so a thread simply walks its own rows).
 // out (O,K,I) = x (O,R,I)[:, idx[k], :]
 template <typename U, typename Idx>
-__global__ void __launch_bounds__(kMaxRowThreads) index_select_kernel(const U* x, const Idx* idx, U* out, int64_t O, int64_t R, int64_t K, int64_t I) {
+__global__ void __launch_bounds__(kMaxRowThreads)
+    index_select_kernel(const U* x, const Idx* idx, U* out, int64_t O, int64_t R, int64_t K, int64_t I) {
   for (int64_t row = first_row(); row < O * K; row += row_step()) {
     const int64_t o = row / K, k = row % K;
     const U* src = x + (o * R + static_cast<int64_t>(idx[k])) * I;
@@ -56,7 +57,8 @@ __global__ void __launch_bounds__(kMaxRowThreads) index_select_kernel(const U* x
 
 // out (O,R,I)[:, idx[k], :] += src (O,K,I)
 template <typename T, typename Idx>
-__global__ void __launch_bounds__(kMaxRowThreads) index_add_kernel(T* out, const Idx* idx, const T* src, int64_t O, int64_t R, int64_t K, int64_t I) {
+__global__ void __launch_bounds__(kMaxRowThreads)
+    index_add_kernel(T* out, const Idx* idx, const T* src, int64_t O, int64_t R, int64_t K, int64_t I) {
   for (int64_t row = first_row(); row < O * K; row += row_step()) {
     const int64_t o = row / K, k = row % K;
     T* dst = out + (o * R + static_cast<int64_t>(idx[k])) * I;
@@ -67,7 +69,8 @@ __global__ void __launch_bounds__(kMaxRowThreads) index_add_kernel(T* out, const
 
 // out (O,K,I)[o,k,i] = x (O,R,I)[o, idx[o,k,i], i]
 template <typename U, typename Idx>
-__global__ void __launch_bounds__(kMaxRowThreads) gather_kernel(const U* x, const Idx* idx, U* out, int64_t O, int64_t R, int64_t K, int64_t I) {
+__global__ void __launch_bounds__(kMaxRowThreads)
+    gather_kernel(const U* x, const Idx* idx, U* out, int64_t O, int64_t R, int64_t K, int64_t I) {
   for (int64_t row = first_row(); row < O * K; row += row_step()) {
     const U* xo = x + (row / K) * R * I;
     const Idx* ir = idx + row * I;
@@ -78,18 +81,21 @@ __global__ void __launch_bounds__(kMaxRowThreads) gather_kernel(const U* x, cons
 
 // out (O,R,I)[o, idx[o,k,i], i] += src (O,K,I)[o,k,i]
 template <typename T, typename Idx>
-__global__ void __launch_bounds__(kMaxRowThreads) scatter_add_kernel(T* out, const Idx* idx, const T* src, int64_t O, int64_t R, int64_t K, int64_t I) {
+__global__ void __launch_bounds__(kMaxRowThreads)
+    scatter_add_kernel(T* out, const Idx* idx, const T* src, int64_t O, int64_t R, int64_t K, int64_t I) {
   for (int64_t row = first_row(); row < O * K; row += row_step()) {
     T* dst = out + (row / K) * R * I;
     const Idx* ir = idx + row * I;
     const T* from = src + row * I;
-    for (int64_t i = threadIdx.x; i < I; i += blockDim.x) atomic_add(dst + static_cast<int64_t>(ir[i]) * I + i, from[i]);
+    for (int64_t i = threadIdx.x; i < I; i += blockDim.x)
+      atomic_add(dst + static_cast<int64_t>(ir[i]) * I + i, from[i]);
   }
 }
 
 // out (Bt,M,N): row i keeps columns j with j - i <= k (lower) or j - i >= k (upper), zero elsewhere.
 template <typename U>
-__global__ void __launch_bounds__(kMaxRowThreads) triangle_kernel(const U* x, U* out, int64_t rows, int64_t M, int64_t N, int64_t k, bool upper) {
+__global__ void __launch_bounds__(kMaxRowThreads)
+    triangle_kernel(const U* x, U* out, int64_t rows, int64_t M, int64_t N, int64_t k, bool upper) {
   for (int64_t row = first_row(); row < rows; row += row_step()) {
     const int64_t i = row % M;
     const U* src = x + row * N;
@@ -144,20 +150,34 @@ void triangle_cuda(const U* x, U* out, int64_t rows, int64_t M, int64_t N, int64
 template <typename F>
 void dispatch_index(DType t, const char* op, F&& f) {
   switch (t) {
-    case DType::i32: f(type_tag<int32_t>{}); return;
-    case DType::i64: f(type_tag<int64_t>{}); return;
-    default: fail(str(op, ": index must be an i64 or i32 tensor, got ", dtype_name(t)));
+    case DType::i32:
+      f(type_tag<int32_t>{});
+      return;
+    case DType::i64:
+      f(type_tag<int64_t>{});
+      return;
+    default:
+      fail(str(op, ": index must be an i64 or i32 tensor, got ", dtype_name(t)));
   }
 }
 
 template <typename F>
 void dispatch_accumulate(DType t, const char* op, F&& f) {
   switch (t) {
-    case DType::f32: f(type_tag<float>{}); return;
-    case DType::f64: f(type_tag<double>{}); return;
-    case DType::i32: f(type_tag<int32_t>{}); return;
-    case DType::i64: f(type_tag<int64_t>{}); return;
-    default: fail(str(op, ": expected a f32, f64, i32 or i64 tensor, got ", dtype_name(t)));
+    case DType::f32:
+      f(type_tag<float>{});
+      return;
+    case DType::f64:
+      f(type_tag<double>{});
+      return;
+    case DType::i32:
+      f(type_tag<int32_t>{});
+      return;
+    case DType::i64:
+      f(type_tag<int64_t>{});
+      return;
+    default:
+      fail(str(op, ": expected a f32, f64, i32 or i64 tensor, got ", dtype_name(t)));
   }
 }
 
@@ -165,11 +185,20 @@ void dispatch_accumulate(DType t, const char* op, F&& f) {
 template <typename F>
 void dispatch_by_size(DType t, const char* op, F&& f) {
   switch (itemsize(t)) {
-    case 1: f(type_tag<uint8_t>{}); return;
-    case 2: f(type_tag<uint16_t>{}); return;
-    case 4: f(type_tag<uint32_t>{}); return;
-    case 8: f(type_tag<uint64_t>{}); return;
-    default: fail(str(op, ": unsupported dtype ", dtype_name(t)));
+    case 1:
+      f(type_tag<uint8_t>{});
+      return;
+    case 2:
+      f(type_tag<uint16_t>{});
+      return;
+    case 4:
+      f(type_tag<uint32_t>{});
+      return;
+    case 8:
+      f(type_tag<uint64_t>{});
+      return;
+    default:
+      fail(str(op, ": unsupported dtype ", dtype_name(t)));
   }
 }
 

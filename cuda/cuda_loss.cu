@@ -10,7 +10,10 @@ namespace cuda {
 namespace {
 
 struct MaxIgnoreNaN {
-  template <typename T> __device__ __forceinline__ T operator()(T a, T b) const { return b > a ? b : a; }
+  template <typename T>
+  __device__ __forceinline__ T operator()(T a, T b) const {
+    return b > a ? b : a;
+  }
 };
 
 __device__ __forceinline__ bool bad_target(int64_t t, int64_t V, int64_t ignore_index) {
@@ -20,9 +23,9 @@ __device__ __forceinline__ bool bad_target(int64_t t, int64_t V, int64_t ignore_
 // Per row, with lse = logsumexp(x) and eps = label smoothing:
 //   loss = (1-eps)(lse - x_t) + eps (lse - mean_j x_j);  0 where target == ignore_index.
 template <typename T>
-__global__ void __launch_bounds__(kMaxRowThreads) cross_entropy_kernel(const T* logits, const int64_t* target, int64_t N, int64_t V,
-                                     int64_t ignore_index, double smoothing, T* loss, T* lse,
-                                     unsigned long long* bad) {
+__global__ void __launch_bounds__(kMaxRowThreads)
+    cross_entropy_kernel(const T* logits, const int64_t* target, int64_t N, int64_t V, int64_t ignore_index,
+                         double smoothing, T* loss, T* lse, unsigned long long* bad) {
   __shared__ T smem[32];
   for (int64_t r0 = static_cast<int64_t>(blockIdx.x) * blockDim.y; r0 < N;
        r0 += static_cast<int64_t>(gridDim.x) * blockDim.y) {
@@ -61,9 +64,10 @@ __global__ void __launch_bounds__(kMaxRowThreads) cross_entropy_kernel(const T* 
 
 // glogits_ij = gloss_i (exp(x_ij - lse_i) - eps/V) - gloss_i (1-eps) [j == t_i]; 0 for ignored rows.
 template <typename T>
-__global__ void __launch_bounds__(kMaxRowThreads) cross_entropy_backward_kernel(const T* logits, const int64_t* target, const T* lse, const T* gloss,
-                                              int64_t N, int64_t V, int64_t ignore_index, T smooth, T hit, T* glogits,
-                                              unsigned long long* bad) {
+__global__ void __launch_bounds__(kMaxRowThreads)
+    cross_entropy_backward_kernel(const T* logits, const int64_t* target, const T* lse, const T* gloss, int64_t N,
+                                  int64_t V, int64_t ignore_index, T smooth, T hit, T* glogits,
+                                  unsigned long long* bad) {
   for (int64_t row = first_row(); row < N; row += row_step()) {
     const T* xi = logits + row * V;
     T* oi = glogits + row * V;
@@ -86,8 +90,8 @@ template <typename T>
 void cross_entropy_cuda(const T* logits, const int64_t* target, int64_t N, int64_t V, const CrossEntropyParams& p,
                         T* loss, T* lse, unsigned long long* bad, cudaStream_t stream) {
   const RowLaunch l = row_launch(N, V);
-  cross_entropy_kernel<T><<<l.grid, l.block, 0, stream>>>(logits, target, N, V, p.ignore_index, p.label_smoothing, loss,
-                                                          lse, bad);
+  cross_entropy_kernel<T>
+      <<<l.grid, l.block, 0, stream>>>(logits, target, N, V, p.ignore_index, p.label_smoothing, loss, lse, bad);
   check_launch("cross_entropy");
 }
 
@@ -98,8 +102,8 @@ void cross_entropy_backward_cuda(const T* logits, const int64_t* target, const T
   const T smooth = static_cast<T>(p.label_smoothing / static_cast<double>(V > 0 ? V : 1));
   const T hit = static_cast<T>(1.0 - p.label_smoothing);
   const RowLaunch l = row_launch(N, V);
-  cross_entropy_backward_kernel<T><<<l.grid, l.block, 0, stream>>>(logits, target, lse, gloss, N, V, p.ignore_index,
-                                                                   smooth, hit, glogits, bad);
+  cross_entropy_backward_kernel<T>
+      <<<l.grid, l.block, 0, stream>>>(logits, target, lse, gloss, N, V, p.ignore_index, smooth, hit, glogits, bad);
   check_launch("cross_entropy_backward");
 }
 
@@ -109,9 +113,8 @@ void check_ce(const char* op, const Tensor& logits, const Tensor& target, int64_
   HH_CHECK(target.dtype() == DType::i64 && target.is_contiguous() && target.numel() == n, op,
            ": target must be a contiguous i64 tensor of ", n, " elements, got ", target.shape(), " ", target.dtype());
   for (const auto& [t, numel] : ts)
-    HH_CHECK(t->is_contiguous() && t->dtype() == logits.dtype() && t->numel() == numel, op,
-             ": expected a contiguous ", logits.dtype(), " tensor of ", numel, " elements, got ", t->shape(), " ",
-             t->dtype());
+    HH_CHECK(t->is_contiguous() && t->dtype() == logits.dtype() && t->numel() == numel, op, ": expected a contiguous ",
+             logits.dtype(), " tensor of ", numel, " elements, got ", t->shape(), " ", t->dtype());
 }
 
 // Throws the CPU's message for the first out-of-range target, if any (waits for the stream).
@@ -147,15 +150,14 @@ void CudaBackend::cross_entropy_backward(const Tensor& logits, const Tensor& tar
                                          const Tensor& gloss, const CrossEntropyParams& p, const Tensor& glogits) {
   cuda::check_device(*this, "cross_entropy_backward", {&logits, &target, &lse, &gloss, &glogits});
   const cuda::Rows s = cuda::rows_of(logits);
-  cuda::check_ce("cross_entropy_backward", logits, target, s.n,
-                 {{&lse, s.n}, {&gloss, s.n}, {&glogits, s.n * s.r}});
+  cuda::check_ce("cross_entropy_backward", logits, target, s.n, {{&lse, s.n}, {&gloss, s.n}, {&glogits, s.n * s.r}});
   if (s.n == 0) return;
   cuda::DeviceGuard guard(index_);
   cuda::BadPosition bad(*this);
   dispatch_float(logits.dtype(), "cross_entropy_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    cuda::cross_entropy_backward_cuda<T>(logits.data<T>(), target.data<int64_t>(), lse.data<T>(), gloss.data<T>(),
-                                         s.n, s.r, p, glogits.data<T>(), bad.ptr(), stream_);
+    cuda::cross_entropy_backward_cuda<T>(logits.data<T>(), target.data<int64_t>(), lse.data<T>(), gloss.data<T>(), s.n,
+                                         s.r, p, glogits.data<T>(), bad.ptr(), stream_);
   });
   cuda::report_bad_target(*this, bad, target, s.r, p.ignore_index, "cross_entropy_backward");
 }

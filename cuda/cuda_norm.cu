@@ -14,8 +14,8 @@ namespace {
 
 // y = (x - mean) * rstd * w + b, rstd = 1 / sqrt(var + eps), var biased. w, b may be null.
 template <typename T>
-__global__ void __launch_bounds__(kMaxRowThreads) layer_norm_kernel(const T* x, const T* w, const T* b, double eps, T* y, T* mean, T* rstd, int64_t N,
-                                  int64_t C) {
+__global__ void __launch_bounds__(kMaxRowThreads)
+    layer_norm_kernel(const T* x, const T* w, const T* b, double eps, T* y, T* mean, T* rstd, int64_t N, int64_t C) {
   __shared__ T smem[32];
   for (int64_t r0 = static_cast<int64_t>(blockIdx.x) * blockDim.y; r0 < N;
        r0 += static_cast<int64_t>(gridDim.x) * blockDim.y) {
@@ -51,7 +51,8 @@ __global__ void __launch_bounds__(kMaxRowThreads) layer_norm_kernel(const T* x, 
 
 // y = x * rstd * w, rstd = 1 / sqrt(mean_j x_j^2 + eps). w may be null.
 template <typename T>
-__global__ void __launch_bounds__(kMaxRowThreads) rms_norm_kernel(const T* x, const T* w, double eps, T* y, T* rstd, int64_t N, int64_t C) {
+__global__ void __launch_bounds__(kMaxRowThreads)
+    rms_norm_kernel(const T* x, const T* w, double eps, T* y, T* rstd, int64_t N, int64_t C) {
   __shared__ T smem[32];
   for (int64_t r0 = static_cast<int64_t>(blockIdx.x) * blockDim.y; r0 < N;
        r0 += static_cast<int64_t>(gridDim.x) * blockDim.y) {
@@ -74,8 +75,9 @@ __global__ void __launch_bounds__(kMaxRowThreads) rms_norm_kernel(const T* x, co
 //   layer_norm: gx = rstd * (gh - mean_j(gh) - xhat * mean_j(gh * xhat))
 //   rms_norm:   gx = rstd * (gh - xhat * mean_j(gh * xhat))
 template <typename T, bool Rms>
-__global__ void __launch_bounds__(kMaxRowThreads) norm_backward_kernel(const T* x, const T* w, const T* mean, const T* rstd, const T* gy, T* gx,
-                                     int64_t N, int64_t C) {
+__global__ void __launch_bounds__(kMaxRowThreads)
+    norm_backward_kernel(const T* x, const T* w, const T* mean, const T* rstd, const T* gy, T* gx, int64_t N,
+                         int64_t C) {
   __shared__ T smem[32];
   for (int64_t r0 = static_cast<int64_t>(blockIdx.x) * blockDim.y; r0 < N;
        r0 += static_cast<int64_t>(gridDim.x) * blockDim.y) {
@@ -109,8 +111,8 @@ constexpr int kTile = 32, kLanes = 8;
 // Partial column sums over the rows of chunk c: pw[c, j] = sum gy * xhat, pb[c, j] = sum gy
 // (pb null for rms_norm or when gbias is not wanted).
 template <typename T, bool Rms>
-__global__ void norm_param_partials_kernel(const T* x, const T* mean, const T* rstd, const T* gy, int64_t N,
-                                           int64_t C, int64_t chunk, int64_t nchunks, T* pw, T* pb) {
+__global__ void norm_param_partials_kernel(const T* x, const T* mean, const T* rstd, const T* gy, int64_t N, int64_t C,
+                                           int64_t chunk, int64_t nchunks, T* pw, T* pb) {
   __shared__ T sw[kLanes][kTile], sb[kLanes][kTile];
   const int64_t tiles = (C + kTile - 1) / kTile;
   for (int64_t t = blockIdx.x; t < tiles * nchunks; t += gridDim.x) {
@@ -175,7 +177,8 @@ void norm_backward_cuda(CudaBackend& be, const T* x, const T* w, const T* mean, 
   check_launch(Rms ? "rms_norm_backward" : "layer_norm_backward");
   if (!gweight && !gbias) return;
   if (N == 0) {  // empty sums
-    if (gweight) HH_CUDA_CHECK(cudaMemsetAsync(gweight, 0, static_cast<size_t>(C) * sizeof(T), stream), "norm backward");
+    if (gweight)
+      HH_CUDA_CHECK(cudaMemsetAsync(gweight, 0, static_cast<size_t>(C) * sizeof(T), stream), "norm backward");
     if (gbias) HH_CUDA_CHECK(cudaMemsetAsync(gbias, 0, static_cast<size_t>(C) * sizeof(T), stream), "norm backward");
     return;
   }
@@ -186,8 +189,9 @@ void norm_backward_cuda(CudaBackend& be, const T* x, const T* w, const T* mean, 
   std::shared_ptr<void> buf = be.allocate(static_cast<size_t>(2 * nchunks * C) * sizeof(T));
   T* pw = gweight ? static_cast<T*>(buf.get()) : nullptr;
   T* pb = gbias ? static_cast<T*>(buf.get()) + nchunks * C : nullptr;
-  norm_param_partials_kernel<T, Rms><<<static_cast<unsigned>(std::min(tiles * nchunks, kMaxGrid)),
-                                       dim3(kTile, kLanes), 0, stream>>>(x, mean, rstd, gy, N, C, chunk, nchunks, pw, pb);
+  norm_param_partials_kernel<T, Rms>
+      <<<static_cast<unsigned>(std::min(tiles * nchunks, kMaxGrid)), dim3(kTile, kLanes), 0, stream>>>(
+          x, mean, rstd, gy, N, C, chunk, nchunks, pw, pb);
   check_launch("norm backward");
   if (gweight) sum_chunks_kernel<T><<<blocks_for(C), kBlock, 0, stream>>>(pw, C, nchunks, gweight);
   if (gbias) sum_chunks_kernel<T><<<blocks_for(C), kBlock, 0, stream>>>(pb, C, nchunks, gbias);
@@ -232,19 +236,18 @@ void CudaBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor
 }
 
 void CudaBackend::layer_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
-                                      const Tensor& gy, const Tensor& gx, const Tensor& gweight,
-                                      const Tensor& gbias) {
+                                      const Tensor& gy, const Tensor& gx, const Tensor& gweight, const Tensor& gbias) {
   cuda::check_device(*this, "layer_norm_backward", {&x, &weight, &mean, &rstd, &gy, &gx, &gweight, &gbias});
   const cuda::Rows s = cuda::rows_of(x);
-  cuda::check_norm("layer_norm_backward", x,
-                   {{&weight, s.r}, {&mean, s.n}, {&rstd, s.n}, {&gy, s.n * s.r}, {&gx, s.n * s.r},
-                    {&gweight, s.r}, {&gbias, s.r}});
+  cuda::check_norm(
+      "layer_norm_backward", x,
+      {{&weight, s.r}, {&mean, s.n}, {&rstd, s.n}, {&gy, s.n * s.r}, {&gx, s.n * s.r}, {&gweight, s.r}, {&gbias, s.r}});
   if (s.r == 0) return;
   cuda::DeviceGuard guard(index_);
   dispatch_float(x.dtype(), "layer_norm_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    cuda::norm_backward_cuda<T, false>(*this, x.data<T>(), cuda::ptr_or_null<T>(weight), mean.data<T>(),
-                                       rstd.data<T>(), gy.data<T>(), gx.data<T>(), cuda::mut_ptr_or_null<T>(gweight),
+    cuda::norm_backward_cuda<T, false>(*this, x.data<T>(), cuda::ptr_or_null<T>(weight), mean.data<T>(), rstd.data<T>(),
+                                       gy.data<T>(), gx.data<T>(), cuda::mut_ptr_or_null<T>(gweight),
                                        cuda::mut_ptr_or_null<T>(gbias), s.n, s.r);
   });
 }
@@ -273,8 +276,7 @@ void CudaBackend::rms_norm_backward(const Tensor& x, const Tensor& weight, const
   dispatch_float(x.dtype(), "rms_norm_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     cuda::norm_backward_cuda<T, true>(*this, x.data<T>(), cuda::ptr_or_null<T>(weight), nullptr, rstd.data<T>(),
-                                      gy.data<T>(), gx.data<T>(), cuda::mut_ptr_or_null<T>(gweight), nullptr, s.n,
-                                      s.r);
+                                      gy.data<T>(), gx.data<T>(), cuda::mut_ptr_or_null<T>(gweight), nullptr, s.n, s.r);
   });
 }
 

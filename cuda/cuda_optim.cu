@@ -55,9 +55,12 @@ void CudaBackend::adamw_step(const Tensor& param, const Tensor& grad, const Tens
     using T = typename decltype(tag)::type;
     const double bc1 = 1.0 - std::pow(p.beta1, static_cast<double>(p.step));
     const double bc2 = 1.0 - std::pow(p.beta2, static_cast<double>(p.step));
-    cuda::AdamWConsts<T> c{static_cast<T>(1.0 - p.lr * p.weight_decay), static_cast<T>(1.0 - p.beta1),
-                           static_cast<T>(p.beta2),       static_cast<T>(1.0 - p.beta2),
-                           static_cast<T>(p.lr / bc1),    static_cast<T>(std::sqrt(bc2)),
+    cuda::AdamWConsts<T> c{static_cast<T>(1.0 - p.lr * p.weight_decay),
+                           static_cast<T>(1.0 - p.beta1),
+                           static_cast<T>(p.beta2),
+                           static_cast<T>(1.0 - p.beta2),
+                           static_cast<T>(p.lr / bc1),
+                           static_cast<T>(std::sqrt(bc2)),
                            static_cast<T>(p.eps)};
     cuda::adamw_cuda<T>(param.data<T>(), grad.data<T>(), m.data<T>(), v.data<T>(), n, c, stream_);
   });

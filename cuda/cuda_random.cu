@@ -71,8 +71,7 @@ void normal_cuda(T* out, int64_t n, uint64_t seed, uint64_t offset, double mean,
 }
 
 template <typename T>
-void randint_cuda(T* out, int64_t n, uint64_t seed, uint64_t offset, int64_t lo, uint64_t range,
-                  cudaStream_t stream) {
+void randint_cuda(T* out, int64_t n, uint64_t seed, uint64_t offset, int64_t lo, uint64_t range, cudaStream_t stream) {
   randint_kernel<T><<<blocks_for((n + 3) / 4), kBlock, 0, stream>>>(out, n, seed, offset, lo, range);
   check_launch("random randint");
 }

@@ -90,8 +90,9 @@ __device__ __forceinline__ void write_result(Partial<A> p, int64_t at, bool mean
 
 // I == 1: task t = (o, chunk c) reduces x[o, c*chunk : (c+1)*chunk) with blockDim.x threads.
 template <typename T, int K>
-__global__ void __launch_bounds__(kMaxRowThreads) reduce_rows_kernel(const T* x, int64_t O, int64_t R, int64_t chunk, int64_t nchunks, bool mean,
-                                   Partial<AccOf<T>>* partials, T* values, int64_t* indices) {
+__global__ void __launch_bounds__(kMaxRowThreads)
+    reduce_rows_kernel(const T* x, int64_t O, int64_t R, int64_t chunk, int64_t nchunks, bool mean,
+                       Partial<AccOf<T>>* partials, T* values, int64_t* indices) {
   using A = AccOf<T>;
   __shared__ Partial<A> smem[32];
   const int64_t tasks = O * nchunks;
@@ -139,7 +140,8 @@ __global__ void reduce_cols_kernel(const T* x, int64_t O, int64_t R, int64_t I, 
     Partial<A> p = empty_partial<K, A>();
     if (i < I) {
       const T* col = x + o * R * I + i;
-      for (int64_t r = r0 + threadIdx.y; r < r1; r += kColLanes) p = combine<K>(p, Partial<A>{static_cast<A>(col[r * I]), r});
+      for (int64_t r = r0 + threadIdx.y; r < r1; r += kColLanes)
+        p = combine<K>(p, Partial<A>{static_cast<A>(col[r * I]), r});
     }
     __syncthreads();  // the previous task may still read smem
     smem[threadIdx.y][threadIdx.x] = p;
@@ -168,8 +170,7 @@ __global__ void reduce_finalize_kernel(const Partial<AccOf<T>>* partials, int64_
 }
 
 template <typename T, int K>
-void reduce_cuda(CudaBackend& b, const T* x, int64_t O, int64_t R, int64_t I, bool mean, T* values,
-                 int64_t* indices) {
+void reduce_cuda(CudaBackend& b, const T* x, int64_t O, int64_t R, int64_t I, bool mean, T* values, int64_t* indices) {
   using P = Partial<AccOf<T>>;
   cudaStream_t stream = b.stream();
   // Split R when the natural tasks (rows, or 32-column tiles) are too few to fill the GPU.
@@ -193,13 +194,14 @@ void reduce_cuda(CudaBackend& b, const T* x, int64_t O, int64_t R, int64_t I, bo
     reduce_rows_kernel<T, K><<<l.grid, l.block, 0, stream>>>(x, O, R, chunk, nchunks, mean, partials, values, indices);
   } else {
     const int64_t tasks = O * nchunks * tiles;
-    reduce_cols_kernel<T, K><<<static_cast<unsigned>(std::min(tasks, kMaxGrid)), dim3(kColTile, kColLanes), 0, stream>>>(
-        x, O, R, I, chunk, nchunks, mean, partials, values, indices);
+    reduce_cols_kernel<T, K>
+        <<<static_cast<unsigned>(std::min(tasks, kMaxGrid)), dim3(kColTile, kColLanes), 0, stream>>>(
+            x, O, R, I, chunk, nchunks, mean, partials, values, indices);
   }
   check_launch("reduce");
   if (nchunks > 1) {
-    reduce_finalize_kernel<T, K><<<blocks_for(O * I), kBlock, 0, stream>>>(partials, O, I, nchunks, R, mean, values,
-                                                                           indices);
+    reduce_finalize_kernel<T, K>
+        <<<blocks_for(O * I), kBlock, 0, stream>>>(partials, O, I, nchunks, R, mean, values, indices);
     check_launch("reduce");
   }
 }
@@ -296,11 +298,16 @@ void cumsum_cuda(const T* x, T* out, int64_t O, int64_t R, int64_t I, cudaStream
 template <typename F>
 void dispatch_reduce(DType t, const char* op, F&& f) {
   switch (t) {
-    case DType::f32: return f(type_tag<float>{});
-    case DType::f64: return f(type_tag<double>{});
-    case DType::i32: return f(type_tag<int32_t>{});
-    case DType::i64: return f(type_tag<int64_t>{});
-    default: fail(str(op, ": expected a f32, f64, i32 or i64 tensor, got ", dtype_name(t)));
+    case DType::f32:
+      return f(type_tag<float>{});
+    case DType::f64:
+      return f(type_tag<double>{});
+    case DType::i32:
+      return f(type_tag<int32_t>{});
+    case DType::i64:
+      return f(type_tag<int64_t>{});
+    default:
+      fail(str(op, ": expected a f32, f64, i32 or i64 tensor, got ", dtype_name(t)));
   }
 }
 
@@ -333,11 +340,16 @@ void CudaBackend::reduce(ReduceOp op, const Tensor& x, const Tensor& values, con
     const T* xp = x.data<T>();
     T* vp = values.data<T>();
     switch (op) {
-      case ReduceOp::sum: return cuda::reduce_cuda<T, cuda::kSum>(*this, xp, O, R, I, false, vp, nullptr);
-      case ReduceOp::mean: return cuda::reduce_cuda<T, cuda::kSum>(*this, xp, O, R, I, true, vp, nullptr);
-      case ReduceOp::prod: return cuda::reduce_cuda<T, cuda::kProd>(*this, xp, O, R, I, false, vp, nullptr);
-      case ReduceOp::max: return cuda::reduce_cuda<T, cuda::kMax>(*this, xp, O, R, I, false, vp, ip);
-      case ReduceOp::min: return cuda::reduce_cuda<T, cuda::kMin>(*this, xp, O, R, I, false, vp, ip);
+      case ReduceOp::sum:
+        return cuda::reduce_cuda<T, cuda::kSum>(*this, xp, O, R, I, false, vp, nullptr);
+      case ReduceOp::mean:
+        return cuda::reduce_cuda<T, cuda::kSum>(*this, xp, O, R, I, true, vp, nullptr);
+      case ReduceOp::prod:
+        return cuda::reduce_cuda<T, cuda::kProd>(*this, xp, O, R, I, false, vp, nullptr);
+      case ReduceOp::max:
+        return cuda::reduce_cuda<T, cuda::kMax>(*this, xp, O, R, I, false, vp, ip);
+      case ReduceOp::min:
+        return cuda::reduce_cuda<T, cuda::kMin>(*this, xp, O, R, I, false, vp, ip);
     }
   });
 }

@@ -11,7 +11,10 @@ namespace cuda {
 namespace {
 
 struct MaxIgnoreNaN {  // std::max(m, x) as the CPU's row_max: a NaN never becomes the max
-  template <typename T> __device__ __forceinline__ T operator()(T a, T b) const { return b > a ? b : a; }
+  template <typename T>
+  __device__ __forceinline__ T operator()(T a, T b) const {
+    return b > a ? b : a;
+  }
 };
 
 template <typename T, bool Log>
@@ -50,7 +53,8 @@ __global__ void __launch_bounds__(kMaxRowThreads) softmax_kernel(const T* x, T* 
 
 // softmax: gx = y * (gy - sum_j gy_j y_j);  log-softmax: gx = gy - exp(y) * sum_j gy_j.
 template <typename T, bool Log>
-__global__ void __launch_bounds__(kMaxRowThreads) softmax_backward_kernel(const T* y, const T* gy, T* gx, int64_t N, int64_t R) {
+__global__ void __launch_bounds__(kMaxRowThreads)
+    softmax_backward_kernel(const T* y, const T* gy, T* gx, int64_t N, int64_t R) {
   __shared__ T smem[32];
   for (int64_t r0 = static_cast<int64_t>(blockIdx.x) * blockDim.y; r0 < N;
        r0 += static_cast<int64_t>(gridDim.x) * blockDim.y) {

@@ -70,8 +70,7 @@ void CudaBackend::unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, c
   dispatch_float(gx.dtype(), "cuda unary_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     visit_unary(op, [&](auto f) {
-      cuda::unary_backward_cuda<decltype(f), T>(x.data<T>(), y.data<T>(), gy.data<T>(), gx.data<T>(), n, p,
-                                                stream_);
+      cuda::unary_backward_cuda<decltype(f), T>(x.data<T>(), y.data<T>(), gy.data<T>(), gx.data<T>(), n, p, stream_);
     });
   });
 }

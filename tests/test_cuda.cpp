@@ -51,7 +51,8 @@ void expect_close(const Tensor& got, const Tensor& want, double rtol, double ato
     if (!ok && bad++ == 0) first = static_cast<int64_t>(i);
   }
   CHECK_MESSAGE(bad == 0, what, ": ", bad, " of ", g.size(), " elements differ; first at ", first, ": cuda ",
-                first >= 0 ? g[static_cast<size_t>(first)] : 0.0, " cpu ", first >= 0 ? w[static_cast<size_t>(first)] : 0.0);
+                first >= 0 ? g[static_cast<size_t>(first)] : 0.0, " cpu ",
+                first >= 0 ? w[static_cast<size_t>(first)] : 0.0);
 }
 void expect_equal(const Tensor& got, const Tensor& want, const std::string& what) {
   expect_close(got, want, 0.0, 0.0, what);
@@ -177,24 +178,28 @@ TEST_CASE("cuda: fill, copy and casts between every dtype pair" * doctest::skip(
     if (from == DType::boolean) src = input({33, 65}, 0, 2, DType::i64, 2).to(DType::boolean);
     for (DType to : all) {
       const std::string what = std::string("copy ") + dtype_name(from) + " -> " + dtype_name(to);
-      both([&](Backend& b, Device d) {
-        Tensor s = place(src, d);
-        Tensor contiguous = empty({33, 65}, {to, d});
-        b.copy(contiguous, s);
-        // Transposed source into a strided destination (every other column of a wider buffer).
-        Tensor buf = zeros({65, 66}, {to, d});
-        Tensor dst = buf.as_strided({65, 33}, {66, 2}, 0);
-        b.copy(dst, s.as_strided({65, 33}, {1, 65}, 0));
-        return std::vector<Tensor>{contiguous, buf};
-      }, 0, 0, what);
+      both(
+          [&](Backend& b, Device d) {
+            Tensor s = place(src, d);
+            Tensor contiguous = empty({33, 65}, {to, d});
+            b.copy(contiguous, s);
+            // Transposed source into a strided destination (every other column of a wider buffer).
+            Tensor buf = zeros({65, 66}, {to, d});
+            Tensor dst = buf.as_strided({65, 33}, {66, 2}, 0);
+            b.copy(dst, s.as_strided({65, 33}, {1, 65}, 0));
+            return std::vector<Tensor>{contiguous, buf};
+          },
+          0, 0, what);
     }
-    both([&](Backend& b, Device d) {
-      Tensor t = zeros({4097}, {from, d});
-      b.fill(t.as_strided({1365}, {3}, 1), 2.5);  // strided fill
-      Tensor u = empty({1}, {from, d});
-      b.fill(u, -1.0);
-      return std::vector<Tensor>{t, u};
-    }, 0, 0, std::string("fill ") + dtype_name(from));
+    both(
+        [&](Backend& b, Device d) {
+          Tensor t = zeros({4097}, {from, d});
+          b.fill(t.as_strided({1365}, {3}, 1), 2.5);  // strided fill
+          Tensor u = empty({1}, {from, d});
+          b.fill(u, -1.0);
+          return std::vector<Tensor>{t, u};
+        },
+        0, 0, std::string("fill ") + dtype_name(from));
   }
 }
 
@@ -205,38 +210,56 @@ TEST_CASE("cuda: unary forward and backward for every op" * doctest::skip(kSkipC
     bool positive;  // domain (0.1, 2) instead of (-2, 2)
   };
   const std::vector<Case> cases = {
-      {UnaryOp::neg, {}, false},         {UnaryOp::abs, {}, false},           {UnaryOp::exp, {}, false},
-      {UnaryOp::log, {}, true},          {UnaryOp::log1p, {}, true},          {UnaryOp::sqrt, {}, true},
-      {UnaryOp::rsqrt, {}, true},        {UnaryOp::square, {}, false},        {UnaryOp::sin, {}, false},
-      {UnaryOp::cos, {}, false},         {UnaryOp::tanh, {}, false},          {UnaryOp::sigmoid, {}, false},
-      {UnaryOp::relu, {}, false},        {UnaryOp::elu, {1.5, 0}, false},     {UnaryOp::gelu_erf, {}, false},
-      {UnaryOp::gelu_tanh, {}, false},   {UnaryOp::silu, {}, false},          {UnaryOp::softplus, {2.0, 3.0}, false},
-      {UnaryOp::clamp, {-0.5, 0.7}, false}, {UnaryOp::pow_scalar, {2.5, 0}, true}, {UnaryOp::add_scalar, {0.25, 0}, false},
-      {UnaryOp::mul_scalar, {-3.0, 0}, false}, {UnaryOp::rdiv_scalar, {2.0, 0}, true}, {UnaryOp::sign, {}, false},
+      {UnaryOp::neg, {}, false},
+      {UnaryOp::abs, {}, false},
+      {UnaryOp::exp, {}, false},
+      {UnaryOp::log, {}, true},
+      {UnaryOp::log1p, {}, true},
+      {UnaryOp::sqrt, {}, true},
+      {UnaryOp::rsqrt, {}, true},
+      {UnaryOp::square, {}, false},
+      {UnaryOp::sin, {}, false},
+      {UnaryOp::cos, {}, false},
+      {UnaryOp::tanh, {}, false},
+      {UnaryOp::sigmoid, {}, false},
+      {UnaryOp::relu, {}, false},
+      {UnaryOp::elu, {1.5, 0}, false},
+      {UnaryOp::gelu_erf, {}, false},
+      {UnaryOp::gelu_tanh, {}, false},
+      {UnaryOp::silu, {}, false},
+      {UnaryOp::softplus, {2.0, 3.0}, false},
+      {UnaryOp::clamp, {-0.5, 0.7}, false},
+      {UnaryOp::pow_scalar, {2.5, 0}, true},
+      {UnaryOp::add_scalar, {0.25, 0}, false},
+      {UnaryOp::mul_scalar, {-3.0, 0}, false},
+      {UnaryOp::rdiv_scalar, {2.0, 0}, true},
+      {UnaryOp::sign, {}, false},
   };
   for (const Case& c : cases) {
     for (DType t : {DType::f32, DType::f64}) {
       for (int64_t n : {1, 33, 4097}) {
         const double rtol = t == DType::f32 ? 2e-6 : 1e-13;
-        const std::string what = "unary op " + std::to_string(static_cast<int>(c.op)) + " " + dtype_name(t) +
-                                 " n=" + std::to_string(n);
+        const std::string what =
+            "unary op " + std::to_string(static_cast<int>(c.op)) + " " + dtype_name(t) + " n=" + std::to_string(n);
         Tensor x = input({n}, c.positive ? 0.1 : -2.0, 2.0, t, 3 + static_cast<uint64_t>(n));
         Tensor gy = input({n}, -1.0, 1.0, t, 4);
-        both([&](Backend& b, Device d) {
-          Tensor xd = place(x, d), y = like_on(x, d), gx = like_on(x, d);
-          b.unary(c.op, xd, y, c.p);
-          b.unary_backward(c.op, xd, y, place(gy, d), gx, c.p);
-          return std::vector<Tensor>{y, gx};
-        }, rtol, rtol, what);
+        both(
+            [&](Backend& b, Device d) {
+              Tensor xd = place(x, d), y = like_on(x, d), gx = like_on(x, d);
+              b.unary(c.op, xd, y, c.p);
+              b.unary_backward(c.op, xd, y, place(gy, d), gx, c.p);
+              return std::vector<Tensor>{y, gx};
+            },
+            rtol, rtol, what);
       }
     }
   }
 }
 
 TEST_CASE("cuda: binary ops with broadcasting and where" * doctest::skip(kSkipCuda)) {
-  const std::vector<BinaryOp> ops = {BinaryOp::add, BinaryOp::sub, BinaryOp::mul, BinaryOp::div, BinaryOp::pow,
-                                     BinaryOp::maximum, BinaryOp::minimum, BinaryOp::eq, BinaryOp::ne,
-                                     BinaryOp::lt, BinaryOp::le, BinaryOp::gt, BinaryOp::ge};
+  const std::vector<BinaryOp> ops = {BinaryOp::add,     BinaryOp::sub,     BinaryOp::mul, BinaryOp::div, BinaryOp::pow,
+                                     BinaryOp::maximum, BinaryOp::minimum, BinaryOp::eq,  BinaryOp::ne,  BinaryOp::lt,
+                                     BinaryOp::le,      BinaryOp::gt,      BinaryOp::ge};
   const Shape out_shape = {33, 7, 5};
   for (DType t : {DType::f32, DType::f64, DType::i32, DType::i64}) {
     const bool fp = is_floating(t);
@@ -247,39 +270,43 @@ TEST_CASE("cuda: binary ops with broadcasting and where" * doctest::skip(kSkipCu
     for (BinaryOp op : ops) {
       const std::string what = "binary op " + std::to_string(static_cast<int>(op)) + " " + dtype_name(t);
       const DType out_t = is_comparison(op) ? DType::boolean : t;
-      both([&](Backend& be, Device d) {
-        Tensor ad = place(a, d), bd = place(b, d), bigd = place(big, d), sd = place(s, d);
-        // broadcast x broadcast
-        Tensor o1 = empty(out_shape, {out_t, d});
-        be.binary(op, ad.as_strided(out_shape, {5, 0, 1}, 0), bd.as_strided(out_shape, {0, 5, 1}, 0), o1);
-        // transposed x contiguous-scalar
-        Tensor o2 = empty(out_shape, {out_t, d});
-        be.binary(op, bigd.as_strided(out_shape, {1, 33, 231}, 0), sd.as_strided(out_shape, {0, 0, 0}, 0), o2);
-        // scalar x contiguous, and contiguous x contiguous
-        Tensor o3 = empty({4097}, {out_t, d}), o4 = empty({1155}, {out_t, d});
-        Tensor long_in = place(input({4097}, fp ? 0.5 : 1, 3, t, 9), d);
-        be.binary(op, sd.as_strided({4097}, {0}, 0), long_in, o3);
-        Tensor flat = bigd.as_strided({1155}, {1}, 0);
-        be.binary(op, flat, flat, o4);
-        return std::vector<Tensor>{o1, o2, o3, o4};
-      }, fp ? 1e-6 : 0, fp ? 1e-6 : 0, what);
+      both(
+          [&](Backend& be, Device d) {
+            Tensor ad = place(a, d), bd = place(b, d), bigd = place(big, d), sd = place(s, d);
+            // broadcast x broadcast
+            Tensor o1 = empty(out_shape, {out_t, d});
+            be.binary(op, ad.as_strided(out_shape, {5, 0, 1}, 0), bd.as_strided(out_shape, {0, 5, 1}, 0), o1);
+            // transposed x contiguous-scalar
+            Tensor o2 = empty(out_shape, {out_t, d});
+            be.binary(op, bigd.as_strided(out_shape, {1, 33, 231}, 0), sd.as_strided(out_shape, {0, 0, 0}, 0), o2);
+            // scalar x contiguous, and contiguous x contiguous
+            Tensor o3 = empty({4097}, {out_t, d}), o4 = empty({1155}, {out_t, d});
+            Tensor long_in = place(input({4097}, fp ? 0.5 : 1, 3, t, 9), d);
+            be.binary(op, sd.as_strided({4097}, {0}, 0), long_in, o3);
+            Tensor flat = bigd.as_strided({1155}, {1}, 0);
+            be.binary(op, flat, flat, o4);
+            return std::vector<Tensor>{o1, o2, o3, o4};
+          },
+          fp ? 1e-6 : 0, fp ? 1e-6 : 0, what);
     }
   }
   for (DType t : {DType::f32, DType::f16, DType::i64, DType::boolean}) {
     Tensor cond = input({33, 1}, 0, 2, DType::i64, 10).to(DType::boolean);
     Tensor a = input({33, 65}, -5, 5, DType::f64, 11).to(t), b = input({65}, -5, 5, DType::f64, 12).to(t);
-    both([&](Backend& be, Device d) {
-      Tensor out = empty({33, 65}, {t, d});
-      be.where(place(cond, d).as_strided({33, 65}, {1, 0}, 0), place(a, d), place(b, d).as_strided({33, 65}, {0, 1}, 0),
-               out);
-      return std::vector<Tensor>{out};
-    }, 0, 0, std::string("where ") + dtype_name(t));
+    both(
+        [&](Backend& be, Device d) {
+          Tensor out = empty({33, 65}, {t, d});
+          be.where(place(cond, d).as_strided({33, 65}, {1, 0}, 0), place(a, d),
+                   place(b, d).as_strided({33, 65}, {0, 1}, 0), out);
+          return std::vector<Tensor>{out};
+        },
+        0, 0, std::string("where ") + dtype_name(t));
   }
 }
 
 TEST_CASE("cuda: reductions and cumsum over (O,R,I)" * doctest::skip(kSkipCuda)) {
-  const std::vector<Shape> shapes = {{1, 1, 1},   {3, 33, 1},     {2, 1000, 1}, {1, 100003, 1}, {4, 4097, 3},
-                                     {2, 33, 70}, {1, 5000, 2},   {3, 1, 33},   {2, 0, 3}};
+  const std::vector<Shape> shapes = {{1, 1, 1},   {3, 33, 1},   {2, 1000, 1}, {1, 100003, 1}, {4, 4097, 3},
+                                     {2, 33, 70}, {1, 5000, 2}, {3, 1, 33},   {2, 0, 3}};
   const std::vector<ReduceOp> ops = {ReduceOp::sum, ReduceOp::mean, ReduceOp::max, ReduceOp::min, ReduceOp::prod};
   for (DType t : {DType::f32, DType::f64, DType::i32, DType::i64}) {
     for (const Shape& s : shapes) {
@@ -290,23 +317,27 @@ TEST_CASE("cuda: reductions and cumsum over (O,R,I)" * doctest::skip(kSkipCuda))
         const bool ext = op == ReduceOp::max || op == ReduceOp::min;
         if (op == ReduceOp::mean && !is_floating(t)) continue;
         if (ext && s[1] == 0) continue;
-        const std::string what = "reduce op " + std::to_string(static_cast<int>(op)) + " " + dtype_name(t) + " " +
-                                 shape_str(s);
-        both([&](Backend& be, Device d) {
-          Tensor xd = place(op == ReduceOp::prod ? near_one : x, d);
-          Tensor v = empty({s[0], s[2]}, {t, d});
-          Tensor idx = ext ? empty({s[0], s[2]}, {DType::i64, d}) : Tensor();
-          be.reduce(op, xd, v, idx);
-          Tensor v2 = empty({s[0], s[2]}, {t, d});
-          be.reduce(op, xd, v2, Tensor());  // values only
-          return ext ? std::vector<Tensor>{v, idx, v2} : std::vector<Tensor>{v, v2};
-        }, is_floating(t) ? 1e-5 : 0, is_floating(t) ? 1e-5 : 0, what);
+        const std::string what =
+            "reduce op " + std::to_string(static_cast<int>(op)) + " " + dtype_name(t) + " " + shape_str(s);
+        both(
+            [&](Backend& be, Device d) {
+              Tensor xd = place(op == ReduceOp::prod ? near_one : x, d);
+              Tensor v = empty({s[0], s[2]}, {t, d});
+              Tensor idx = ext ? empty({s[0], s[2]}, {DType::i64, d}) : Tensor();
+              be.reduce(op, xd, v, idx);
+              Tensor v2 = empty({s[0], s[2]}, {t, d});
+              be.reduce(op, xd, v2, Tensor());  // values only
+              return ext ? std::vector<Tensor>{v, idx, v2} : std::vector<Tensor>{v, v2};
+            },
+            is_floating(t) ? 1e-5 : 0, is_floating(t) ? 1e-5 : 0, what);
       }
-      both([&](Backend& be, Device d) {
-        Tensor out = like_on(x, d);
-        be.cumsum(place(x, d), out);
-        return std::vector<Tensor>{out};
-      }, is_floating(t) ? 1e-5 : 0, is_floating(t) ? 1e-4 : 0, std::string("cumsum ") + dtype_name(t) + shape_str(s));
+      both(
+          [&](Backend& be, Device d) {
+            Tensor out = like_on(x, d);
+            be.cumsum(place(x, d), out);
+            return std::vector<Tensor>{out};
+          },
+          is_floating(t) ? 1e-5 : 0, is_floating(t) ? 1e-4 : 0, std::string("cumsum ") + dtype_name(t) + shape_str(s));
     }
   }
   // NaN wins max and min, at its first position.
@@ -315,13 +346,15 @@ TEST_CASE("cuda: reductions and cumsum over (O,R,I)" * doctest::skip(kSkipCuda))
   v[70] = NAN;
   v[10] = 5.0;
   Tensor x = from_vector(v, {1, 100, 1});
-  both([&](Backend& be, Device d) {
-    Tensor mx = empty({1, 1}, {DType::f32, d}), ix = empty({1, 1}, {DType::i64, d});
-    Tensor mn = empty({1, 1}, {DType::f32, d}), in = empty({1, 1}, {DType::i64, d});
-    be.reduce(ReduceOp::max, place(x, d), mx, ix);
-    be.reduce(ReduceOp::min, place(x, d), mn, in);
-    return std::vector<Tensor>{mx, ix, mn, in};
-  }, 0, 0, "reduce with NaN");
+  both(
+      [&](Backend& be, Device d) {
+        Tensor mx = empty({1, 1}, {DType::f32, d}), ix = empty({1, 1}, {DType::i64, d});
+        Tensor mn = empty({1, 1}, {DType::f32, d}), in = empty({1, 1}, {DType::i64, d});
+        be.reduce(ReduceOp::max, place(x, d), mx, ix);
+        be.reduce(ReduceOp::min, place(x, d), mn, in);
+        return std::vector<Tensor>{mx, ix, mn, in};
+      },
+      0, 0, "reduce with NaN");
 }
 
 TEST_CASE("cuda: gemm with transposed and batch-broadcast operands" * doctest::skip(kSkipCuda)) {
@@ -336,20 +369,22 @@ TEST_CASE("cuda: gemm with transposed and batch-broadcast operands" * doctest::s
       const double tol = t == DType::f32 ? 1e-5 * static_cast<double>(g.k + 1) : 1e-12;
       const std::string what = std::string("gemm ") + dtype_name(t) + " bt=" + std::to_string(g.bt) +
                                " m=" + std::to_string(g.m) + " n=" + std::to_string(g.n) + " k=" + std::to_string(g.k);
-      both([&](Backend& be, Device d) {
-        const Shape as = {g.bt, g.m, g.k}, bs = {g.bt, g.k, g.n}, cs = {g.bt, g.m, g.n};
-        Tensor ad = place(a, d), bd = place(b, d);
-        Tensor atd = place(at, d).as_strided(as, {g.k * g.m, 1, g.m}, 0);  // column-major a
-        Tensor btd = place(bt, d).as_strided(bs, {g.n * g.k, 1, g.k}, 0);  // column-major b
-        Tensor b1d = place(b1, d).as_strided(bs, {0, g.n, 1}, 0);          // one b for the batch
-        Tensor c1 = empty(cs, {t, d}), c2 = empty(cs, {t, d}), c3 = empty(cs, {t, d});
-        be.gemm(ad, bd, c1, {});
-        be.gemm(atd, btd, c2, {});
-        be.gemm(ad, b1d, c3, {});
-        Tensor c4 = place(c0, d).clone().detach();  // alpha a·b + beta c, b column-major
-        be.gemm(ad, btd, c4, {0.5, 2.0});
-        return std::vector<Tensor>{c1, c2, c3, c4};
-      }, tol, tol, what);
+      both(
+          [&](Backend& be, Device d) {
+            const Shape as = {g.bt, g.m, g.k}, bs = {g.bt, g.k, g.n}, cs = {g.bt, g.m, g.n};
+            Tensor ad = place(a, d), bd = place(b, d);
+            Tensor atd = place(at, d).as_strided(as, {g.k * g.m, 1, g.m}, 0);  // column-major a
+            Tensor btd = place(bt, d).as_strided(bs, {g.n * g.k, 1, g.k}, 0);  // column-major b
+            Tensor b1d = place(b1, d).as_strided(bs, {0, g.n, 1}, 0);          // one b for the batch
+            Tensor c1 = empty(cs, {t, d}), c2 = empty(cs, {t, d}), c3 = empty(cs, {t, d});
+            be.gemm(ad, bd, c1, {});
+            be.gemm(atd, btd, c2, {});
+            be.gemm(ad, b1d, c3, {});
+            Tensor c4 = place(c0, d).clone().detach();  // alpha a·b + beta c, b column-major
+            be.gemm(ad, btd, c4, {0.5, 2.0});
+            return std::vector<Tensor>{c1, c2, c3, c4};
+          },
+          tol, tol, what);
     }
   }
 }
@@ -370,13 +405,15 @@ TEST_CASE("cuda: softmax and log-softmax forward and backward" * doctest::skip(k
           const std::string what = std::string(log ? "log_softmax " : "softmax ") + dtype_name(t) + " " +
                                    std::to_string(n) + "x" + std::to_string(r);
           const double tol = t == DType::f32 ? 1e-5 : 1e-12;
-          both([&](Backend& be, Device d) {
-            Tensor xd = place(x, d), y = like_on(x, d), gx = like_on(x, d);
-            be.softmax(xd, y, log);
-            // Backward from a finite y (the masked rows give NaN on both sides anyway).
-            be.softmax_backward(y, place(gy, d), gx, log);
-            return std::vector<Tensor>{y, gx};
-          }, tol, tol, what);
+          both(
+              [&](Backend& be, Device d) {
+                Tensor xd = place(x, d), y = like_on(x, d), gx = like_on(x, d);
+                be.softmax(xd, y, log);
+                // Backward from a finite y (the masked rows give NaN on both sides anyway).
+                be.softmax_backward(y, place(gy, d), gx, log);
+                return std::vector<Tensor>{y, gx};
+              },
+              tol, tol, what);
         }
       }
     }
@@ -392,19 +429,21 @@ TEST_CASE("cuda: layer_norm and rms_norm forward and backward" * doctest::skip(k
         const double tol = t == DType::f32 ? 2e-4 : 1e-10;
         const std::string dims = std::string(dtype_name(t)) + " " + std::to_string(n) + "x" + std::to_string(c);
         for (bool affine : {false, true}) {
-          both([&](Backend& be, Device d) {
-            Tensor xd = place(x, d), wd = affine ? place(w, d) : Tensor(), bd = affine ? place(bias, d) : Tensor();
-            Tensor y = like_on(x, d), mean = empty({n}, {t, d}), rstd = empty({n}, {t, d});
-            be.layer_norm(xd, wd, bd, 1e-5, y, mean, rstd);
-            Tensor gx = like_on(x, d), gw = empty({c}, {t, d}), gb = empty({c}, {t, d});
-            be.layer_norm_backward(xd, wd, mean, rstd, place(gy, d), gx, gw, gb);
-            Tensor y2 = like_on(x, d), r2 = empty({n}, {t, d}), gx2 = like_on(x, d), gw2 = empty({c}, {t, d});
-            be.rms_norm(xd, wd, 1e-6, y2, r2);
-            be.rms_norm_backward(xd, wd, r2, place(gy, d), gx2, gw2);
-            Tensor gx3 = like_on(x, d);  // no parameter gradients wanted
-            be.layer_norm_backward(xd, wd, mean, rstd, place(gy, d), gx3, Tensor(), Tensor());
-            return std::vector<Tensor>{y, mean, rstd, gx, gw, gb, y2, r2, gx2, gw2, gx3};
-          }, tol, tol, "norms " + dims + (affine ? " affine" : ""));
+          both(
+              [&](Backend& be, Device d) {
+                Tensor xd = place(x, d), wd = affine ? place(w, d) : Tensor(), bd = affine ? place(bias, d) : Tensor();
+                Tensor y = like_on(x, d), mean = empty({n}, {t, d}), rstd = empty({n}, {t, d});
+                be.layer_norm(xd, wd, bd, 1e-5, y, mean, rstd);
+                Tensor gx = like_on(x, d), gw = empty({c}, {t, d}), gb = empty({c}, {t, d});
+                be.layer_norm_backward(xd, wd, mean, rstd, place(gy, d), gx, gw, gb);
+                Tensor y2 = like_on(x, d), r2 = empty({n}, {t, d}), gx2 = like_on(x, d), gw2 = empty({c}, {t, d});
+                be.rms_norm(xd, wd, 1e-6, y2, r2);
+                be.rms_norm_backward(xd, wd, r2, place(gy, d), gx2, gw2);
+                Tensor gx3 = like_on(x, d);  // no parameter gradients wanted
+                be.layer_norm_backward(xd, wd, mean, rstd, place(gy, d), gx3, Tensor(), Tensor());
+                return std::vector<Tensor>{y, mean, rstd, gx, gw, gb, y2, r2, gx2, gw2, gx3};
+              },
+              tol, tol, "norms " + dims + (affine ? " affine" : ""));
         }
       }
     }
@@ -422,14 +461,17 @@ TEST_CASE("cuda: cross_entropy with smoothing, ignore_index and bad targets" * d
         for (double smoothing : {0.0, 0.1}) {
           CrossEntropyParams p{-100, smoothing};
           const double tol = t == DType::f32 ? 1e-5 : 1e-12;
-          both([&](Backend& be, Device d) {
-            Tensor ld = place(logits, d), td = place(target, d);
-            Tensor loss = empty({n}, {t, d}), lse = empty({n}, {t, d}), g = like_on(logits, d);
-            be.cross_entropy(ld, td, p, loss, lse);
-            be.cross_entropy_backward(ld, td, lse, place(gloss, d), p, g);
-            return std::vector<Tensor>{loss, lse, g};
-          }, tol, tol, std::string("cross_entropy ") + dtype_name(t) + " " + std::to_string(n) + "x" +
-                           std::to_string(v) + " smoothing " + std::to_string(smoothing));
+          both(
+              [&](Backend& be, Device d) {
+                Tensor ld = place(logits, d), td = place(target, d);
+                Tensor loss = empty({n}, {t, d}), lse = empty({n}, {t, d}), g = like_on(logits, d);
+                be.cross_entropy(ld, td, p, loss, lse);
+                be.cross_entropy_backward(ld, td, lse, place(gloss, d), p, g);
+                return std::vector<Tensor>{loss, lse, g};
+              },
+              tol, tol,
+              std::string("cross_entropy ") + dtype_name(t) + " " + std::to_string(n) + "x" + std::to_string(v) +
+                  " smoothing " + std::to_string(smoothing));
         }
       }
     }
@@ -464,20 +506,24 @@ TEST_CASE("cuda: index_select, index_add, gather, scatter_add, triangle" * docte
     for (DType t : {DType::f32, DType::f64, DType::i64, DType::f16, DType::boolean}) {
       const std::string what = std::string(dtype_name(t)) + " index " + dtype_name(it);
       Tensor x = input({O, R, I}, -3, 3, DType::f64, 33).to(t);
-      both([&](Backend& be, Device d) {
-        Tensor out = empty({O, K, I}, {t, d}), g = empty({O, K, I}, {t, d});
-        be.index_select(place(x, d), place(index, d), out);
-        be.gather(place(x, d), place(full_index, d), g);
-        return std::vector<Tensor>{out, g};
-      }, 0, 0, "index_select/gather " + what);
+      both(
+          [&](Backend& be, Device d) {
+            Tensor out = empty({O, K, I}, {t, d}), g = empty({O, K, I}, {t, d});
+            be.index_select(place(x, d), place(index, d), out);
+            be.gather(place(x, d), place(full_index, d), g);
+            return std::vector<Tensor>{out, g};
+          },
+          0, 0, "index_select/gather " + what);
       if (t == DType::f16 || t == DType::boolean) continue;  // not accumulate dtypes
       Tensor src = input({O, K, I}, -3, 3, DType::f64, 34).to(t);
-      both([&](Backend& be, Device d) {
-        Tensor acc1 = place(x, d).clone().detach(), acc2 = place(x, d).clone().detach();
-        be.index_add(acc1, place(index, d), place(src, d));
-        be.scatter_add(acc2, place(full_index, d), place(src, d));
-        return std::vector<Tensor>{acc1, acc2};
-      }, 1e-5, 1e-5, "index_add/scatter_add " + what);
+      both(
+          [&](Backend& be, Device d) {
+            Tensor acc1 = place(x, d).clone().detach(), acc2 = place(x, d).clone().detach();
+            be.index_add(acc1, place(index, d), place(src, d));
+            be.scatter_add(acc2, place(full_index, d), place(src, d));
+            return std::vector<Tensor>{acc1, acc2};
+          },
+          1e-5, 1e-5, "index_add/scatter_add " + what);
     }
     // Range errors: the CPU's message, naming the first offender; nothing written.
     std::vector<int64_t> bad(K, 2);
@@ -505,11 +551,13 @@ TEST_CASE("cuda: index_select, index_add, gather, scatter_add, triangle" * docte
     Tensor x = input({2, 33, 70}, -3, 3, DType::f64, 37).to(t);
     for (int64_t k : {-40, -2, 0, 3, 100}) {
       for (bool upper : {false, true}) {
-        both([&](Backend& be, Device d) {
-          Tensor out = like_on(x, d);
-          be.triangle(place(x, d), out, k, upper);
-          return std::vector<Tensor>{out};
-        }, 0, 0, std::string("triangle ") + dtype_name(t) + " k=" + std::to_string(k) + (upper ? " upper" : " lower"));
+        both(
+            [&](Backend& be, Device d) {
+              Tensor out = like_on(x, d);
+              be.triangle(place(x, d), out, k, upper);
+              return std::vector<Tensor>{out};
+            },
+            0, 0, std::string("triangle ") + dtype_name(t) + " k=" + std::to_string(k) + (upper ? " upper" : " lower"));
       }
     }
   }
@@ -519,18 +567,21 @@ TEST_CASE("cuda: fused AdamW step" * doctest::skip(kSkipCuda)) {
   for (DType t : {DType::f32, DType::f64}) {
     for (int64_t n : {1, 33, 4097}) {
       Tensor p0 = input({n}, -1, 1, t, 38), m0 = input({n}, -0.1, 0.1, t, 39), v0 = input({n}, 0, 0.01, t, 40);
-      both([&](Backend& be, Device d) {
-        Tensor p = place(p0, d).clone().detach(), m = place(m0, d).clone().detach(), v = place(v0, d).clone().detach();
-        for (int64_t step = 1; step <= 3; ++step) {
-          Tensor g = place(input({n}, -1, 1, t, 41 + static_cast<uint64_t>(step)), d);
-          AdamWParams ap;
-          ap.lr = 1e-2;
-          ap.weight_decay = 0.1;
-          ap.step = step;
-          be.adamw_step(p, g, m, v, ap);
-        }
-        return std::vector<Tensor>{p, m, v};
-      }, t == DType::f32 ? 1e-5 : 1e-12, t == DType::f32 ? 1e-6 : 1e-14, std::string("adamw ") + dtype_name(t));
+      both(
+          [&](Backend& be, Device d) {
+            Tensor p = place(p0, d).clone().detach(), m = place(m0, d).clone().detach(),
+                   v = place(v0, d).clone().detach();
+            for (int64_t step = 1; step <= 3; ++step) {
+              Tensor g = place(input({n}, -1, 1, t, 41 + static_cast<uint64_t>(step)), d);
+              AdamWParams ap;
+              ap.lr = 1e-2;
+              ap.weight_decay = 0.1;
+              ap.step = step;
+              be.adamw_step(p, g, m, v, ap);
+            }
+            return std::vector<Tensor>{p, m, v};
+          },
+          t == DType::f32 ? 1e-5 : 1e-12, t == DType::f32 ? 1e-6 : 1e-14, std::string("adamw ") + dtype_name(t));
     }
   }
 }

@@ -24,7 +24,8 @@ after one warm-up. Peak memory = peak allocation during one extra run minus what
 before it, in MiB: torch.cuda.max_memory_allocated on CUDA; on the CPU the allocation events of
 torch.profiler(profile_memory=True) (n/a if this torch's profiler lacks them).
 Skips as bench_attention: quadratic above --max-quadratic-len (4096), recurrent above
---max-recurrent-len (1024), taylor above --max-taylor-len (2048).
+--max-recurrent-len (1024) or when its per-token states (L·B·H·F·D·4 bytes) exceed
+--max-recurrent-mib (2048), taylor above --max-taylor-len (2048).
 --compare reads bench_attention's --json and adds hh/torch time ratios (> 1: hedgehog slower).
 """
 import argparse
@@ -215,13 +216,17 @@ def linear_recurrent(torch, pq, pk, v, eps):
 
 # ---------------------------------------------------------------- driver
 
-def skip_reason(args, name, form, L):
+def skip_reason(args, H, Fd, name, form, L):
     if name == "taylor" and L > args.max_taylor_len:
         return f"taylor above --max-taylor-len {args.max_taylor_len}"
     if form == "quadratic" and L > args.max_quadratic_len:
         return f"quadratic above --max-quadratic-len {args.max_quadratic_len}"
     if form == "recurrent" and L > args.max_recurrent_len:
         return f"recurrent above --max-recurrent-len {args.max_recurrent_len}"
+    if form == "recurrent":  # the backward keeps one (B,H,F,D) state per token
+        mib = L * args.batch * H * Fd * args.head_dim * 4 / MIB
+        if mib > args.max_recurrent_mib:
+            return f"recurrent backward keeps ~{int(mib)} MiB of states > --max-recurrent-mib {args.max_recurrent_mib:g}"
     return None
 
 
@@ -229,7 +234,7 @@ def run_case(torch, args, device, H, name, form, L, fmap):
     F = torch.nn.functional
     phi, Fd, params = fmap if fmap else (None, args.head_dim, [])
     row = {"map": name, "form": form, "L": L, "F": Fd, "status": "ok"}
-    reason = skip_reason(args, name, form, L)
+    reason = skip_reason(args, H, Fd, name, form, L)
     if reason:
         row.update(status="skip", reason=reason)
         return row
@@ -299,6 +304,7 @@ def main():
     p.add_argument("--reps", type=positive_int, default=3)
     p.add_argument("--max-quadratic-len", type=nonneg_int, default=4096)
     p.add_argument("--max-recurrent-len", type=nonneg_int, default=1024)
+    p.add_argument("--max-recurrent-mib", type=float, default=2048.0)
     p.add_argument("--max-taylor-len", type=nonneg_int, default=2048)
     p.add_argument("--json", metavar="FILE")
     p.add_argument("--compare", metavar="HH_JSON", help="bench_attention --json output to compare against")

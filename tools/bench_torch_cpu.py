@@ -4,8 +4,10 @@
 
     python3 tools/bench_torch_cpu.py [--threads 1,2] [--reps 7] [--json FILE] [--compare HH_JSON]
 
---compare reads bench_ops' --json output: its measured FMA peaks give the "% peak" column here,
-and a "hh/torch" column shows hedgehog's throughput relative to torch per row.
+--compare reads bench_ops' --json output: its measured FMA peaks give the "%peak" columns here,
+and "hh/torch" columns show hedgehog's throughput relative to torch per row (wall and CPU-time).
+As in bench_ops, every row also reports a CPU-time rate, work / (process CPU seconds / threads),
+which stays meaningful when other jobs share the cores.
 GEMM rows use torch.matmul(a, b, out=c) (preallocated output, as bench_ops does); op rows
 allocate their result, as hedgehog's op API does.
 """
@@ -51,14 +53,24 @@ class Parser(argparse.ArgumentParser):
 
 
 def time_median(fn, reps):
+    """(median wall seconds, median process CPU seconds) after WARMUP runs."""
     for _ in range(WARMUP):
         fn()
-    ts = []
+    ws, cs = [], []
     for _ in range(reps):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         fn()
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts)
+        cs.append(time.process_time() - c0)
+        ws.append(time.perf_counter() - t0)
+    return statistics.median(ws), statistics.median(cs)
+
+
+def pct(x, peak):
+    return f"{100.0 * x / peak:6.1f}%" if peak else f"{'n/a':>7}"
+
+
+def ratio(ours, theirs):
+    return f"{ours / theirs:8.2f}x" if ours and theirs else f"{'n/a':>9}"
 
 
 def main():
@@ -85,19 +97,23 @@ def main():
         sys.exit(1)
 
     peaks = {int(k): v for k, v in (hh or {}).get("fma_peak_gflops", {}).items()}
+    peaks_cpu = {int(k): v for k, v in (hh or {}).get("fma_peak_cpu_gflops", {}).items()}
     hh_gemm = {(r["name"], r["threads"]): r for r in (hh or {}).get("gemm", [])}
     hh_ops = {(r["name"], r["threads"]): r for r in (hh or {}).get("ops", [])}
     out = {"library": f"torch {torch.__version__}", "dtype": "f32", "reps": args.reps, "warmup": WARMUP,
-           "fma_peak_gflops": {str(k): v for k, v in peaks.items()}}
+           "fma_peak_gflops": {str(k): v for k, v in peaks.items()},
+           "fma_peak_cpu_gflops": {str(k): v for k, v in peaks_cpu.items()}}
 
     print(f"torch {torch.__version__} CPU benchmark, f32, median of {args.reps} runs after {WARMUP} warm-ups")
     if peaks:
-        print(f"\nFMA peak (from {args.compare})")
+        print(f"\nFMA peak (measured by bench_ops, {args.compare})")
+        print(f"  {'threads':>7} {'wall GFLOP/s':>14} {'cpu-time GFLOP/s':>18}")
         for t in args.threads:
             if t in peaks:
-                print(f"  {t:2d} thread{' ' if t == 1 else 's'} {peaks[t]:10.1f} GFLOP/s")
-    cmp_hdr = f" {'hh/torch':>9}" if hh else ""
-    print(f"\n{'GEMM (into preallocated C)':<28} {'threads':>7} {'ms':>10} {'GFLOP/s':>10} {'% peak':>8}{cmp_hdr}")
+                print(f"  {t:7d} {peaks[t]:14.1f} {peaks_cpu.get(t, 0.0):18.1f}")
+    cmp_hdr = f" {'hh/torch':>9} {'(cpu)':>9}" if hh else ""
+    print(f"\n{'GEMM (into preallocated C)':<28} {'threads':>7} {'ms':>9} {'GFLOP/s':>9} {'%peak':>7} "
+          f"{'cpu GF/s':>9} {'%peak':>7}{cmp_hdr}")
     g = torch.Generator().manual_seed(42)
     rows = []
     for name, bt, m, k, n in GEMM_CASES:
@@ -106,18 +122,19 @@ def main():
         if bt == 1:  # a single matrix product: 2-d operands, as a Linear layer's GEMM
             a, b = a[0], b[0]
         c = torch.empty(*a.shape[:-1], n)
-        flops = 2.0 * bt * m * k * n
+        gflop = 2.0 * bt * m * k * n / 1e9
         for t in args.threads:
             torch.set_num_threads(t)
-            sec = time_median(lambda: torch.matmul(a, b, out=c), args.reps)
-            gf = flops / sec / 1e9
-            pct = 100.0 * gf / peaks[t] if t in peaks and peaks[t] > 0 else None
-            pct_s = f"{pct:7.1f}%" if pct is not None else f"{'n/a':>8}"
+            wall, cpu = time_median(lambda: torch.matmul(a, b, out=c), args.reps)
+            gf, gfc = gflop / wall, gflop / (cpu / t)
             ref = hh_gemm.get((name, t))
-            cmp_s = f" {ref['gflops'] / gf:8.2f}x" if ref else (f" {'n/a':>9}" if hh else "")
-            print(f"{name:<28} {t:7d} {sec * 1e3:10.2f} {gf:10.1f} {pct_s}{cmp_s}")
-            rows.append({"name": name, "batch": bt, "m": m, "k": k, "n": n, "threads": t, "ms": sec * 1e3,
-                         "gflops": gf, "pct_peak": pct})
+            cmp_s = f" {ratio(ref and ref['gflops'], gf)} {ratio(ref and ref.get('cpu_gflops'), gfc)}" if hh else ""
+            print(f"{name:<28} {t:7d} {wall * 1e3:9.2f} {gf:9.1f} {pct(gf, peaks.get(t))} "
+                  f"{gfc:9.1f} {pct(gfc, peaks_cpu.get(t))}{cmp_s}")
+            rows.append({"name": name, "batch": bt, "m": m, "k": k, "n": n, "threads": t, "ms": wall * 1e3,
+                         "gflops": gf, "cpu_gflops": gfc,
+                         "pct_peak": 100.0 * gf / peaks[t] if peaks.get(t) else None,
+                         "cpu_pct_peak": 100.0 * gfc / peaks_cpu[t] if peaks_cpu.get(t) else None})
     out["gemm"] = rows
 
     x = torch.rand(ROWS, COLS, generator=g) * 4 - 2
@@ -136,22 +153,18 @@ def main():
         ("softmax (last dim)", 2 * nb, lambda: torch.softmax(x, -1)),
         ("layer_norm (last dim)", 2 * nb + 2 * row_b, lambda: F.layer_norm(x, (COLS,), w, bias)),
     ]
-    cmp_hdr = f" {'hh/torch':>9}" if hh else ""
-    print(f"\n{'op on (4096x2048) f32':<28} {'threads':>7} {'ms':>10} {'GB/s':>10}{cmp_hdr}")
+    print(f"\n{'op on (4096x2048) f32':<28} {'threads':>7} {'ms':>9} {'GB/s':>9} {'cpu GB/s':>9}{cmp_hdr}")
     op_rows = []
     with torch.no_grad():
         for name, nbytes, fn in ops:
             for t in args.threads:
                 torch.set_num_threads(t)
-                sec = time_median(fn, args.reps)
-                gbs = nbytes / sec / 1e9
+                wall, cpu = time_median(fn, args.reps)
+                gbs, gbc = nbytes / wall / 1e9, nbytes / (cpu / t) / 1e9
                 ref = hh_ops.get((name, t))
-                if hh:
-                    cmp_s = f" {ref['gbs'] / gbs:8.2f}x" if ref and ref.get("gbs") else f" {'n/a':>9}"
-                else:
-                    cmp_s = ""
-                print(f"{name:<28} {t:7d} {sec * 1e3:10.2f} {gbs:10.1f}{cmp_s}")
-                op_rows.append({"name": name, "threads": t, "ms": sec * 1e3, "gbs": gbs})
+                cmp_s = f" {ratio(ref and ref.get('gbs'), gbs)} {ratio(ref and ref.get('cpu_gbs'), gbc)}" if hh else ""
+                print(f"{name:<28} {t:7d} {wall * 1e3:9.2f} {gbs:9.1f} {gbc:9.1f}{cmp_s}")
+                op_rows.append({"name": name, "threads": t, "ms": wall * 1e3, "gbs": gbs, "cpu_gbs": gbc})
     out["ops"] = op_rows
 
     if args.json:

@@ -1,4 +1,8 @@
+// Fused attention ops: checks, the forward kernel call and the backward through the fused
+// backward kernel (core/backend.h), with saved tensors held by the backward closure.
 #include "autograd/ops/attention.h"
+
+#include <cmath>
 
 #include "autograd/ops.h"
 #include "core/backend.h"
@@ -37,6 +41,53 @@ Tensor linear_attention_causal(const Tensor& phi_q, const Tensor& phi_k, const T
     Tensor gv = empty({B * H, L, D}, {ct, g.device()});
     if (gy.numel() > 0) backend_of(gy).linear_attention_causal_backward(q, k, vv, y, den, gy, chunk, gq, gk, gv);
     return std::vector<Tensor>{gq.reshape(qs).to(in), gk.reshape(qs).to(in), gv.reshape(vs).to(in)};
+  });
+}
+
+static const OpName reg_scaled_dot_product_attention("scaled_dot_product_attention");
+
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale) {
+  const char* op = "scaled_dot_product_attention";
+  HH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, op,
+           ": expected q (B,H,Lq,D), k (B,H,Lk,D), v (B,H,Lk,Dv), got ", q.shape(), ", ", k.shape(), ", ", v.shape());
+  HH_CHECK(k.size(0) == q.size(0) && k.size(1) == q.size(1) && k.size(3) == q.size(3), op, ": k ", k.shape(),
+           " does not match q ", q.shape(), " in (B,H,_,D)");
+  HH_CHECK(v.size(0) == k.size(0) && v.size(1) == k.size(1) && v.size(2) == k.size(2), op, ": v ", v.shape(),
+           " does not match k ", k.shape(), " in (B,H,Lk)");
+  HH_CHECK(!causal || q.size(2) == k.size(2), op, ": causal attention needs as many queries as keys, got q ", q.shape(),
+           " and k ", k.shape());
+  HH_CHECK(q.dtype() == k.dtype() && q.dtype() == v.dtype(), op, ": dtypes ", q.dtype(), ", ", k.dtype(), ", ",
+           v.dtype(), " differ");
+  HH_CHECK(is_floating(q.dtype()), op, ": expected floating inputs, got ", q.dtype());
+  HH_CHECK(q.device() == k.device() && q.device() == v.device(), op, ": inputs on different devices (", q.device(),
+           ", ", k.device(), ", ", v.device(), ")");
+  const int64_t B = q.size(0), H = q.size(1), Lq = q.size(2), Lk = k.size(2), D = q.size(3), Dv = v.size(3);
+  HH_CHECK(D > 0, op, ": head dim must be positive, got q ", q.shape());
+  HH_CHECK(scale == -1 || (std::isfinite(scale) && scale > 0), op, ": scale must be positive and finite (or -1 for ",
+           "1/sqrt(D)), got ", scale);
+  const double s = scale == -1 ? 1.0 / std::sqrt(static_cast<double>(D)) : scale;
+  DType in = q.dtype();
+  DType ct = in == DType::f64 ? DType::f64 : DType::f32;
+  auto prep = [&](const Tensor& t, int64_t L, int64_t last) {
+    return contiguous(t.to(ct).detach()).reshape({B * H, L, last});
+  };
+  Tensor qq = prep(q, Lq, D), kk = prep(k, Lk, D), vv = prep(v, Lk, Dv);
+  Tensor out = empty({B * H, Lq, Dv}, {ct, q.device()});
+  Tensor lse = empty({B * H, Lq}, {ct, q.device()});
+  if (out.numel() > 0) backend_of(out).flash_attention(qq, kk, vv, causal, s, out, lse);
+  Tensor y = out.reshape({B, H, Lq, Dv});
+  if (ct != in) y = y.to(in);
+  Shape qs = q.shape(), ks = k.shape(), vs = v.shape();
+  return record(op, y, {q, k, v}, [=](const Tensor& g, const NeedsGrad&) {
+    // With no output elements (Dv == 0) nothing depends on the inputs: zero gradients.
+    auto alloc = out.numel() > 0 ? empty : zeros;
+    Tensor gq = alloc({B * H, Lq, D}, {ct, g.device()}), gk = alloc({B * H, Lk, D}, {ct, g.device()});
+    Tensor gv = alloc({B * H, Lk, Dv}, {ct, g.device()});
+    if (out.numel() > 0) {
+      Tensor go = contiguous(g.to(ct)).reshape({B * H, Lq, Dv});
+      backend_of(go).flash_attention_backward(qq, kk, vv, out, lse, go, causal, s, gq, gk, gv);
+    }
+    return std::vector<Tensor>{gq.reshape(qs).to(in), gk.reshape(ks).to(in), gv.reshape(vs).to(in)};
   });
 }
 

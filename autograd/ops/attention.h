@@ -1,4 +1,5 @@
-// Fused attention ops with their own backward kernels.
+// Fused attention ops with their own backward kernels: chunked causal linear attention and
+// softmax (scaled dot-product) attention.
 #pragma once
 #include "core/tensor.h"
 
@@ -10,5 +11,13 @@ namespace hh {
 // (bf16/f16 inputs are cast to f32).
 Tensor linear_attention_causal(const Tensor& phi_q, const Tensor& phi_k, const Tensor& v, int64_t chunk = 64,
                                double eps = 1e-6);
+
+// Softmax attention, fused (FlashAttention-2 style): q (B,H,Lq,D), k (B,H,Lk,D), v (B,H,Lk,Dv) ->
+// (B,H,Lq,Dv) = softmax(scale·q kᵀ) v, with query i seeing keys j <= i when causal (Lq == Lk
+// required). scale = -1 means 1/sqrt(D). Never materializes the (Lq,Lk) weights; the backward
+// recomputes them per tile from the saved log-sum-exp. Computed in f32/f64 (bf16/f16 inputs are
+// cast to f32).
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
+                                    double scale = -1);
 
 }  // namespace hh

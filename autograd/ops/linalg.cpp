@@ -110,7 +110,8 @@ Tensor matmul_forward(Tensor a, Tensor b, const Shape& ashape, const Shape& bsha
     Shape out_shape(a.shape().begin(), a.shape().end() - 1);
     const int64_t rows = numel_of(out_shape);
     int64_t collapsed, rs;
-    if (!collapse(a.shape(), a.strides(), 0, out_shape.size(), collapsed, rs) || !gemm_ready(rows, k, rs, a.stride(-1))) {
+    if (!collapse(a.shape(), a.strides(), 0, out_shape.size(), collapsed, rs) ||
+        !gemm_ready(rows, k, rs, a.stride(-1))) {
       a = raw_contiguous(a);
       rs = k;
     }

@@ -53,6 +53,11 @@ class CpuBackend final : public Backend {
   void linear_attention_causal_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& y,
                                         const Tensor& den, const Tensor& gy, int64_t chunk, const Tensor& gq,
                                         const Tensor& gk, const Tensor& gv) override;
+  void flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale, const Tensor& out,
+                       const Tensor& lse) override;  // cpu_flash_attention.cpp
+  void flash_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                                const Tensor& lse, const Tensor& gout, bool causal, double scale, const Tensor& gq,
+                                const Tensor& gk, const Tensor& gv) override;
 
   void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
                   const AdamWParams& p) override;  // cpu_optim.cpp

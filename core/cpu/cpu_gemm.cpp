@@ -2,9 +2,9 @@
 //
 // Two engines:
 //  - f32 with AVX2/FMA (any -march=native x86 build): a BLIS-style packed GEMM written here.
-//    B is packed into KC×16 slivers (the packed panel is shared by all threads), A into 6×KC
-//    slivers per thread, and a 6×16 register-blocked micro-kernel (12 ymm accumulators, 2 B
-//    loads + 6 A broadcasts per k step) runs on them. Eigen 3.4's own float kernel (3·8×4)
+//    B is packed into KC×16 slivers, A into 6×KC slivers, and a 6×16 register-blocked
+//    micro-kernel (12 ymm accumulators, 2 B loads + 6 A broadcasts per k step) runs on them.
+//    Eigen 3.4's own float kernel (3·8×4)
 //    reached ~62% of the measured per-core FMA peak on Zen 3 (~0.7× PyTorch/MKL) whatever the
 //    cache sizes given to Eigen::setCpuCacheSizes; this kernel reaches ~80-90% (see
 //    apps/bench_ops.cpp and tools/bench_torch_cpu.py). Packing with in-register 8×8 transposes
@@ -18,14 +18,13 @@
 // the packers (and Eigen's) read either order directly. The batch stride may be 0 (broadcast).
 //
 // Threading (the thread count is hh::set_num_threads, see core/parallel.h):
-//  - one large matrix (or a batch that does not split evenly over the threads): split inside
-//    the product: the packed GEMM splits M into one block per thread and packs B cooperatively;
-//    Eigen uses its own OpenMP split (it also shares the packed right-hand panels).
-//  - many matrices: an OpenMP loop over the batch, each product single-threaded inside (the
-//    packed GEMM is told so; Eigen checks omp_get_num_threads() > 1 in parallelize_gemm,
-//    Eigen/src/Core/products/Parallelizer.h, and runs serially). Independent matrices per thread
-//    need no synchronisation, and the attention products (B·H matrices of 512×64) are too small
-//    for a split inside each to pay off.
+//  - many matrices: an OpenMP loop over the batch, each product single-threaded inside (Eigen
+//    checks omp_get_num_threads() > 1 in parallelize_gemm, Eigen/src/Core/products/Parallelizer.h,
+//    and runs serially there). Independent matrices per thread need no synchronisation, and the
+//    attention products (B·H matrices of 512×64) are too small for a split inside to pay off.
+//  - one large matrix (or a batch that does not split evenly over the threads): the packed
+//    engine cuts c into a grid of independent tiles, one per thread (see split_grid); Eigen
+//    (f64) uses its own OpenMP split.
 //
 // Vectorization: Release builds use -O3 -march=native (CMake), so Eigen's kernels are the
 // AVX2/FMA (or AVX-512) ones; EIGEN_VECTORIZE_FMA is asserted below where FMA is available.
@@ -112,8 +111,9 @@ using GemmFn = void (*)(const T*, int64_t, const T*, int64_t, T*, int64_t, int64
 
 template <typename T>
 GemmFn<T> pick(bool a_row, bool b_row) {
-  if (a_row) return b_row ? &gemm_one<T, Eigen::RowMajor, Eigen::RowMajor> : &gemm_one<T, Eigen::RowMajor, Eigen::ColMajor>;
-  return b_row ? &gemm_one<T, Eigen::ColMajor, Eigen::RowMajor> : &gemm_one<T, Eigen::ColMajor, Eigen::ColMajor>;
+  constexpr int R = Eigen::RowMajor, C = Eigen::ColMajor;
+  if (a_row) return b_row ? &gemm_one<T, R, R> : &gemm_one<T, R, C>;
+  return b_row ? &gemm_one<T, C, R> : &gemm_one<T, C, C>;
 }
 
 #ifdef HH_PACKED_SGEMM
@@ -141,7 +141,7 @@ struct Scratch {
   }
   ~Scratch() { std::free(p); }
 };
-thread_local Scratch tls_scratch;  // the calling thread's: packed B panel + one A block per team thread
+thread_local Scratch tls_scratch;  // packed B panel + packed A block
 
 // In-register 8×8 transpose: r[i][j] -> r[j][i].
 inline void transpose8(__m256* r) {
@@ -208,7 +208,7 @@ void pack_b(const float* b, int64_t rs, int64_t cs, int64_t kc, int64_t n, float
         for (int i = 0; i < 8; ++i) _mm256_store_ps(dst + (k + i) * NR + 8 * h, r[i]);
       }
     for (; k < kc; ++k)
-      for (int64_t j = 0; j < NR; ++j) dst[k * NR + j] = b[j * cs + k] * 1.001f;
+      for (int64_t j = 0; j < NR; ++j) dst[k * NR + j] = b[j * cs + k];
   } else {
     for (int64_t k = 0; k < kc; ++k)
       for (int64_t j = 0; j < NR; ++j) dst[k * NR + j] = j < n ? b[k * rs + j * cs] : 0.0f;
@@ -270,44 +270,50 @@ void micro_kernel(int64_t kc, const float* __restrict a, const float* __restrict
     }
 }
 
-// c (m, n; row stride ldc) = alpha a·b + beta c with a, b at any strides, on `threads` threads
-// (1 inside an enclosing parallel region). Loop nest as in BLIS: jc (NC) → pc (KC, pack B) →
-// ic (one block of rows per thread, pack A) → jr (NR) → ir (MR) → micro-kernel.
+// c (m, n; row stride ldc) = alpha a·b + beta c with a, b at any strides, on the calling thread.
+// Loop nest as in BLIS: jc (NC) → pc (KC, pack B) → ic (MC, pack A) → jr (NR) → ir (MR) → micro-kernel.
 void sgemm(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t rsa, int64_t csa, const float* b,
-           int64_t rsb, int64_t csb, float beta, float* c, int64_t ldc, int threads) {
-  // All scratch comes from the calling thread before the team starts (nothing inside the
-  // parallel region can throw): the shared B panel, then one A block per thread.
-  const int64_t ncap = std::min(NC, (n + NR - 1) / NR * NR), a_size = KC * (MC + MR) + 8;
-  float* pb = tls_scratch.get(static_cast<size_t>(KC * ncap + a_size * threads));
-  float* pa_all = pb + KC * ncap;
-  // Row blocks of at most MC rows, as many as a multiple of the thread count, each a multiple of MR.
-  int64_t mblocks = (m + MC - 1) / MC;
-  mblocks = (mblocks + threads - 1) / threads * threads;
-  const int64_t mc_eff = ((m + mblocks - 1) / mblocks + MR - 1) / MR * MR;
-  mblocks = (m + mc_eff - 1) / mc_eff;
-#pragma omp parallel num_threads(threads) if (threads > 1)
-  {
-    float* pa = pa_all + a_size * omp_get_thread_num();
-    for (int64_t jc = 0; jc < n; jc += NC) {
-      const int64_t nc = std::min(NC, n - jc), slivers = (nc + NR - 1) / NR;
-      for (int64_t pc = 0; pc < k; pc += KC) {
-        const int64_t kc = std::min(KC, k - pc);
-        const float be = beta;  // later depth blocks accumulate
-#pragma omp for schedule(static)
-        for (int64_t s = 0; s < slivers; ++s)
-          pack_b(b + pc * rsb + (jc + s * NR) * csb, rsb, csb, kc, std::min(NR, nc - s * NR), pb + s * kc * NR);
-        // (implicit barrier: B is packed before anyone uses it)
-#pragma omp for schedule(static)
-        for (int64_t ib = 0; ib < mblocks; ++ib) {
-          const int64_t ic = ib * mc_eff, mc = std::min(mc_eff, m - ic);
-          pack_a(a + ic * rsa + pc * csa, rsa, csa, mc, kc, pa);
-          for (int64_t jr = 0; jr < nc; jr += NR)
-            for (int64_t ir = 0; ir < mc; ir += MR)
-              micro_kernel(kc, pa + ir * kc, pb + jr * kc, c + (ic + ir) * ldc + jc + jr, ldc, std::min(MR, mc - ir),
-                           std::min(NR, nc - jr), alpha, be);
-        }
-        // (implicit barrier: nobody still reads B when it is repacked)
+           int64_t rsb, int64_t csb, float beta, float* c, int64_t ldc) {
+  const int64_t ncap = std::min(NC, (n + NR - 1) / NR * NR);
+  float* pb = tls_scratch.get(static_cast<size_t>(KC * ncap + KC * (MC + MR) + 8));  // B panel, then the A block
+  float* pa = pb + KC * ncap;
+  for (int64_t jc = 0; jc < n; jc += NC) {
+    const int64_t nc = std::min(NC, n - jc);
+    for (int64_t pc = 0; pc < k; pc += KC) {
+      const int64_t kc = std::min(KC, k - pc);
+      const float be = pc == 0 ? beta : 1.0f;  // later depth blocks accumulate onto c
+      for (int64_t s = 0; s * NR < nc; ++s)
+        pack_b(b + pc * rsb + (jc + s * NR) * csb, rsb, csb, kc, std::min(NR, nc - s * NR), pb + s * kc * NR);
+      for (int64_t ic = 0; ic < m; ic += MC) {
+        const int64_t mc = std::min(MC, m - ic);
+        pack_a(a + ic * rsa + pc * csa, rsa, csa, mc, kc, pa);
+        for (int64_t jr = 0; jr < nc; jr += NR)
+          for (int64_t ir = 0; ir < mc; ir += MR)
+            micro_kernel(kc, pa + ir * kc, pb + jr * kc, c + (ic + ir) * ldc + jc + jr, ldc, std::min(MR, mc - ir),
+                         std::min(NR, nc - jr), alpha, be);
       }
+    }
+  }
+}
+
+// How one product is split over `threads` threads: a tm × tn grid of independent sub-products
+// (rows × columns of c), each packing its own panels. No barriers at all: on a loaded machine a
+// descheduled thread delays only its own tile (a shared-B scheme with a barrier per depth block
+// measured 10-20% slower there). Splitting rows re-packs B once per row part and splitting
+// columns re-packs A, so the grid minimises tn·m + tm·n (the elements packed per unit depth).
+void split_grid(int threads, int64_t m, int64_t n, int& tm, int& tn) {
+  tm = tn = 1;
+  double best = 0;
+  for (int d = 1; d <= threads; ++d) {
+    if (threads % d) continue;
+    const int rows = d, cols = threads / d;
+    if ((rows > 1 && m < rows * MR) || (cols > 1 && n < cols * NR)) continue;
+    const double cost = static_cast<double>(cols) * static_cast<double>(m) +  // B re-packed per row part
+                        static_cast<double>(rows) * static_cast<double>(n);   // A re-packed per column part
+    if (tm * tn == 1 || cost < best) {
+      tm = rows;
+      tn = cols;
+      best = cost;
     }
   }
 }
@@ -315,11 +321,29 @@ void sgemm(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t
 // Whether the packed engine takes an f32 product: not GEMV-like or tiny shapes, where padding
 // to 6×16 tiles wastes work and Eigen's GEMV / coefficient-wise paths are better.
 bool use_packed(int64_t m, int64_t n, int64_t k) {
-  return std::min(m, n) >= 4 && k >= 4 && static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) >= 4096;
+  const double work = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  return std::min(m, n) >= 4 && k >= 4 && work >= 4096;
 }
 
 }  // namespace packed
 #endif  // HH_PACKED_SGEMM
+
+// Runs body(i) for i in [0, n) on `threads` threads (static schedule). An exception must not
+// leave an OpenMP region: the first one is kept and rethrown after it.
+template <typename F>
+void parallel_for(int64_t n, int threads, const F& body) {
+  std::exception_ptr error;
+#pragma omp parallel for schedule(static) num_threads(threads)
+  for (int64_t i = 0; i < n; ++i) {
+    try {
+      body(i);
+    } catch (...) {
+#pragma omp critical(hh_gemm_error)
+      if (!error) error = std::current_exception();
+    }
+  }
+  if (error) std::rethrow_exception(error);
+}
 
 template <typename T>
 void gemm_typed(const Tensor& a, const Tensor& b, const Tensor& c, const GemmParams& p) {
@@ -342,39 +366,49 @@ void gemm_typed(const Tensor& a, const Tensor& b, const Tensor& c, const GemmPar
   // matrices are too small to split inside; otherwise split each product.
   const bool by_batch =
       parallel && bt > 1 && (bt % threads == 0 || bt >= 4 * static_cast<int64_t>(threads) || per <= kSmallGemmWork);
-  const GemmFn<T> fn = pick<T>(la.row_major, lb.row_major);
 
-  // One product; `inner` threads split it (1 when the batch is split instead).
-  auto product = [&](int64_t i, int inner) {
 #ifdef HH_PACKED_SGEMM
-    if constexpr (std::is_same_v<T, float>) {
-      if (packed::use_packed(m, n, k)) {
-        // Element strides of each operand (the packers take any pair).
-        const int64_t rsa = la.row_major ? la.ld : 1, csa = la.row_major ? 1 : la.ld;
-        const int64_t rsb = lb.row_major ? lb.ld : 1, csb = lb.row_major ? 1 : lb.ld;
-        packed::sgemm(m, n, k, alpha, pa + i * sa, rsa, csa, pb + i * sb, rsb, csb, beta, pc + i * sc, n, inner);
+  if constexpr (std::is_same_v<T, float>) {
+    if (packed::use_packed(m, n, k)) {
+      // Element strides of each operand (the packers take any pair).
+      const int64_t rsa = la.row_major ? la.ld : 1, csa = la.row_major ? 1 : la.ld;
+      const int64_t rsb = lb.row_major ? lb.ld : 1, csb = lb.row_major ? 1 : lb.ld;
+      if (by_batch || !parallel) {
+        auto one = [&](int64_t i) {
+          packed::sgemm(m, n, k, alpha, pa + i * sa, rsa, csa, pb + i * sb, rsb, csb, beta, pc + i * sc, n);
+        };
+        if (by_batch) {
+          parallel_for(bt, threads, one);
+        } else {
+          for (int64_t i = 0; i < bt; ++i) one(i);
+        }
         return;
       }
+      // Each product split over a grid of independent tiles, one per thread.
+      int tm, tn;
+      packed::split_grid(threads, m, n, tm, tn);
+      const int64_t mchunk = ((m + tm - 1) / tm + packed::MR - 1) / packed::MR * packed::MR;
+      const int64_t nchunk = ((n + tn - 1) / tn + packed::NR - 1) / packed::NR * packed::NR;
+      for (int64_t i = 0; i < bt; ++i)
+        parallel_for(tm * tn, tm * tn, [&](int64_t t) {
+          const int64_t r0 = (t / tn) * mchunk, c0 = (t % tn) * nchunk;
+          const int64_t rows = std::min(mchunk, m - r0), cols = std::min(nchunk, n - c0);
+          if (rows <= 0 || cols <= 0) return;
+          packed::sgemm(rows, cols, k, alpha, pa + i * sa + r0 * rsa, rsa, csa, pb + i * sb + c0 * csb, rsb, csb, beta,
+                        pc + i * sc + r0 * n + c0, n);
+        });
+      return;
     }
+  }
 #endif
-    (void)inner;  // Eigen decides its own split (serial inside the batch loop's parallel region)
-    fn(pa + i * sa, la.ld, pb + i * sb, lb.ld, pc + i * sc, m, n, k, alpha, beta);
-  };
+  // Eigen: inside the batch loop's parallel region it runs serially; otherwise it decides its
+  // own split of each product.
+  const GemmFn<T> fn = pick<T>(la.row_major, lb.row_major);
+  auto one = [&](int64_t i) { fn(pa + i * sa, la.ld, pb + i * sb, lb.ld, pc + i * sc, m, n, k, alpha, beta); };
   if (by_batch) {
-    // An exception must not leave the parallel region: keep the first, rethrow after it.
-    std::exception_ptr error;
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < bt; ++i) {
-      try {
-        product(i, 1);
-      } catch (...) {
-#pragma omp critical(hh_gemm_error)
-        if (!error) error = std::current_exception();
-      }
-    }
-    if (error) std::rethrow_exception(error);
+    parallel_for(bt, threads, one);
   } else {
-    for (int64_t i = 0; i < bt; ++i) product(i, parallel ? threads : 1);
+    for (int64_t i = 0; i < bt; ++i) one(i);
   }
 }
 

@@ -195,3 +195,27 @@ TEST_CASE("checkpoint: a wrong file is a clear error") {
   hh::test::check_throws([&] { train::load_checkpoint(path, lm, nullptr, meta); }, {"hedgehog.format"});
   std::remove(path.c_str());
 }
+
+TEST_CASE("DecoderLM: end-to-end gradients match finite differences (f64)") {
+  for (std::string mixer : {"softmax", "hedgehog"}) {
+    SUBCASE(mixer.c_str()) {
+      TransformerConfig c = tiny(mixer);
+      Generator g(12);
+      DecoderLM lm(c, {g, Device::cpu(), DType::f64});
+      Tensor ids = randint(0, 11, {2, 5}, g);
+      Tensor tg = randint(0, 11, {2, 5}, g);
+      for (const char* name : {"embed.weight", "layers.0.attn.q_proj.weight", "layers.0.attn.v_proj.weight",
+                               "layers.1.mlp.fc1.weight", "layers.0.norm1.ln.weight", "lm_head.weight"}) {
+        Tensor& w = lm.parameter(name);
+        Tensor saved = w;
+        hh::test::gradcheck(
+            [&](const std::vector<Tensor>& in) {
+              w = in[0];
+              return cross_entropy(reshape(lm.forward(ids), {-1, 11}), reshape(tg, {-1}));
+            },
+            {saved.detach()}, {0}, std::string(mixer) + " " + name);
+        w = saved;
+      }
+    }
+  }
+}

@@ -1,4 +1,9 @@
-// Op-table row for the fused chunked causal linear attention op.
+// Op-table rows for the fused attention ops (chunked causal linear attention, softmax attention),
+// and the fused softmax attention held against the composed one (matmul + masked softmax + matmul)
+// at a length that spans several tiles.
+#include <cmath>
+#include <limits>
+
 #include "tests/op_table.h"
 
 namespace hh::test {
@@ -53,5 +58,125 @@ const bool reg = add_specs({
     spec("chunk 1", {1, 1, 4, 2}, {1, 1, 4, 3}, 1),
 });
 
+// ---- softmax attention ----
+
+// Plain softmax attention: out_i = Σ_j softmax_j(scale q_i·k_j) v_j over j < Lk (j <= i when causal).
+Host sdpa_ref(const std::vector<Host>& in, bool causal, double scale) {
+  const Host &q = in[0], &k = in[1], &v = in[2];
+  const int64_t B = q.shape[0], H = q.shape[1], Lq = q.shape[2], D = q.shape[3], Lk = k.shape[2], Dv = v.shape[3];
+  const double s = scale < 0 ? 1.0 / std::sqrt(static_cast<double>(D)) : scale;
+  Host out{{B, H, Lq, Dv}, std::vector<double>(static_cast<size_t>(B * H * Lq * Dv))};
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < Lq; ++i) {
+        const int64_t n = causal ? i + 1 : Lk;
+        std::vector<double> w(static_cast<size_t>(n));
+        double mx = -std::numeric_limits<double>::infinity(), total = 0;
+        for (int64_t j = 0; j < n; ++j) {
+          double a = 0;
+          for (int64_t d = 0; d < D; ++d) a += q.at({b, h, i, d}) * k.at({b, h, j, d});
+          w[static_cast<size_t>(j)] = a * s;
+          mx = std::max(mx, a * s);
+        }
+        for (double& x : w) total += (x = std::exp(x - mx));
+        for (int64_t c = 0; c < Dv; ++c) {
+          double acc = 0;
+          for (int64_t j = 0; j < n; ++j) acc += w[static_cast<size_t>(j)] * v.at({b, h, j, c});
+          out.v[static_cast<size_t>(((b * H + h) * Lq + i) * Dv + c)] = acc / total;
+        }
+      }
+  return out;
+}
+
+OpSpec sdpa_spec(const std::string& variant, Shape qs, Shape ks, Shape vs, bool causal, double scale = -1) {
+  OpSpec s;
+  s.op = "scaled_dot_product_attention";
+  s.variant = variant;
+  s.shapes = {qs, ks, vs};
+  s.lo = -1.5;
+  s.hi = 1.5;
+  s.fn = [causal, scale](const std::vector<Tensor>& x) {
+    return scaled_dot_product_attention(x[0], x[1], x[2], causal, scale);
+  };
+  s.reference = [causal, scale](const std::vector<Host>& in) { return sdpa_ref(in, causal, scale); };
+  s.errors = [] {
+    const char* op = "scaled_dot_product_attention";
+    Tensor q = ones({1, 2, 4, 3});
+    check_throws([&] { scaled_dot_product_attention(q, ones({1, 2, 4, 2}), ones({1, 2, 4, 3}), false); },
+                 {op, "(1, 2, 4, 2)", "(1, 2, 4, 3)"});
+    check_throws([&] { scaled_dot_product_attention(q, q, ones({1, 2, 5, 3}), false); }, {op, "(1, 2, 5, 3)"});
+    check_throws([&] { scaled_dot_product_attention(q, ones({1, 2, 6, 3}), ones({1, 2, 6, 3}), true); },
+                 {op, "causal", "(1, 2, 4, 3)", "(1, 2, 6, 3)"});
+    check_throws([&] { scaled_dot_product_attention(ones({2, 4, 3}), q, q, false); }, {op, "(2, 4, 3)"});
+    check_throws([&] { scaled_dot_product_attention(q, q, ones({1, 2, 4, 3}, DType::f64), false); },
+                 {op, "f32", "f64"});
+    check_throws([&] { scaled_dot_product_attention(q, q, q, false, 0.0); }, {op, "scale"});
+  };
+  return s;
+}
+
+const bool reg_sdpa = add_specs({
+    sdpa_spec("causal", {2, 1, 6, 3}, {2, 1, 6, 3}, {2, 1, 6, 4}, true),
+    sdpa_spec("full, Lk != Lq", {1, 2, 5, 3}, {1, 2, 4, 3}, {1, 2, 4, 2}, false),
+    sdpa_spec("L = 1", {1, 1, 1, 4}, {1, 1, 1, 4}, {1, 1, 1, 3}, true),
+    sdpa_spec("explicit scale", {1, 1, 3, 2}, {1, 1, 7, 2}, {1, 1, 7, 3}, false, 0.9),
+    // 70 = one full 64-row tile + a ragged one, in queries and in keys
+    sdpa_spec("causal, L = 70 spans two tiles", {1, 1, 70, 2}, {1, 1, 70, 2}, {1, 1, 70, 2}, true),
+    sdpa_spec("full, L = 70 spans two tiles", {1, 1, 70, 2}, {1, 1, 70, 2}, {1, 1, 70, 2}, false),
+});
+
+// softmax(scale q kᵀ, masked above the diagonal when causal) v from primitive ops.
+Tensor sdpa_composed(const Tensor& q, const Tensor& k, const Tensor& v, bool causal) {
+  Tensor s = mul(matmul(q, transpose(k, -2, -1)), 1.0 / std::sqrt(static_cast<double>(q.size(-1))));
+  if (causal) {
+    const int64_t L = q.size(-2);
+    Tensor i = arange(L).reshape({L, 1}), j = arange(L).reshape({1, L});
+    s = masked_fill(s, gt(j, i), -std::numeric_limits<double>::infinity());
+  }
+  return matmul(softmax(s, -1), v);
+}
+
 }  // namespace
+
+TEST_CASE("scaled_dot_product_attention: fused vs composed at L = 300 (values and gradients)") {
+  for (DType t : {DType::f64, DType::f32})
+    for (bool causal : {true, false}) {
+      INFO(dtype_name(t) << (causal ? " causal" : " full"));
+      Generator g(5);
+      std::vector<Tensor> base = {uniform({2, 2, 300, 16}, -2, 2, g, {t}), uniform({2, 2, 300, 16}, -2, 2, g, {t}),
+                                  uniform({2, 2, 300, 8}, -1, 1, g, {t})};
+      Tensor w = uniform({2, 2, 300, 8}, -1, 1, g, {t});
+      auto leaves = [&] {
+        std::vector<Tensor> xs;
+        for (const Tensor& x : base) xs.push_back(x.clone().requires_grad_(true));
+        return xs;
+      };
+      std::vector<Tensor> xf = leaves(), xc = leaves();
+      Tensor yf = scaled_dot_product_attention(xf[0], xf[1], xf[2], causal);
+      Tensor yc = sdpa_composed(xc[0], xc[1], xc[2], causal);
+      const double tol = t == DType::f64 ? 1e-12 : 2e-6;  // outputs are O(1): f32 rounding
+      CHECK_MESSAGE(max_abs_diff(yf, yc) <= tol, "values differ by ", max_abs_diff(yf, yc));
+      sum(mul(yf, w)).backward();
+      sum(mul(yc, w)).backward();
+      for (size_t i = 0; i < 3; ++i) {
+        INFO("gradient of input " << i);
+        REQUIRE(xf[i].grad().defined());
+        const double d = max_abs_diff(xf[i].grad(), xc[i].grad());
+        CHECK_MESSAGE(d <= 5 * tol, "gradients differ by ", d);
+      }
+    }
+}
+
+TEST_CASE("scaled_dot_product_attention: no keys gives zeros; bf16 runs in f32") {
+  Tensor q = ones({1, 1, 3, 2}), k = empty({1, 1, 0, 2}), v = empty({1, 1, 0, 4});
+  Tensor y = scaled_dot_product_attention(q, k, v, false);
+  CHECK(y.shape() == Shape{1, 1, 3, 4});
+  for (double x : to_vector<double>(y)) CHECK(x == 0.0);
+  Generator g(9);
+  Tensor a = uniform({1, 2, 5, 4}, -1, 1, g);
+  Tensor yb = scaled_dot_product_attention(a.to(DType::bf16), a.to(DType::bf16), a.to(DType::bf16), true);
+  CHECK(yb.dtype() == DType::bf16);
+  CHECK(max_abs_diff(yb.to(DType::f32), scaled_dot_product_attention(a, a, a, true)) < 2e-2);
+}
+
 }  // namespace hh::test

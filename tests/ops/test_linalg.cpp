@@ -158,7 +158,8 @@ Tensor randm(const Shape& s, uint64_t seed, DType t = DType::f64) {
 double max_rel_err(const Tensor& got, const Host& want) {
   auto g = to_vector<double>(got);
   double worst = 0;
-  for (size_t i = 0; i < g.size(); ++i) worst = std::max(worst, std::fabs(g[i] - want.v[i]) / (1.0 + std::fabs(want.v[i])));
+  for (size_t i = 0; i < g.size(); ++i)
+    worst = std::max(worst, std::fabs(g[i] - want.v[i]) / (1.0 + std::fabs(want.v[i])));
   return worst;
 }
 
@@ -217,13 +218,14 @@ TEST_CASE("gemm: alpha/beta and broadcast batch stride through the backend") {
 
 TEST_CASE("gemm: threaded batch split and Eigen's split agree with the single-threaded result") {
   const int prev = num_threads();
-  // 16 matrices of 64x48x40 (batch split), one 301x250x200 f32 product (split inside, uneven
-  // rows) and the same in f64 (Eigen's own split); also 3 threads, which split neither evenly.
+  // 16 matrices of 64x48x40 (batch split), one 301x250x200 f32 product (split by rows, uneven),
+  // the same in f64 (Eigen's own split), a 20x64x900 one (split by columns); 2 and 3 threads.
   Tensor a = randm({16, 64, 40}, 6, DType::f32), b = randm({16, 40, 48}, 7, DType::f32);
   Tensor x = randm({301, 250}, 8, DType::f32), y = randm({250, 200}, 9, DType::f32);
   Tensor xd = x.to(DType::f64), yd = y.to(DType::f64);
+  Tensor u = randm({20, 64}, 10, DType::f32), v = randm({64, 900}, 11, DType::f32);  // few rows: split columns
   set_num_threads(1);
-  Tensor r1 = matmul(a, b), s1 = matmul(x, y), d1 = matmul(xd, yd);
+  Tensor r1 = matmul(a, b), s1 = matmul(x, y), d1 = matmul(xd, yd), w1 = matmul(u, v);
   for (int th : {2, 3}) {
     CAPTURE(th);
     set_num_threads(th);
@@ -231,11 +233,13 @@ TEST_CASE("gemm: threaded batch split and Eigen's split agree with the single-th
     CHECK(max_rel_err(matmul(a, b), to_host(r1)) < 1e-5);
     CHECK(max_rel_err(matmul(x, y), to_host(s1)) < 1e-5);
     CHECK(max_rel_err(matmul(xd, yd), to_host(d1)) < 1e-12);
+    CHECK(max_rel_err(matmul(u, v), to_host(w1)) < 1e-5);
   }
   set_num_threads(prev);
   CHECK(max_rel_err(r1, matmul_ref(to_host(a), to_host(b))) < 1e-5);
   CHECK(max_rel_err(s1, matmul_ref(to_host(x), to_host(y))) < 2e-5);
   CHECK(max_rel_err(d1, matmul_ref(to_host(xd), to_host(yd))) < 1e-12);
+  CHECK(max_rel_err(w1, matmul_ref(to_host(u), to_host(v))) < 2e-5);
   check_throws([] { set_num_threads(0); }, {"set_num_threads", "0"});
 }
 

@@ -1,0 +1,178 @@
+// CUDA attention kernels against the CPU backend, through the Backend interface: the fused softmax
+// attention (flash_attention and its backward, f32) and the chunked causal linear attention (f32
+// and f64, with the running state in shared memory and, for large F, in global memory), at
+// lengths and dims that are not multiples of the 64-wide tiles. They run when HH_DEVICE=cuda and
+// are reported as skipped otherwise.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "autograd/ops.h"
+#include "core/backend.h"
+#include "tests/op_table.h"
+
+namespace hh::test {
+namespace {
+
+const bool kSkipCuda = !cuda_requested();
+
+Backend& cpu() { return backend_for(Device::cpu()); }
+Backend& gpu() { return backend_for(test_device()); }
+Tensor place(const Tensor& t, Device d) { return d.is_cpu() ? t : t.to(d).detach(); }
+Tensor like_on(const Shape& s, DType t, Device d) { return empty(s, {t, d}); }
+
+Tensor input(const Shape& s, double lo, double hi, DType t, uint64_t seed) {
+  Generator g(seed);
+  return uniform(s, lo, hi, g, {DType::f64}).to(t);
+}
+
+// |got - want| <= rtol |want| + atol max|want| elementwise (atol relative to the tensor's scale, so
+// small gradient entries next to large ones are judged fairly); infinities must match exactly.
+void expect_close(const Tensor& got, const Tensor& want, double rtol, double atol, const std::string& what) {
+  REQUIRE_MESSAGE(got.shape() == want.shape(), what, ": shape ", shape_str(got.shape()), " vs ",
+                  shape_str(want.shape()));
+  CHECK(got.device() == test_device());
+  std::vector<double> g = to_vector<double>(got.to(Device::cpu())), w = to_vector<double>(want);
+  double scale = 0;
+  for (double x : w)
+    if (std::isfinite(x)) scale = std::max(scale, std::fabs(x));
+  int64_t bad = 0, first = -1;
+  for (size_t i = 0; i < g.size(); ++i) {
+    const bool ok = std::isinf(w[i]) ? g[i] == w[i] : std::fabs(g[i] - w[i]) <= rtol * std::fabs(w[i]) + atol * scale;
+    if (!ok && bad++ == 0) first = static_cast<int64_t>(i);
+  }
+  CHECK_MESSAGE(bad == 0, what, ": ", bad, " of ", g.size(), " elements differ; first at ", first, ": cuda ",
+                first >= 0 ? g[static_cast<size_t>(first)] : 0.0, " cpu ",
+                first >= 0 ? w[static_cast<size_t>(first)] : 0.0);
+}
+
+struct FlashCase {
+  int64_t G, Lq, Lk, D, Dv;
+  bool causal;
+};
+
+// Forward and backward on one backend: {out, lse, gq, gk, gv}.
+std::vector<Tensor> run_flash(Backend& be, Device d, const FlashCase& c, const std::vector<Tensor>& in) {
+  const DType t = DType::f32;
+  Tensor q = place(in[0], d), k = place(in[1], d), v = place(in[2], d), go = place(in[3], d);
+  Tensor out = like_on({c.G, c.Lq, c.Dv}, t, d), lse = like_on({c.G, c.Lq}, t, d);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(c.D));
+  be.flash_attention(q, k, v, c.causal, scale, out, lse);
+  Tensor gq = like_on(q.shape(), t, d), gk = like_on(k.shape(), t, d), gv = like_on(v.shape(), t, d);
+  be.flash_attention_backward(q, k, v, out, lse, go, c.causal, scale, gq, gk, gv);
+  return {out, lse, gq, gk, gv};
+}
+
+void check_flash(const FlashCase& c) {
+  const std::string what = std::string(c.causal ? "causal" : "full") + " G" + std::to_string(c.G) + " Lq" +
+                           std::to_string(c.Lq) + " Lk" + std::to_string(c.Lk) + " D" + std::to_string(c.D) + " Dv" +
+                           std::to_string(c.Dv);
+  const DType t = DType::f32;
+  std::vector<Tensor> in = {input({c.G, c.Lq, c.D}, -2, 2, t, 1), input({c.G, c.Lk, c.D}, -2, 2, t, 2),
+                            input({c.G, c.Lk, c.Dv}, -1, 1, t, 3), input({c.G, c.Lq, c.Dv}, -1, 1, t, 4)};
+  std::vector<Tensor> want = run_flash(cpu(), Device::cpu(), c, in);
+  std::vector<Tensor> got = run_flash(gpu(), test_device(), c, in);
+  const char* names[] = {"out", "lse", "gq", "gk", "gv"};
+  for (size_t i = 0; i < want.size(); ++i) expect_close(got[i], want[i], 1e-4, 1e-5, what + " " + names[i]);
+}
+
+struct LinearCase {
+  int64_t G, L, F, D, chunk;
+};
+
+// Forward and backward on one backend: {y, den, gq, gk, gv}.
+std::vector<Tensor> run_linear(Backend& be, Device d, const LinearCase& c, DType t, const std::vector<Tensor>& in) {
+  Tensor q = place(in[0], d), k = place(in[1], d), v = place(in[2], d), gy = place(in[3], d);
+  Tensor y = like_on({c.G, c.L, c.D}, t, d), den = like_on({c.G, c.L}, t, d);
+  be.linear_attention_causal(q, k, v, c.chunk, 1e-6, y, den);
+  Tensor gq = like_on(q.shape(), t, d), gk = like_on(k.shape(), t, d), gv = like_on(v.shape(), t, d);
+  be.linear_attention_causal_backward(q, k, v, y, den, gy, c.chunk, gq, gk, gv);
+  return {y, den, gq, gk, gv};
+}
+
+void check_linear(const LinearCase& c, DType t) {
+  const std::string what = std::string(dtype_name(t)) + " G" + std::to_string(c.G) + " L" + std::to_string(c.L) + " F" +
+                           std::to_string(c.F) + " D" + std::to_string(c.D) + " chunk " + std::to_string(c.chunk);
+  // positive features, like every feature map's output
+  std::vector<Tensor> in = {input({c.G, c.L, c.F}, 0.05, 1, t, 5), input({c.G, c.L, c.F}, 0.05, 1, t, 6),
+                            input({c.G, c.L, c.D}, -1, 1, t, 7), input({c.G, c.L, c.D}, -1, 1, t, 8)};
+  std::vector<Tensor> want = run_linear(cpu(), Device::cpu(), c, t, in);
+  std::vector<Tensor> got = run_linear(gpu(), test_device(), c, t, in);
+  const double tol = t == DType::f64 ? 1e-10 : 1e-4;
+  const char* names[] = {"y", "den", "gq", "gk", "gv"};
+  for (size_t i = 0; i < want.size(); ++i) expect_close(got[i], want[i], tol, tol / 10, what + " " + names[i]);
+}
+
+}  // namespace
+
+TEST_CASE("cuda: flash attention forward and backward vs cpu" * doctest::skip(kSkipCuda)) {
+  for (bool causal : {false, true})
+    for (int64_t L : {1, 33, 100, 257})
+      for (int64_t D : {16, 64}) check_flash({3, L, L, D, D, causal});
+  check_flash({2, 100, 33, 64, 40, false});    // Lk != Lq, Dv != D
+  check_flash({2, 33, 257, 16, 16, false});    // more keys than queries
+  check_flash({1, 130, 130, 128, 128, true});  // the widest head dim: 128-wide accumulator tiles
+  check_flash({1, 65, 65, 100, 72, false});
+  check_flash({2, 7, 0, 16, 16, false});  // no keys: out 0, lse -inf, gq 0
+}
+
+TEST_CASE("cuda: flash attention rejects what its kernel does not take" * doctest::skip(kSkipCuda)) {
+  const Device d = test_device();
+  auto msg = [](auto&& f) -> std::string {
+    try {
+      f();
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  Tensor q64 = zeros({1, 4, 8}, {DType::f64, d}), o64 = zeros({1, 4, 8}, {DType::f64, d}),
+         l64 = zeros({1, 4}, {DType::f64, d});
+  std::string m = msg([&] { gpu().flash_attention(q64, q64, q64, false, 1.0, o64, l64); });
+  CHECK(m.find("flash_attention") != std::string::npos);
+  CHECK(m.find("f64") != std::string::npos);
+  Tensor q = zeros({1, 4, 130}, {DType::f32, d}), o = zeros({1, 4, 130}, {DType::f32, d}),
+         l = zeros({1, 4}, {DType::f32, d});
+  m = msg([&] { gpu().flash_attention(q, q, q, false, 1.0, o, l); });
+  CHECK(m.find("head dims up to 128") != std::string::npos);
+  CHECK(m.find("(1, 4, 130)") != std::string::npos);
+}
+
+TEST_CASE("cuda: chunked causal linear attention forward and backward vs cpu" * doctest::skip(kSkipCuda)) {
+  for (DType t : {DType::f32, DType::f64})
+    for (int64_t L : {1, 33, 100, 257})
+      for (int64_t F : {8, 33, 129})
+        for (int64_t D : {16, 64}) check_linear({2, L, F, D, 64}, t);
+  check_linear({2, 100, 33, 70, 16}, DType::f32);  // chunk 16, D over one 64-wide tile
+  check_linear({1, 70, 9, 5, 3}, DType::f64);      // chunk 3
+  check_linear({1, 40, 33, 16, 200}, DType::f32);  // chunk longer than the kernel's chunk cap
+  // Taylor-sized features (F = 1 + D + D² for D = 64): the state no longer fits shared memory.
+  check_linear({2, 100, 4161, 64, 64}, DType::f32);
+}
+
+TEST_CASE("cuda: the attention ops on the device match the cpu through autograd" * doctest::skip(kSkipCuda)) {
+  const Device d = test_device();
+  for (bool causal : {false, true}) {
+    Generator g(11);
+    std::vector<Tensor> base = {uniform({2, 3, 77, 32}, -1, 1, g), uniform({2, 3, 77, 32}, -1, 1, g),
+                                uniform({2, 3, 77, 32}, -1, 1, g)};
+    Tensor w = uniform({2, 3, 77, 32}, -1, 1, g);
+    std::vector<Tensor> xc, xd;
+    for (const Tensor& x : base) {
+      xc.push_back(x.clone().requires_grad_(true));
+      xd.push_back(x.to(d).detach().requires_grad_(true));
+    }
+    Tensor yc = scaled_dot_product_attention(xc[0], xc[1], xc[2], causal);
+    Tensor yd = scaled_dot_product_attention(xd[0], xd[1], xd[2], causal);
+    expect_close(yd, yc, 1e-4, 1e-5, std::string("sdpa ") + (causal ? "causal" : "full"));
+    sum(mul(yc, w)).backward();
+    sum(mul(yd, w.to(d))).backward();
+    for (size_t i = 0; i < 3; ++i)
+      expect_close(xd[i].grad(), xc[i].grad(), 1e-4, 1e-5, "sdpa grad " + std::to_string(i));
+  }
+}
+
+}  // namespace hh::test
