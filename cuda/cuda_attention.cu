@@ -306,6 +306,7 @@ size_t shared_state_bytes(Kernel kernel, size_t state_bytes, const char* op) {
 
 template <typename T>
 LinArgs<T> lin_args(const T* q, const T* k, const T* v, int64_t G, int L, int F, int D, int chunk) {
+  HH_CHECK(G < (int64_t(1) << 31), "linear_attention_causal: too many (batch·head) blocks: ", G);
   return {q, k, v, G, L, F, D, chunk < ChunkCap<T>::value ? chunk : ChunkCap<T>::value};
 }
 

@@ -125,7 +125,6 @@ Tensor matmul_forward(Tensor a, Tensor b, const Shape& ashape, const Shape& bsha
     batched_gemm(a.as_strided({rows, k}, {rs, a.stride(-1)}, a.offset()), b, c.as_strided({rows, n}, {n, 1}, 0), 0.0);
     return c;
   }
-  if (!gemm_ready(a)) a = raw_contiguous(a);
   Shape ba(a.shape().begin(), a.shape().end() - 2), bb(b.shape().begin(), b.shape().end() - 2);
   Shape batch(std::max(ba.size(), bb.size()));
   for (size_t i = 0; i < batch.size(); ++i) {
@@ -135,6 +134,7 @@ Tensor matmul_forward(Tensor a, Tensor b, const Shape& ashape, const Shape& bsha
              " cannot be broadcast");
     batch[i] = da == 1 ? db : da;
   }
+  if (!gemm_ready(a)) a = raw_contiguous(a);
   Shape out_shape = batch;
   out_shape.push_back(m);
   out_shape.push_back(n);

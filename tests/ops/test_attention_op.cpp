@@ -168,10 +168,13 @@ TEST_CASE("scaled_dot_product_attention: fused vs composed at L = 300 (values an
 }
 
 TEST_CASE("scaled_dot_product_attention: no keys gives zeros; bf16 runs in f32") {
-  Tensor q = ones({1, 1, 3, 2}), k = empty({1, 1, 0, 2}), v = empty({1, 1, 0, 4});
+  Tensor q = ones({1, 1, 3, 2}).requires_grad_(true), k = empty({1, 1, 0, 2}), v = empty({1, 1, 0, 4});
   Tensor y = scaled_dot_product_attention(q, k, v, false);
   CHECK(y.shape() == Shape{1, 1, 3, 4});
   for (double x : to_vector<double>(y)) CHECK(x == 0.0);
+  y.sum().backward();
+  REQUIRE(q.grad().defined());
+  for (double x : to_vector<double>(q.grad())) CHECK(x == 0.0);
   Generator g(9);
   Tensor a = uniform({1, 2, 5, 4}, -1, 1, g);
   Tensor yb = scaled_dot_product_attention(a.to(DType::bf16), a.to(DType::bf16), a.to(DType::bf16), true);
