@@ -93,7 +93,7 @@ int run(int argc, char** argv) {
   ArConfig data_cfg;
   data_cfg.vocab = pick("vocab", 40, 40, 4, 1 << 20);
   data_cfg.seq_len = pick("seq-len", 64, 128, 3, 1 << 20);
-  data_cfg.num_train = pick("train-samples", 4000, 10000, 2, 100000000);
+  data_cfg.num_train = pick("train-samples", 3000, 10000, 2, 100000000);
   data_cfg.num_test = pick("test-samples", 500, 2000, 1, 100000000);
   data_cfg.seed = static_cast<uint64_t>(f.integer("seed", 0));
   validate(data_cfg);

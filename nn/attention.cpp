@@ -57,6 +57,9 @@ Tensor softmax_attention_weights(const Tensor& q, const Tensor& k, bool causal, 
 
 Tensor softmax_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, const Tensor& key_mask,
                          Tensor* weights) {
+  // The fused (FlashAttention-style) op never builds the L×L matrix; it is used whenever the
+  // weights are not wanted and no padding mask is given.
+  if (!weights && !key_mask.defined()) return scaled_dot_product_attention(q, k, v, causal);
   Tensor a = softmax_attention_weights(q, k, causal, key_mask);
   if (weights) *weights = a;
   return matmul(a, v);
