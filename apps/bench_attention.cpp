@@ -314,8 +314,10 @@ int run_attention(const apps::Flags& f, Device device, json& out) {
 
   json jrows = json::array(), jcross = json::array();
   for (const Row& r : rows) jrows.push_back(row_json(r, s.batch));
-  bool have_softmax = std::any_of(rows.begin(), rows.end(), [](const Row& r) { return r.map == "softmax" && r.status == "ok"; });
-  if (have_softmax) {
+  const bool have_softmax =
+      std::any_of(rows.begin(), rows.end(), [](const Row& r) { return r.map == "softmax" && r.status == "ok"; });
+  const bool have_linear = std::any_of(rows.begin(), rows.end(), [](const Row& r) { return r.map != "softmax"; });
+  if (have_softmax && have_linear) {
     std::printf("\nwhere linear attention overtakes softmax (faster at this and every longer measured L):\n");
     for (const std::string& map : maps) {
       if (map == "softmax") continue;
