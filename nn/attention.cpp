@@ -17,13 +17,8 @@ LinearForm parse_linear_form(const std::string& s) {
 
 namespace {
 
-// (L,L) bool, true above the diagonal (future keys).
-Tensor future_mask(int64_t L, Device d) {
-  std::vector<double> m(static_cast<size_t>(L * L), 0.0);
-  for (int64_t i = 0; i < L; ++i)
-    for (int64_t j = i + 1; j < L; ++j) m[static_cast<size_t>(i * L + j)] = 1.0;
-  return from_vector(m, {L, L}, {DType::boolean, d});
-}
+// (L,L) bool, true above the diagonal (future keys); built on the device, no host L² array.
+Tensor future_mask(int64_t L, Device d) { return gt(triu(ones({L, L}, {DType::f32, d}), 1), 0.5); }
 
 // key_mask (B,L) bool -> (B,1,1,L) as `dtype` (1 keep, 0 drop).
 Tensor key_mask_4d(const Tensor& key_mask, DType dtype) {
@@ -175,16 +170,13 @@ Tensor Attention::forward(const Tensor& x, const Tensor& key_mask, TraceRequest*
   }
   if (trace) {
     NoGradGuard ng;
-    if (trace->teacher) {
-      Tensor qd = q.detach(), kd = k.detach();
-      tr.teacher = softmax_attention_weights(qd, kd, cfg.causal, key_mask);
+    if (trace->teacher) {  // the softmax teacher sees the same q, k the student maps
+      tr.teacher = softmax_attention_weights(q.detach(), k.detach(), cfg.causal, key_mask);
       tr.teacher_output = matmul(tr.teacher, v.detach());
+      tr.output = y;  // keeps its graph: the output-MSE term trains through it
     }
-    if (trace->scores) tr.scores = mul(matmul(q.detach(), transpose(k.detach(), -1, -2)), 1.0 / std::sqrt(double(cfg.head_dim)));
-  }
-  if (trace) {
-    if (trace->teacher) tr.output = y;
-    if (!trace->weights && !trace->teacher) tr.weights = Tensor();
+    if (trace->scores)
+      tr.scores = mul(matmul(q.detach(), transpose(k.detach(), -1, -2)), 1.0 / std::sqrt(double(cfg.head_dim)));
     trace->layers.push_back(tr);
   }
   Tensor merged = reshape(transpose(y, 1, 2), {B, L, cfg.heads * cfg.head_dim});

@@ -24,6 +24,8 @@ import statistics
 import sys
 import time
 
+from torch_bench_common import load_compare, setup_torch  # noqa: E402
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_attention_torch as bat  # noqa: E402  (feature map, chunked form, memory helpers)
 
@@ -109,29 +111,8 @@ def main():
     p.add_argument("--compare", metavar="HH_JSON", help="bench_attention --ar-step --json output")
     args = p.parse_args()
 
-    hh = {}
-    if args.compare:
-        try:
-            with open(args.compare) as f:
-                hh = {r["mixer"]: r for r in json.load(f).get("results", [])}
-        except (OSError, ValueError, KeyError) as e:
-            sys.stderr.write(f"error: cannot read --compare file '{args.compare}': {e}\n")
-            sys.exit(1)
-    try:
-        import torch
-    except ImportError as e:
-        sys.stderr.write(f"error: PyTorch is not importable: {e}\n")
-        sys.exit(1)
-    try:
-        device = torch.device(args.device)
-    except RuntimeError as e:
-        sys.stderr.write(f"error: --device: {e}\n")
-        sys.exit(1)
-    if device.type not in ("cpu", "cuda") or (device.type == "cuda" and not torch.cuda.is_available()):
-        sys.stderr.write(f"error: --device {args.device}: not available\n")
-        sys.exit(1)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    hh = load_compare(args.compare, lambda r: r["mixer"])
+    torch, device = setup_torch(args.device, args.threads)
     B, L = args.ar_batch, args.ar_len
     print(f"torch {torch.__version__} AR training step (paper preset: {LAYERS} layers, {HEADS} heads x {HEAD_DIM}, "
           f"dim {DIM}, MLP {MLP}, RoPE, vocab {VOCAB}): {device}, {torch.get_num_threads()} thread(s), batch {B}, "

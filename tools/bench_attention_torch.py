@@ -37,6 +37,8 @@ import statistics
 import sys
 import time
 
+from torch_bench_common import load_compare, setup_torch  # noqa: E402
+
 os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # quieter profiler (used for CPU peak memory)
 
 WARMUP = 1
@@ -320,29 +322,8 @@ def main():
     p.add_argument("--compare", metavar="HH_JSON", help="bench_attention --json output to compare against")
     args = p.parse_args()
 
-    hh = {}
-    if args.compare:
-        try:
-            with open(args.compare) as f:
-                hh = {(r["map"], r["form"], r["L"]): r for r in json.load(f).get("results", [])}
-        except (OSError, ValueError, KeyError) as e:
-            sys.stderr.write(f"error: cannot read --compare file '{args.compare}': {e}\n")
-            sys.exit(1)
-    try:
-        import torch
-    except ImportError as e:
-        sys.stderr.write(f"error: PyTorch is not importable: {e}\n")
-        sys.exit(1)
-    try:
-        device = torch.device(args.device)
-    except RuntimeError as e:
-        sys.stderr.write(f"error: --device: {e}\n")
-        sys.exit(1)
-    if device.type not in ("cpu", "cuda") or (device.type == "cuda" and not torch.cuda.is_available()):
-        sys.stderr.write(f"error: --device {args.device}: not available (cpu, or cuda with a CUDA torch and GPU)\n")
-        sys.exit(1)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    hh = load_compare(args.compare, lambda r: (r["map"], r["form"], r["L"]))
+    torch, device = setup_torch(args.device, args.threads)
     H = args.heads or (12 if device.type == "cuda" else 4)
     threads = torch.get_num_threads()
     print(f"torch {torch.__version__} attention benchmark: {device}, {threads} thread(s), B={args.batch} H={H} "
