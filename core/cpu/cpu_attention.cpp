@@ -34,16 +34,23 @@ void causal_forward(const Tensor& q, const Tensor& k, const Tensor& v, int64_t C
       auto Kc = K.middleRows(c0, n);
       auto Vc = V.middleRows(c0, n);
       Mat<T> A = (Qc * Kc.transpose()).template triangularView<Eigen::Lower>();  // (n,n) causal
-      Vec<T> dc = Qc * z + A.rowwise().sum();
+      Vec<T> dc = A.rowwise().sum();
+      Mat<T> num = A * Vc;
+      // The state is zero before the first chunk and unused after the last: skip those products
+      // (for L <= C this is all of the F×D work).
+      if (c0 > 0) {
+        dc.noalias() += Qc * z;
+        num.noalias() += Qc * S;
+      }
       dc.array() += static_cast<T>(eps);
-      Mat<T> num = Qc * S;
-      num.noalias() += A * Vc;
       Y.middleRows(c0, n) = num.array().colwise() / dc.array();
       den_g.segment(c0, n) = dc;
-      S.noalias() += Kc.transpose() * Vc;
-      z += Kc.colwise().sum().transpose();
+      if (c0 + n < L) {
+        S.noalias() += Kc.transpose() * Vc;
+        z += Kc.colwise().sum().transpose();
+      }
     }
-    finite = finite && den_g.allFinite() && S.allFinite();
+    finite = finite && den_g.allFinite() && Y.allFinite();
   }
   HH_CHECK(finite, "linear_attention: the state or normalizer became NaN/Inf (feature map overflow?)");
 }
@@ -76,11 +83,15 @@ void causal_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Te
       auto Kc = K.middleRows(c0, n);
       Mat<T> M = chunk_M(c0, n);
       auto GQc = GQ.middleRows(c0, n);
-      GQc.noalias() = GN.middleRows(c0, n) * S.transpose();
-      GQc.noalias() += gd.segment(c0, n) * z.transpose();
-      GQc.noalias() += M * Kc;
-      S.noalias() += Kc.transpose() * V.middleRows(c0, n);
-      z += Kc.colwise().sum().transpose();
+      GQc.noalias() = M * Kc;
+      if (c0 > 0) {  // zero state before the first chunk
+        GQc.noalias() += GN.middleRows(c0, n) * S.transpose();
+        GQc.noalias() += gd.segment(c0, n) * z.transpose();
+      }
+      if (c0 + n < L) {  // no later chunk reads the state
+        S.noalias() += Kc.transpose() * V.middleRows(c0, n);
+        z += Kc.colwise().sum().transpose();
+      }
     }
     // Reverse sweep with R = Σ_{later} φq gnᵀ (F,D) and r = Σ_{later} φq gd (F):
     // gk_j = R v_j + r + Σ_{i>=j in chunk} M_ij q_i;  gv_j = Rᵀ k_j + Σ_{i>=j in chunk} (q_i·k_j) gn_i.
@@ -96,14 +107,18 @@ void causal_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Te
       Mat<T> M = chunk_M(c0, n);
       Mat<T> A = (Qc * Kc.transpose()).template triangularView<Eigen::Lower>();
       auto GKc = GK.middleRows(c0, n);
-      GKc.noalias() = Vc * R.transpose();
-      GKc.rowwise() += r.transpose();
-      GKc.noalias() += M.transpose() * Qc;
       auto GVc = GV.middleRows(c0, n);
-      GVc.noalias() = Kc * R;
-      GVc.noalias() += A.transpose() * GNc;
-      R.noalias() += Qc.transpose() * GNc;
-      r.noalias() += Qc.transpose() * gd.segment(c0, n);
+      GKc.noalias() = M.transpose() * Qc;
+      GVc.noalias() = A.transpose() * GNc;
+      if (c0 != last) {  // R, r are zero in the last chunk
+        GKc.noalias() += Vc * R.transpose();
+        GKc.rowwise() += r.transpose();
+        GVc.noalias() += Kc * R;
+      }
+      if (c0 > 0) {  // no earlier chunk reads R, r
+        R.noalias() += Qc.transpose() * GNc;
+        r.noalias() += Qc.transpose() * gd.segment(c0, n);
+      }
     }
   }
 }
