@@ -106,6 +106,7 @@ void diagnose(nn::DecoderLM& model, const ArDataset& data, Device device, ArRunR
 
 ArRunResult run_associative_recall(const ArDataset& data, const ArRunConfig& cfg) {
   HH_CHECK(cfg.epochs > 0 && cfg.batch > 0, "ar: epochs and batch must be positive, got ", cfg.epochs, ", ", cfg.batch);
+  HH_CHECK(cfg.stop_accuracy > 0 && cfg.stop_accuracy <= 1, "ar: stop_accuracy must be in (0,1], got ", cfg.stop_accuracy);
   HH_CHECK(cfg.val_fraction > 0 && cfg.val_fraction < 1, "ar: val_fraction must be in (0,1), got ", cfg.val_fraction);
   ArRunResult r;
   r.mixer = cfg.mixer;
@@ -191,7 +192,7 @@ ArRunResult run_associative_recall(const ArDataset& data, const ArRunConfig& cfg
       r.val_accuracy = va;
       snapshot();
     }
-    if (stopper.should_stop() || va >= 1.0) break;
+    if (stopper.should_stop() || va >= cfg.stop_accuracy) break;
   }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   model.load_state_dict(best_state);

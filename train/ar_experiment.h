@@ -19,6 +19,7 @@ struct ArRunConfig {
   double lr = 1e-3;
   double weight_decay = 0.0;
   int64_t patience = 10;          // epochs without validation improvement before stopping
+  double stop_accuracy = 1.0;     // stop once validation accuracy reaches this (the task is solved)
   double grad_clip = 1.0;
   std::string schedule = "cosine";
   int64_t warmup_steps = 50;
