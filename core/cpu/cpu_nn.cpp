@@ -6,9 +6,11 @@
 // deterministic for a given thread count.
 #include <omp.h>
 
+#include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "core/cpu/cpu_backend.h"
@@ -110,6 +112,11 @@ void CpuBackend::softmax(const Tensor& x, const Tensor& y, bool log) {
         const T shift = static_cast<T>(static_cast<Acc>(m) + std::log(sum));
 #pragma omp simd
         for (int64_t j = 0; j < r; ++j) yi[j] = xi[j] - shift;
+      } else if constexpr (std::is_same_v<T, float>) {  // Eigen's vectorized expf
+        Eigen::Map<Eigen::ArrayXf> Y(yi, r);
+        Y = (Eigen::Map<const Eigen::ArrayXf>(xi, r) - m).exp();
+        sum = Y.template cast<Acc>().sum();
+        Y *= static_cast<float>(1.0 / sum);
       } else {
 #pragma omp simd reduction(+ : sum)
         for (int64_t j = 0; j < r; ++j) {

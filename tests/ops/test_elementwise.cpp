@@ -519,6 +519,59 @@ TEST_CASE("elementwise: stable forms at extreme inputs") {
   CHECK(std::isnan(to_vector<double>(clamp(n, -1, 1))[0]));
 }
 
+TEST_CASE("elementwise: vectorized f32 exp, gelu and softmax match f64 over a wide range and at special values") {
+  // f32 exp/gelu/softmax go through Eigen's vectorized exp/erf; check them element by element
+  // against f64 libm on a dense grid that crosses every polynomial range boundary.
+  std::vector<double> xs;
+  for (double x = -110.0; x <= 95.0; x += 0.0173) xs.push_back(x);
+  const int64_t n = static_cast<int64_t>(xs.size());
+  Tensor x = from_vector(xs, {n}, {DType::f32});
+  auto xf = to_vector<double>(x);  // the f32-rounded inputs
+  auto ex = to_vector<double>(exp(x));
+  auto ge = to_vector<double>(gelu(x));
+  Tensor leaf = x.detach().requires_grad_();
+  gelu(leaf).backward(ones({n}, {DType::f32}));
+  auto gg = to_vector<double>(leaf.grad());
+  int64_t bad_exp = 0, bad_gelu = 0, bad_grad = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = xf[static_cast<size_t>(i)];
+    const double e = std::exp(v);
+    // f32 range: below FLT_MIN a flush to zero is allowed, above FLT_MAX inf.
+    if (e > 3.4028234e38) bad_exp += !std::isinf(ex[static_cast<size_t>(i)]);
+    else if (e < 1.1754944e-38) bad_exp += !(ex[static_cast<size_t>(i)] >= 0 && ex[static_cast<size_t>(i)] < 1.2e-38);
+    else bad_exp += std::fabs(ex[static_cast<size_t>(i)] - e) > 4e-7 * e;
+    const double g = gelu_erf_ref(v);
+    bad_gelu += std::fabs(ge[static_cast<size_t>(i)] - g) > 1e-6 * (1 + std::fabs(g));
+    const double d = 0.5 * (1 + std::erf(v / std::sqrt(2.0))) + v * std::exp(-0.5 * v * v) / std::sqrt(2 * M_PI);
+    bad_grad += std::fabs(gg[static_cast<size_t>(i)] - d) > 1e-6 * (1 + std::fabs(d));
+  }
+  CHECK(bad_exp == 0);
+  CHECK(bad_gelu == 0);
+  CHECK(bad_grad == 0);
+  // Special values follow libm.
+  Tensor sp = from_vector(std::vector<double>{-INFINITY, INFINITY, NAN, 0.0}, {4}, {DType::f32});
+  auto es = to_vector<double>(exp(sp));
+  CHECK(es[0] == 0.0);
+  CHECK(std::isinf(es[1]));
+  CHECK(std::isnan(es[2]));
+  CHECK(es[3] == 1.0);
+  auto gs = to_vector<double>(gelu(sp));
+  CHECK(std::isinf(gs[1]));
+  CHECK(std::isnan(gs[2]));
+  CHECK(gs[3] == 0.0);
+  // Softmax rows of every width around the vector length, with large spreads.
+  Generator g(3);
+  for (int64_t r : {1, 7, 8, 9, 31, 64, 1000}) {
+    CAPTURE(r);
+    Tensor a = mul(randn({5, r}, g, {DType::f64}), 30.0);
+    auto want = to_vector<double>(softmax(a, -1));
+    auto got = to_vector<double>(softmax(to_dtype(a, DType::f32), -1));
+    double worst = 0;
+    for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::fabs(got[i] - want[i]));
+    CHECK(worst < 2e-6);
+  }
+}
+
 TEST_CASE("elementwise: large tensors take the threaded paths and match plain loops") {
   Generator g(42);
   for (DType t : {DType::f32, DType::f64}) {
