@@ -83,6 +83,7 @@ int run(int argc, char** argv) {
   f.add("head-dim", "", "head dimension");
   f.add("dim", "", "model width (default heads*head-dim)");
   f.add("mlp-hidden", "", "MLP hidden size (default 2*dim)");
+  f.add("positions", "rope", "position encoding: rope (the paper's) or learned");
   f.add("feature-dim", "0", "feature dim for t2r/hedgehog (0 = head dim) or performer features (0 = 256)");
   f.add("epochs", "", "maximum epochs");
   f.add("lr", "", "peak learning rate (AdamW)");
@@ -130,7 +131,9 @@ int run(int argc, char** argv) {
   m.head_dim = pick("head-dim", 32, 64, 2, 4096);
   m.dim = f.given("dim") ? f.integer("dim", 1, 1 << 20) : m.heads * m.head_dim;
   m.mlp_hidden = f.given("mlp-hidden") ? f.integer("mlp-hidden", 1, 1 << 24) : 2 * m.dim;
-  m.positions = "rope";
+  m.positions = f.str("positions");
+  HH_CHECK(m.positions == "rope" || m.positions == "learned", "--positions: expected rope or learned, got '",
+           m.positions, "'");
   m.pre_ln = true;
   m.max_len = data_cfg.seq_len;
   m.attention.chunk = f.integer("chunk", 1, 1 << 20);
@@ -240,7 +243,7 @@ int run(int argc, char** argv) {
   nlohmann::json cfg = {{"preset", preset},       {"vocab", data_cfg.vocab},    {"seq_len", data_cfg.seq_len},
                         {"train_samples", data_cfg.num_train}, {"test_samples", data_cfg.num_test},
                         {"layers", m.layers},     {"heads", m.heads},           {"head_dim", m.head_dim},
-                        {"dim", m.dim},           {"mlp_hidden", m.mlp_hidden}, {"epochs", rc.epochs},
+                        {"dim", m.dim},           {"mlp_hidden", m.mlp_hidden}, {"positions", m.positions}, {"epochs", rc.epochs},
                         {"patience", rc.patience}, {"stop_at", rc.stop_accuracy}, {"sweep", f.boolean("sweep")}, {"lr", rc.lr},
                         {"batch", rc.batch},      {"weight_decay", rc.weight_decay}, {"schedule", rc.schedule},
                         {"dense_targets", rc.dense_targets}, {"seed", data_cfg.seed}, {"device", f.str("device")},
