@@ -4,6 +4,8 @@
 
 #include <atomic>
 
+#include "core/cpu/cpu_allocator.h"
+
 namespace hh {
 
 namespace {
@@ -32,8 +34,16 @@ MemoryStats memory_stats(Device d) {
   s.current = g_cpu_current.load(std::memory_order_relaxed);
   s.peak = g_cpu_peak.load(std::memory_order_relaxed);
   if (s.peak < s.current) s.peak = s.current;  // a concurrent allocation between the two loads
-  s.reserved = s.current;
+  s.reserved = s.current + cpu_alloc::cached_bytes();
   return s;
+}
+
+void empty_cache(Device d) {
+  if (d.is_cuda()) {
+    cuda_empty_cache(d.index);
+    return;
+  }
+  cpu_alloc::empty_cache();
 }
 
 void reset_peak_memory(Device d) {

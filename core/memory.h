@@ -9,11 +9,14 @@
 
 namespace hh {
 
-// CPU: current/peak as counted by CpuBackend::allocate; reserved == current (no cache).
+// CPU: current/peak as counted by CpuBackend::allocate; reserved adds the block cache
+// (core/cpu/cpu_allocator.h).
 // CUDA: the caching allocator's statistics; throws when built without CUDA.
 MemoryStats memory_stats(Device d);
 // Sets the device's peak to its current usage.
 void reset_peak_memory(Device d);
+// Gives the device's cached free blocks back to the system (torch.cuda.empty_cache).
+void empty_cache(Device d);
 
 namespace detail {
 // Called by the CPU allocator for every block it hands out / takes back (thread-safe).

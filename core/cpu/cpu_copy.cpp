@@ -2,6 +2,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/cpu/cpu_allocator.h"
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/strided.h"
 #include "core/memory.h"
@@ -10,15 +11,13 @@
 namespace hh {
 
 std::shared_ptr<void> CpuBackend::allocate(size_t nbytes) {
-  // 64-byte alignment for vector loads; aligned_alloc needs a size multiple of the alignment.
-  size_t padded = (nbytes + 63) / 64 * 64;
-  if (padded == 0) padded = 64;
-  void* p = std::aligned_alloc(64, padded);
-  HH_CHECK(p != nullptr, "cpu allocate: out of memory for ", nbytes, " bytes");
-  detail::cpu_memory_allocated(padded);  // core/memory.h counters (current, peak)
-  return std::shared_ptr<void>(p, [padded](void* q) {
-    std::free(q);
-    detail::cpu_memory_freed(padded);
+  // 64-byte aligned (vector loads); large blocks come from and go back to the block cache.
+  const size_t block = cpu_alloc::block_size(nbytes);
+  void* p = cpu_alloc::allocate(nbytes);
+  detail::cpu_memory_allocated(block);  // core/memory.h counters (current, peak)
+  return std::shared_ptr<void>(p, [block](void* q) {
+    cpu_alloc::release(q, block);
+    detail::cpu_memory_freed(block);
   });
 }
 
