@@ -1,7 +1,8 @@
-// bench_ops: CPU throughput of the GEMM and of a few memory-bound ops, next to the machine's
-// measured FMA peak. Companion: tools/bench_torch_cpu.py prints the same table for PyTorch.
+// bench_ops: throughput of the GEMM and of a few memory-bound ops, on the CPU next to the
+// machine's measured FMA peak, or on a CUDA device (--device cuda). Companion:
+// tools/bench_torch_cpu.py prints the same table for PyTorch (its --device cuda too).
 //
-//   bench_ops [--threads 1,2] [--reps 7] [--json FILE]
+//   bench_ops [--threads 1,2] [--reps 7] [--json FILE] [--device cpu|cuda[:N]]
 //
 // GEMM rows time Backend::gemm into a preallocated output (what torch.matmul(a, b, out=c) does),
 // so page faults of a fresh 50 MB result do not blur the kernel; op rows call the hh:: op API
@@ -27,6 +28,8 @@
 
 #include "autograd/ops.h"
 #include "core/backend.h"
+#include "core/device.h"
+#include "core/error.h"
 #include "core/parallel.h"
 
 namespace {
@@ -53,14 +56,17 @@ struct Timing {
   double cpu = 0;   // median process CPU seconds (all threads)
 };
 
-// Medians of f over `reps` runs after kWarmup runs.
-Timing time_median(const std::function<void()>& f, int reps) {
+// Medians of f over `reps` runs after kWarmup runs. `sync` waits for the device (a no-op on the
+// CPU), before the clock starts and before it stops.
+Timing time_median(const std::function<void()>& f, int reps, const std::function<void()>& sync = [] {}) {
   for (int i = 0; i < kWarmup; ++i) f();
   std::vector<double> ws, cs;
   for (int i = 0; i < reps; ++i) {
+    sync();
     auto t0 = Clock::now();
     double c0 = cpu_seconds();
     f();
+    sync();
     cs.push_back(cpu_seconds() - c0);
     ws.push_back(seconds_since(t0));
   }
@@ -174,6 +180,7 @@ struct Flags {
   std::vector<int> threads{1, 2};
   int reps = 7;
   std::string json;
+  std::string device = "cpu";
 };
 
 [[noreturn]] void usage_error(const std::string& msg) {
@@ -199,12 +206,13 @@ Flags parse_flags(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i], val;
     if (a == "-h" || a == "--help") {
-      std::printf("usage: bench_ops [--threads 1,2] [--reps N] [--json FILE]\n");
+      std::printf("usage: bench_ops [--threads 1,2] [--reps N] [--json FILE] [--device cpu|cuda[:N]]\n");
       std::exit(0);
     }
     size_t eq = a.find('=');
     std::string key = eq == std::string::npos ? a : a.substr(0, eq);
-    if (key != "--threads" && key != "--reps" && key != "--json") usage_error("unknown flag '" + a + "'");
+    if (key != "--threads" && key != "--reps" && key != "--json" && key != "--device")
+      usage_error("unknown flag '" + a + "'");
     if (eq != std::string::npos) {
       val = a.substr(eq + 1);
     } else {
@@ -222,6 +230,8 @@ Flags parse_flags(int argc, char** argv) {
       }
     } else if (key == "--reps") {
       f.reps = parse_positive(val, "--reps");
+    } else if (key == "--device") {
+      f.device = val;
     } else {
       if (val.empty()) usage_error("--json needs a file name");
       f.json = val;
@@ -230,28 +240,35 @@ Flags parse_flags(int argc, char** argv) {
   return f;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  Flags flags = parse_flags(argc, argv);
+int run(const Flags& flags) {
   using nlohmann::json;
-  json out = {{"library", "hedgehog"}, {"dtype", "f32"}, {"reps", flags.reps}, {"warmup", kWarmup}};
+  const hh::Device dev = hh::parse_device(flags.device);
+  const bool gpu = dev.is_cuda();
+  HH_CHECK(!gpu || hh::cuda_available(), "--device ", flags.device, ": no CUDA device available");
+  // On a GPU, --threads does not apply: one pass, labelled 0 threads.
+  const std::vector<int> threads = gpu ? std::vector<int>{0} : flags.threads;
+  const hh::Options opt{hh::DType::f32, dev};
+  json out = {{"library", "hedgehog"}, {"dtype", "f32"}, {"reps", flags.reps}, {"warmup", kWarmup},
+              {"device", flags.device}};
 
-  std::printf("hedgehog CPU benchmark, f32, median of %d runs after %d warm-ups\n", flags.reps, kWarmup);
-  // FMA peak per thread count.
+  std::printf("hedgehog %s benchmark, f32, median of %d runs after %d warm-ups\n", gpu ? flags.device.c_str() : "CPU",
+              flags.reps, kWarmup);
+  // FMA peak per thread count (CPU only; a GPU row reports plain rates).
   json peaks = json::object(), peaks_cpu = json::object();
-  std::vector<Timing> peak(flags.threads.size());
-  std::printf("\nFMA peak (%s, %d register-only chains per thread, measured)\n", kIsa ? kIsa : "unavailable", kChains);
-  std::printf("  %7s %14s %18s\n", "threads", "wall GFLOP/s", "cpu-time GFLOP/s");
-  for (size_t i = 0; i < flags.threads.size(); ++i) {
-    peak[i] = fma_peak(flags.threads[i], flags.reps);
-    std::printf("  %7d %14.1f %18.1f\n", flags.threads[i], peak[i].wall, peak[i].cpu);
-    peaks[std::to_string(flags.threads[i])] = peak[i].wall;
-    peaks_cpu[std::to_string(flags.threads[i])] = peak[i].cpu;
+  std::vector<Timing> peak(threads.size());
+  if (!gpu) {
+    std::printf("\nFMA peak (%s, %d register-only chains per thread, measured)\n", kIsa ? kIsa : "unavailable", kChains);
+    std::printf("  %7s %14s %18s\n", "threads", "wall GFLOP/s", "cpu-time GFLOP/s");
+    for (size_t i = 0; i < threads.size(); ++i) {
+      peak[i] = fma_peak(threads[i], flags.reps);
+      std::printf("  %7d %14.1f %18.1f\n", threads[i], peak[i].wall, peak[i].cpu);
+      peaks[std::to_string(threads[i])] = peak[i].wall;
+      peaks_cpu[std::to_string(threads[i])] = peak[i].cpu;
+    }
   }
   out["fma_peak_gflops"] = peaks;
   out["fma_peak_cpu_gflops"] = peaks_cpu;
-  out["isa"] = kIsa ? kIsa : "none";
+  out["isa"] = gpu ? "cuda" : (kIsa ? kIsa : "none");
 
   // GEMM.
   std::printf("\n%-28s %7s %9s %9s %7s %9s %7s\n", "GEMM (into preallocated C)", "threads", "ms", "GFLOP/s", "%peak",
@@ -259,18 +276,19 @@ int main(int argc, char** argv) {
   json gemm_rows = json::array();
   hh::Generator gen(42);
   for (const GemmCase& g : gemm_cases()) {
-    hh::Tensor a = hh::uniform({g.batch, g.m, g.k}, -1, 1, gen), b = hh::uniform({g.batch, g.k, g.n}, -1, 1, gen);
-    hh::Tensor c = hh::empty({g.batch, g.m, g.n});
+    hh::Tensor a = hh::uniform({g.batch, g.m, g.k}, -1, 1, gen, opt), b = hh::uniform({g.batch, g.k, g.n}, -1, 1, gen, opt);
+    hh::Tensor c = hh::empty({g.batch, g.m, g.n}, opt);
     hh::Backend& be = hh::backend_of(c);
+    auto sync = [&] { be.synchronize(); };
     const double gflop = 2.0 * static_cast<double>(g.batch * g.m) * static_cast<double>(g.k * g.n) / 1e9;
-    for (size_t i = 0; i < flags.threads.size(); ++i) {
-      const int th = flags.threads[i];
-      hh::set_num_threads(th);
-      Timing t = time_median([&] { be.gemm(a, b, c, {1.0, 0.0}); }, flags.reps);
-      const double gf = gflop / t.wall, gfc = gflop / (t.cpu / th);
+    for (size_t i = 0; i < threads.size(); ++i) {
+      const int th = threads[i];
+      if (!gpu) hh::set_num_threads(th);
+      Timing t = time_median([&] { be.gemm(a, b, c, {1.0, 0.0}); }, flags.reps, sync);
+      const double gf = gflop / t.wall, gfc = gpu ? gf : gflop / (t.cpu / th);
       const double pct = peak[i].wall > 0 ? 100.0 * gf / peak[i].wall : 0.0;
       const double pctc = peak[i].cpu > 0 ? 100.0 * gfc / peak[i].cpu : 0.0;
-      std::printf("%-28s %7d %9.2f %9.1f %6.1f%% %9.1f %6.1f%%\n", g.name.c_str(), th, t.wall * 1e3, gf, pct, gfc,
+      std::printf("%-28s %7d %9.3f %9.1f %6.1f%% %9.1f %6.1f%%\n", g.name.c_str(), th, t.wall * 1e3, gf, pct, gfc,
                   pctc);
       gemm_rows.push_back({{"name", g.name}, {"batch", g.batch}, {"m", g.m}, {"k", g.k}, {"n", g.n}, {"threads", th},
                            {"ms", t.wall * 1e3}, {"gflops", gf}, {"pct_peak", pct}, {"cpu_gflops", gfc},
@@ -282,17 +300,19 @@ int main(int argc, char** argv) {
   // Memory-bound ops through the op API.
   std::printf("\n%-28s %7s %9s %9s %9s\n", "op on (4096x2048) f32", "threads", "ms", "GB/s", "cpu GB/s");
   json op_rows = json::array();
-  hh::Tensor x = hh::uniform({kRows, kCols}, -2, 2, gen), y = hh::uniform({kRows, kCols}, -2, 2, gen);
-  hh::Tensor w = hh::uniform({kCols}, 0.5, 1.5, gen), bias = hh::uniform({kCols}, -0.5, 0.5, gen);
+  hh::Tensor x = hh::uniform({kRows, kCols}, -2, 2, gen, opt), y = hh::uniform({kRows, kCols}, -2, 2, gen, opt);
+  hh::Tensor w = hh::uniform({kCols}, 0.5, 1.5, gen, opt), bias = hh::uniform({kCols}, -0.5, 0.5, gen, opt);
+  hh::Backend& be = hh::backend_of(x);
+  auto sync = [&] { be.synchronize(); };
   hh::NoGradGuard no_grad;
   for (const OpCase& op : op_cases(x, y, w, bias)) {
-    for (int th : flags.threads) {
-      hh::set_num_threads(th);
+    for (int th : threads) {
+      if (!gpu) hh::set_num_threads(th);
       json row = {{"name", op.name}, {"threads", th}};
       try {
-        Timing t = time_median([&] { op.fn(); }, flags.reps);
-        const double gbs = op.bytes / t.wall / 1e9, gbc = op.bytes / (t.cpu / th) / 1e9;
-        std::printf("%-28s %7d %9.2f %9.1f %9.1f\n", op.name.c_str(), th, t.wall * 1e3, gbs, gbc);
+        Timing t = time_median([&] { op.fn(); }, flags.reps, sync);
+        const double gbs = op.bytes / t.wall / 1e9, gbc = gpu ? gbs : op.bytes / (t.cpu / th) / 1e9;
+        std::printf("%-28s %7d %9.3f %9.1f %9.1f\n", op.name.c_str(), th, t.wall * 1e3, gbs, gbc);
         row["ms"] = t.wall * 1e3;
         row["gbs"] = gbs;
         row["cpu_gbs"] = gbc;
@@ -309,11 +329,20 @@ int main(int argc, char** argv) {
 
   if (!flags.json.empty()) {
     std::ofstream f(flags.json);
-    if (!f) {
-      std::fprintf(stderr, "error: cannot write --json file '%s'\n", flags.json.c_str());
-      return 1;
-    }
+    HH_CHECK(static_cast<bool>(f), "cannot write --json file '", flags.json, "'");
     f << out.dump(2) << "\n";
   }
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Flags flags = parse_flags(argc, argv);
+  try {
+    return run(flags);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
 }

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""PyTorch CPU counterpart of apps/bench_ops: the same GEMM shapes and ops, the same table and
---json schema, so the two can be compared side by side.
+"""PyTorch counterpart of apps/bench_ops: the same GEMM shapes and ops, the same table and
+--json schema, so the two can be compared side by side (CPU, or a GPU with --device cuda).
 
     python3 tools/bench_torch_cpu.py [--threads 1,2] [--reps 7] [--json FILE] [--compare HH_JSON]
+                                     [--device cpu|cuda[:N]]
 
 --compare reads bench_ops' --json output: its measured FMA peaks give the "%peak" columns here,
 and "hh/torch" columns show hedgehog's throughput relative to torch per row (wall and CPU-time).
@@ -52,14 +53,17 @@ class Parser(argparse.ArgumentParser):
         sys.exit(2)
 
 
-def time_median(fn, reps):
-    """(median wall seconds, median process CPU seconds) after WARMUP runs."""
+def time_median(fn, reps, sync=lambda: None):
+    """(median wall seconds, median process CPU seconds) after WARMUP runs; sync() waits for the
+    device before the clock starts and before it stops."""
     for _ in range(WARMUP):
         fn()
     ws, cs = [], []
     for _ in range(reps):
+        sync()
         t0, c0 = time.perf_counter(), time.process_time()
         fn()
+        sync()
         cs.append(time.process_time() - c0)
         ws.append(time.perf_counter() - t0)
     return statistics.median(ws), statistics.median(cs)
@@ -79,6 +83,7 @@ def main():
     p.add_argument("--reps", type=positive_int, default=7, help="timed repetitions per row (median)")
     p.add_argument("--json", metavar="FILE", help="write machine-readable results here")
     p.add_argument("--compare", metavar="HH_JSON", help="bench_ops --json output to compare against")
+    p.add_argument("--device", default="cpu", help="cpu or cuda[:N] (threads do not apply on a GPU)")
     args = p.parse_args()
 
     hh = None
@@ -89,22 +94,26 @@ def main():
         except (OSError, ValueError) as e:
             sys.stderr.write(f"error: cannot read --compare file '{args.compare}': {e}\n")
             sys.exit(2)
-    try:
-        import torch
-        import torch.nn.functional as F
-    except ImportError as e:
-        sys.stderr.write(f"error: PyTorch is not importable: {e}\n")
-        sys.exit(1)
+    from torch_bench_common import setup_torch
+    torch, dev = setup_torch(args.device, None)
+    import torch.nn.functional as F
+    gpu = dev.type == "cuda"
+    if gpu:
+        torch.backends.cuda.matmul.allow_tf32 = False  # exact f32, as hedgehog's default
+        args.threads = [0]
+    sync = (lambda: torch.cuda.synchronize(dev)) if gpu else (lambda: None)
+    set_threads = (lambda t: None) if gpu else torch.set_num_threads
 
     peaks = {int(k): v for k, v in (hh or {}).get("fma_peak_gflops", {}).items()}
     peaks_cpu = {int(k): v for k, v in (hh or {}).get("fma_peak_cpu_gflops", {}).items()}
     hh_gemm = {(r["name"], r["threads"]): r for r in (hh or {}).get("gemm", [])}
     hh_ops = {(r["name"], r["threads"]): r for r in (hh or {}).get("ops", [])}
     out = {"library": f"torch {torch.__version__}", "dtype": "f32", "reps": args.reps, "warmup": WARMUP,
+           "device": args.device,
            "fma_peak_gflops": {str(k): v for k, v in peaks.items()},
            "fma_peak_cpu_gflops": {str(k): v for k, v in peaks_cpu.items()}}
 
-    print(f"torch {torch.__version__} CPU benchmark, f32, median of {args.reps} runs after {WARMUP} warm-ups")
+    print(f"torch {torch.__version__} {args.device} benchmark, f32, median of {args.reps} runs after {WARMUP} warm-ups")
     if peaks:
         print(f"\nFMA peak (measured by bench_ops, {args.compare})")
         print(f"  {'threads':>7} {'wall GFLOP/s':>14} {'cpu-time GFLOP/s':>18}")
@@ -117,16 +126,17 @@ def main():
     g = torch.Generator().manual_seed(42)
     rows = []
     for name, bt, m, k, n in GEMM_CASES:
-        a = torch.rand(bt, m, k, generator=g) * 2 - 1
-        b = torch.rand(bt, k, n, generator=g) * 2 - 1
+        a = (torch.rand(bt, m, k, generator=g) * 2 - 1).to(dev)
+        b = (torch.rand(bt, k, n, generator=g) * 2 - 1).to(dev)
         if bt == 1:  # a single matrix product: 2-d operands, as a Linear layer's GEMM
             a, b = a[0], b[0]
-        c = torch.empty(*a.shape[:-1], n)
+        c = torch.empty(*a.shape[:-1], n, device=dev)
         gflop = 2.0 * bt * m * k * n / 1e9
         for t in args.threads:
-            torch.set_num_threads(t)
-            wall, cpu = time_median(lambda: torch.matmul(a, b, out=c), args.reps)
-            gf, gfc = gflop / wall, gflop / (cpu / t)
+            set_threads(t)
+            wall, cpu = time_median(lambda: torch.matmul(a, b, out=c), args.reps, sync)
+            gf = gflop / wall
+            gfc = gf if gpu else gflop / (cpu / t)
             ref = hh_gemm.get((name, t))
             cmp_s = f" {ratio(ref and ref['gflops'], gf)} {ratio(ref and ref.get('cpu_gflops'), gfc)}" if hh else ""
             print(f"{name:<28} {t:7d} {wall * 1e3:9.2f} {gf:9.1f} {pct(gf, peaks.get(t))} "
@@ -137,10 +147,10 @@ def main():
                          "cpu_pct_peak": 100.0 * gfc / peaks_cpu[t] if peaks_cpu.get(t) else None})
     out["gemm"] = rows
 
-    x = torch.rand(ROWS, COLS, generator=g) * 4 - 2
-    y = torch.rand(ROWS, COLS, generator=g) * 4 - 2
-    w = torch.rand(COLS, generator=g) + 0.5
-    bias = torch.rand(COLS, generator=g) - 0.5
+    x = (torch.rand(ROWS, COLS, generator=g) * 4 - 2).to(dev)
+    y = (torch.rand(ROWS, COLS, generator=g) * 4 - 2).to(dev)
+    w = (torch.rand(COLS, generator=g) + 0.5).to(dev)
+    bias = (torch.rand(COLS, generator=g) - 0.5).to(dev)
     nb = x.numel() * 4.0
     row_b = COLS * 4.0
     ops = [
@@ -158,9 +168,10 @@ def main():
     with torch.no_grad():
         for name, nbytes, fn in ops:
             for t in args.threads:
-                torch.set_num_threads(t)
-                wall, cpu = time_median(fn, args.reps)
-                gbs, gbc = nbytes / wall / 1e9, nbytes / (cpu / t) / 1e9
+                set_threads(t)
+                wall, cpu = time_median(fn, args.reps, sync)
+                gbs = nbytes / wall / 1e9
+                gbc = gbs if gpu else nbytes / (cpu / t) / 1e9
                 ref = hh_ops.get((name, t))
                 cmp_s = f" {ratio(ref and ref.get('gbs'), gbs)} {ratio(ref and ref.get('cpu_gbs'), gbc)}" if hh else ""
                 print(f"{name:<28} {t:7d} {wall * 1e3:9.2f} {gbs:9.1f} {gbc:9.1f}{cmp_s}")
