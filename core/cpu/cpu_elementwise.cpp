@@ -8,6 +8,7 @@
 
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/strided.h"
+#include "core/cpu/vec_math.h"
 #include "core/unary_functors.h"
 
 namespace hh {
@@ -20,9 +21,8 @@ namespace {
 // f32 fast paths for the transcendental ops that dominate training profiles: exp and the erf GELU
 // through Eigen's vectorized exp/erf (within a few ulp of libm, which evaluates them one element at
 // a time). Same formulas as the functors in core/unary_functors.h.
-using ArrF = Eigen::Array<float, Eigen::Dynamic, 1>;
-using CMapF = Eigen::Map<const ArrF>;
-using MapF = Eigen::Map<ArrF>;
+using vec::CMapF;
+using vec::MapF;
 
 template <class F>
 struct VecF32 {
@@ -33,7 +33,7 @@ struct VecF32 {
 template <>
 struct VecF32<unary::Exp> {
   static constexpr bool kFwd = true, kBwd = false;
-  static void forward(const float* x, float* y, int64_t n) { MapF(y, n) = CMapF(x, n).exp(); }
+  static void forward(const float* x, float* y, int64_t n) { MapF(y, n) = vec::exp(CMapF(x, n)); }
   static void backward(const float*, const float*, float*, int64_t) {}
 };
 template <>
@@ -46,7 +46,7 @@ struct VecF32<unary::GeluErf> {
   static void backward(const float* x, const float* gy, float* gx, int64_t n) {
     CMapF X(x, n);
     MapF(gx, n) = CMapF(gy, n) * (0.5f * (1.0f + (X * 0.70710678118654752f).erf()) +
-                                  X * 0.39894228040143267794f * (-0.5f * X.square()).exp());
+                                  X * 0.39894228040143267794f * vec::exp(-0.5f * X.square()));
   }
 };
 

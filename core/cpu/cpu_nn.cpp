@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/cpu/cpu_backend.h"
+#include "core/cpu/vec_math.h"
 
 namespace hh {
 
@@ -114,7 +115,7 @@ void CpuBackend::softmax(const Tensor& x, const Tensor& y, bool log) {
         for (int64_t j = 0; j < r; ++j) yi[j] = xi[j] - shift;
       } else if constexpr (std::is_same_v<T, float>) {  // Eigen's vectorized expf
         Eigen::Map<Eigen::ArrayXf> Y(yi, r);
-        Y = (Eigen::Map<const Eigen::ArrayXf>(xi, r) - m).exp();
+        Y = vec::exp(Eigen::Map<const Eigen::ArrayXf>(xi, r) - m);
         sum = Y.template cast<Acc>().sum();
         Y *= static_cast<float>(1.0 / sum);
       } else {
