@@ -73,13 +73,14 @@ class Taylor : public FeatureMap {
     Shape s = x.shape();
     Tensor one = ones({s[0], s[1], s[2], 1}, {x.dtype(), x.device()});
     Tensor lin = mul(x, 1.0 / std::pow(d, 0.25));
-    Tensor outer = mul(unsqueeze(x, -1), unsqueeze(x, -2));  // (B,H,L,D,D)
+    // x_i x_j / (√2 √D) = (c x_i)(c x_j) with c = (2D)^-¼: scale the D entries, not the D² products.
+    Tensor xc = mul(x, std::pow(2.0 * d, -0.25));
+    Tensor outer = mul(unsqueeze(xc, -1), unsqueeze(xc, -2));  // (B,H,L,D,D)
     Tensor quad = reshape(outer, {s[0], s[1], s[2], D_ * D_});
     if (packed_) {
       quad = index_select(quad, -1, index_.to(x.device()));
       quad = mul(quad, scale_.to(x.dtype()).to(x.device()));
     }
-    quad = mul(quad, 1.0 / (std::sqrt(2.0) * std::sqrt(d)));
     return cat({one, lin, quad}, -1);
   }
   int64_t feature_dim() const override { return 1 + D_ + (packed_ ? D_ * (D_ + 1) / 2 : D_ * D_); }
