@@ -340,10 +340,12 @@ std::string scatter_plot(const std::vector<ScatterSeries>& series, const PlotOpt
       const double cx = f.px(ss.x[k]), cy = f.py(ss.y[k]);
       s += "<circle cx=\"" + num(cx) + "\" cy=\"" + num(cy) + "\" r=\"" + r + "\"/>\n";
       if (!ss.labels.empty() && !ss.labels[k].empty()) {
-        // Labels of points in the right quarter go on their left so they stay inside the figure.
+        // Labels stay inside the (clipped) plot area: points in the right quarter get theirs on
+        // the left, points near the top get theirs below.
         const bool flip = cx > f.left + 0.75 * f.width;
-        text(s, flip ? cx - ss.radius - 3 : cx + ss.radius + 3, cy - ss.radius - 2, ss.labels[k], flip ? "end" : "start",
-             " fill=\"#222\" fill-opacity=\"1\"");
+        const bool below = cy - ss.radius - 14 < f.top;
+        text(s, flip ? cx - ss.radius - 3 : cx + ss.radius + 3, below ? cy + ss.radius + 12 : cy - ss.radius - 2,
+             ss.labels[k], flip ? "end" : "start", " fill=\"#222\" fill-opacity=\"1\"");
       }
     }
     s += "</g>\n";
