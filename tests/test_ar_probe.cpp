@@ -12,6 +12,24 @@
 
 using namespace hh;
 
+namespace {
+// A one-layer model small enough for a 9-token task, two epochs.
+train::ArRunConfig tiny_run(const char* mixer, int64_t batch) {
+  train::ArRunConfig rc;
+  rc.mixer = mixer;
+  rc.model.layers = 1;
+  rc.model.heads = 2;
+  rc.model.head_dim = 4;
+  rc.model.dim = 8;
+  rc.model.mlp_hidden = 16;
+  rc.model.max_len = 9;
+  rc.epochs = 2;
+  rc.batch = batch;
+  rc.quiet = true;
+  return rc;
+}
+}  // namespace
+
 TEST_CASE("ar experiment: trains, evaluates, diagnoses and writes a complete report") {
   ArConfig dc;
   dc.vocab = 8;
@@ -21,17 +39,7 @@ TEST_CASE("ar experiment: trains, evaluates, diagnoses and writes a complete rep
   ArDataset data = make_associative_recall(dc);
   std::vector<train::ArRunResult> results;
   for (const char* mixer : {"softmax", "hedgehog"}) {
-    train::ArRunConfig rc;
-    rc.mixer = mixer;
-    rc.model.layers = 1;
-    rc.model.heads = 2;
-    rc.model.head_dim = 4;
-    rc.model.dim = 8;
-    rc.model.mlp_hidden = 16;
-    rc.model.max_len = 9;
-    rc.epochs = 2;
-    rc.batch = 16;
-    rc.quiet = true;
+    train::ArRunConfig rc = tiny_run(mixer, 16);
     train::ArRunResult r = train::run_associative_recall(data, rc);
     CHECK(r.accuracy >= 0.0);
     CHECK(r.accuracy <= 1.0);
@@ -91,20 +99,7 @@ TEST_CASE("ar experiment: runs on concurrent threads match the same runs one aft
   dc.num_test = 8;
   ArDataset data = make_associative_recall(dc);
   std::vector<train::ArRunConfig> cfgs;
-  for (const char* mixer : {"softmax", "hedgehog", "performer"}) {
-    train::ArRunConfig rc;
-    rc.mixer = mixer;
-    rc.model.layers = 1;
-    rc.model.heads = 2;
-    rc.model.head_dim = 4;
-    rc.model.dim = 8;
-    rc.model.mlp_hidden = 16;
-    rc.model.max_len = 9;
-    rc.epochs = 2;
-    rc.batch = 8;
-    rc.quiet = true;
-    cfgs.push_back(rc);
-  }
+  for (const char* mixer : {"softmax", "hedgehog", "performer"}) cfgs.push_back(tiny_run(mixer, 8));
   std::vector<train::ArRunResult> serial, concurrent(cfgs.size());
   for (const auto& c : cfgs) serial.push_back(train::run_associative_recall(data, c));
   std::vector<std::thread> pool;
