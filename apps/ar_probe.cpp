@@ -7,13 +7,14 @@
 #include <exception>
 #include <iostream>
 #include <mutex>
-#include <thread>
 #include <nlohmann/json.hpp>
+#include <thread>
+
+#include <omp.h>
 
 #include "apps/flags.h"
 #include "core/backend.h"
 #include "core/parallel.h"
-#include <omp.h>
 #include "nn/feature_maps.h"
 #include "train/ar_report.h"
 
@@ -154,7 +155,10 @@ int run(int argc, char** argv) {
   const int cores = std::max(1, omp_get_num_procs());
   int64_t threads = f.given("threads") ? f.integer("threads", 0, 4096) : (paper ? 0 : 1);
   if (threads == 0) threads = cores;
-  int64_t jobs = f.given("jobs") ? f.integer("jobs", 1, 4096) : (paper ? 1 : std::max<int64_t>(1, cores / threads));
+  int64_t jobs = f.given("jobs") ? f.integer("jobs", 1, 4096)
+                                 : (paper || rc.device.is_cuda() ? 1 : std::max<int64_t>(1, cores / threads));
+  HH_CHECK(jobs == 1 || !rc.device.is_cuda(), "--jobs ", jobs,
+           ": concurrent runs are CPU-only (a CUDA device runs one stream); use --jobs 1");
   set_num_threads(static_cast<int>(threads));
   auto maps = parse_maps(f.str("feature-map"), f.number("temperature", 1e-6, 1e6));
 
