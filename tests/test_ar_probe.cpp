@@ -28,15 +28,20 @@ train::ArRunConfig tiny_run(const char* mixer, int64_t batch) {
   rc.quiet = true;
   return rc;
 }
-}  // namespace
 
-TEST_CASE("ar experiment: trains, evaluates, diagnoses and writes a complete report") {
+// The 9-token task the tiny runs train on (vocab 8: 4 keys, 4 values).
+ArDataset tiny_data(int64_t num_train, int64_t num_test) {
   ArConfig dc;
   dc.vocab = 8;
   dc.seq_len = 9;
-  dc.num_train = 64;
-  dc.num_test = 16;
-  ArDataset data = make_associative_recall(dc);
+  dc.num_train = num_train;
+  dc.num_test = num_test;
+  return make_associative_recall(dc);
+}
+}  // namespace
+
+TEST_CASE("ar experiment: trains, evaluates, diagnoses and writes a complete report") {
+  ArDataset data = tiny_data(64, 16);
   std::vector<train::ArRunResult> results;
   for (const char* mixer : {"softmax", "hedgehog"}) {
     train::ArRunConfig rc = tiny_run(mixer, 16);
@@ -92,12 +97,7 @@ TEST_CASE("ar experiment: dense targets mark exactly the repeated keys") {
 
 TEST_CASE("ar experiment: runs on concurrent threads match the same runs one after another") {
   // ar_probe --jobs trains several maps at once; each run must not depend on the others.
-  ArConfig dc;
-  dc.vocab = 8;
-  dc.seq_len = 9;
-  dc.num_train = 48;
-  dc.num_test = 8;
-  ArDataset data = make_associative_recall(dc);
+  ArDataset data = tiny_data(48, 8);
   std::vector<train::ArRunConfig> cfgs;
   for (const char* mixer : {"softmax", "hedgehog", "performer"}) cfgs.push_back(tiny_run(mixer, 8));
   std::vector<train::ArRunResult> serial, concurrent(cfgs.size());

@@ -18,13 +18,12 @@ before the step: parameters and optimizer state excluded, the step's gradients i
 --compare reads `bench_attention --ar-step --json` output and adds the hh/torch step-time ratio.
 """
 import argparse
-import json
 import os
 import statistics
 import sys
 import time
 
-from torch_bench_common import load_compare, setup_torch  # noqa: E402
+from torch_bench_common import load_compare, setup_torch, write_json  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_attention_torch as bat  # noqa: E402  (feature map, chunked form, memory helpers)
@@ -151,13 +150,7 @@ def main():
            "dtype": "f32", "benchmark": "ar_step", "batch": B, "length": L, "reps": args.reps, "warmup": WARMUP,
            "results": rows}
     if args.json:
-        try:
-            with open(args.json, "w") as f:
-                json.dump(out, f, indent=2)
-                f.write("\n")
-        except OSError as e:
-            sys.stderr.write(f"error: cannot write --json file '{args.json}': {e}\n")
-            sys.exit(1)
+        write_json(args.json, out)
         print(f"\nwrote {args.json}")
 
 

@@ -30,14 +30,13 @@ Skips as bench_attention: quadratic above --max-quadratic-len (4096), recurrent 
 --compare reads bench_attention's --json and adds hh/torch time ratios (> 1: hedgehog slower).
 """
 import argparse
-import json
 import math
 import os
 import statistics
 import sys
 import time
 
-from torch_bench_common import load_compare, setup_torch  # noqa: E402
+from torch_bench_common import load_compare, setup_torch, write_json  # noqa: E402
 
 os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # quieter profiler (used for CPU peak memory)
 
@@ -377,13 +376,7 @@ def main():
            "benchmark": "attention", "batch": args.batch, "heads": H, "head_dim": args.head_dim,
            "chunk": args.chunk, "softmax_impl": args.softmax, "reps": args.reps, "warmup": WARMUP, "results": rows, "crossover": cross}
     if args.json:
-        try:
-            with open(args.json, "w") as f:
-                json.dump(out, f, indent=2)
-                f.write("\n")
-        except OSError as e:
-            sys.stderr.write(f"error: cannot write --json file '{args.json}': {e}\n")
-            sys.exit(1)
+        write_json(args.json, out)
         print(f"\nwrote {args.json}")
     if failures:
         print(f"\n{failures} case(s) failed (status \"error\" above)")

@@ -94,7 +94,7 @@ def main():
         except (OSError, ValueError) as e:
             sys.stderr.write(f"error: cannot read --compare file '{args.compare}': {e}\n")
             sys.exit(2)
-    from torch_bench_common import setup_torch
+    from torch_bench_common import setup_torch, write_json
     torch, dev = setup_torch(args.device, None)
     import torch.nn.functional as F
     gpu = dev.type == "cuda"
@@ -179,13 +179,7 @@ def main():
     out["ops"] = op_rows
 
     if args.json:
-        try:
-            with open(args.json, "w") as f:
-                json.dump(out, f, indent=2)
-                f.write("\n")
-        except OSError as e:
-            sys.stderr.write(f"error: cannot write --json file '{args.json}': {e}\n")
-            sys.exit(1)
+        write_json(args.json, out)
 
 
 if __name__ == "__main__":

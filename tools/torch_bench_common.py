@@ -20,6 +20,16 @@ def load_compare(path, key):
         die(f"cannot read --compare file '{path}': {e}")
 
 
+def write_json(path, out):
+    """Writes the results object to --json's file, or fails with a clear error."""
+    try:
+        with open(path, "w") as f:
+            json.dump(out, f, indent=2)
+            f.write("\n")
+    except OSError as e:
+        die(f"cannot write --json file '{path}': {e}")
+
+
 def setup_torch(device_name, threads):
     """Returns (torch, device) after checking the device exists and setting the thread count."""
     try:
