@@ -40,6 +40,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/bench_stats.h"
 #include "apps/flags.h"
 #include "autograd/ops.h"
 #include "core/backend.h"
@@ -59,11 +60,7 @@ constexpr int kWarmup = 1;
 constexpr double kMiB = 1024.0 * 1024.0;
 constexpr double kEps = 1e-6;
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+using ::hh::apps::median;
 
 struct Measure {
   double ms = 0;        // median wall time

@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/bench_stats.h"
 #include "autograd/ops.h"
 #include "core/backend.h"
 #include "core/device.h"
@@ -45,11 +46,7 @@ double cpu_seconds() {
   return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+using ::hh::apps::median;
 
 struct Timing {
   double wall = 0;  // median wall seconds
