@@ -11,7 +11,9 @@
 // Besides wall time, every row reports a CPU-time rate: work / (process CPU seconds / threads).
 // On an idle machine the two agree; on a shared one (other jobs on the same cores) the wall rate
 // drops while the CPU-time rate still estimates what the code does when it has the cores.
+#if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
+#endif
 #include <omp.h>
 
 #include <algorithm>
@@ -29,6 +31,7 @@
 #include "apps/bench_stats.h"
 #include "autograd/ops.h"
 #include "core/backend.h"
+#include "core/cpu_isa.h"
 #include "core/device.h"
 #include "core/error.h"
 #include "core/parallel.h"
@@ -71,54 +74,72 @@ Timing time_median(const std::function<void()>& f, int reps, const std::function
 }
 
 // ---- FMA peak: register-only multiply-add chains, no memory traffic ----
-// 12 independent accumulators per thread cover FMA latency (4-5 cycles) × 2 FMA pipes.
-#if defined(__AVX512F__)
-constexpr const char* kIsa = "AVX-512 FMA";
-constexpr int kLanes = 16;
-using Vec = __m512;
-inline Vec vset(float x) { return _mm512_set1_ps(x); }
-inline Vec vfma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
-inline float vfirst(Vec a) { return _mm512_cvtss_f32(a); }
-#elif defined(__FMA__)
-constexpr const char* kIsa = "AVX2 FMA";
-constexpr int kLanes = 8;
-using Vec = __m256;
-inline Vec vset(float x) { return _mm256_set1_ps(x); }
-inline Vec vfma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
-inline float vfirst(Vec a) { return _mm256_cvtss_f32(a); }
-#else
-constexpr const char* kIsa = nullptr;
-#endif
+// 12 independent accumulators per thread cover FMA latency (4-5 cycles) × 2 FMA pipes. The
+// widest FMA this machine has is chosen at run time (core/cpu_isa.h), like the GEMM kernels.
 constexpr int kChains = 12;
+
+// Sum of the chains' first lanes after `iters` rounds (kept, so the loop is not optimised out).
+#if defined(__x86_64__) || defined(__i386__)
+__attribute__((target("avx2,fma"))) float fma_chains_avx2(int64_t iters, float seed) {
+  __m256 acc[kChains];
+  for (int j = 0; j < kChains; ++j) acc[j] = _mm256_set1_ps(0.01f * static_cast<float>(j) + seed);
+  const __m256 mul = _mm256_set1_ps(0.999999f), add = _mm256_set1_ps(1e-7f);  // converges to 0.1
+  for (int64_t it = 0; it < iters; ++it)
+    for (int j = 0; j < kChains; ++j) acc[j] = _mm256_fmadd_ps(acc[j], mul, add);
+  float s = 0.0f;
+  for (int j = 0; j < kChains; ++j) s += _mm256_cvtss_f32(acc[j]);
+  return s;
+}
+__attribute__((target("avx512f"))) float fma_chains_avx512(int64_t iters, float seed) {
+  __m512 acc[kChains];
+  for (int j = 0; j < kChains; ++j) acc[j] = _mm512_set1_ps(0.01f * static_cast<float>(j) + seed);
+  const __m512 mul = _mm512_set1_ps(0.999999f), add = _mm512_set1_ps(1e-7f);
+  for (int64_t it = 0; it < iters; ++it)
+    for (int j = 0; j < kChains; ++j) acc[j] = _mm512_fmadd_ps(acc[j], mul, add);
+  float s = 0.0f;
+  for (int j = 0; j < kChains; ++j) s += _mm512_cvtss_f32(acc[j]);
+  return s;
+}
+#endif
+
+// Lanes of the FMA the peak uses (0 without FMA), and its name.
+int fma_lanes() {
+#if defined(__x86_64__) || defined(__i386__)
+  switch (hh::cpu_isa()) {
+    case hh::CpuIsa::avx512: return 16;
+    case hh::CpuIsa::avx2: return 8;
+    case hh::CpuIsa::scalar: return 0;
+  }
+#endif
+  return 0;
+}
+const char* fma_name() {
+  const int lanes = fma_lanes();
+  return lanes == 16 ? "AVX-512 FMA" : lanes == 8 ? "AVX2 FMA" : nullptr;
+}
 
 // {wall, CPU-time} GFLOP/s of `threads` threads each running `iters` rounds of kChains FMAs;
 // zeros without FMA.
 Timing fma_peak_once(int threads, int64_t iters) {
-#if defined(__FMA__)
+  const int lanes = fma_lanes();
+  if (lanes == 0) return {};
   volatile float sink = 0.0f;
   auto t0 = Clock::now();
   double c0 = cpu_seconds();
 #pragma omp parallel num_threads(threads)
   {
-    Vec acc[kChains];
-    for (int j = 0; j < kChains; ++j) acc[j] = vset(0.01f * static_cast<float>(j + omp_get_thread_num()));
-    const Vec mul = vset(0.999999f), add = vset(1e-7f);  // converges to 0.1: no overflow, no denormals
-    for (int64_t it = 0; it < iters; ++it)
-      for (int j = 0; j < kChains; ++j) acc[j] = vfma(acc[j], mul, add);
     float s = 0.0f;
-    for (int j = 0; j < kChains; ++j) s += vfirst(acc[j]);
+#if defined(__x86_64__) || defined(__i386__)
+    const float seed = 0.001f * static_cast<float>(omp_get_thread_num());
+    s = lanes == 16 ? fma_chains_avx512(iters, seed) : fma_chains_avx2(iters, seed);
+#endif
 #pragma omp atomic
     sink += s;
   }
   double dt = seconds_since(t0), dc = cpu_seconds() - c0;
   (void)sink;
-  double gflop = 2.0 * kLanes * kChains * static_cast<double>(iters) * threads / 1e9;
+  double gflop = 2.0 * lanes * kChains * static_cast<double>(iters) * threads / 1e9;
   return {gflop / dt, gflop / (dc / threads)};
-#else
-  (void)threads;
-  (void)iters;
-  return {};
-#endif
 }
 
 Timing fma_peak(int threads, int reps) {
@@ -254,7 +275,8 @@ int run(const Flags& flags) {
   json peaks = json::object(), peaks_cpu = json::object();
   std::vector<Timing> peak(threads.size());
   if (!gpu) {
-    std::printf("\nFMA peak (%s, %d register-only chains per thread, measured)\n", kIsa ? kIsa : "unavailable", kChains);
+    std::printf("\nFMA peak (%s, %d register-only chains per thread, measured)\n", fma_name() ? fma_name() : "unavailable",
+                kChains);
     std::printf("  %7s %14s %18s\n", "threads", "wall GFLOP/s", "cpu-time GFLOP/s");
     for (size_t i = 0; i < threads.size(); ++i) {
       peak[i] = fma_peak(threads[i], flags.reps);
@@ -265,7 +287,8 @@ int run(const Flags& flags) {
   }
   out["fma_peak_gflops"] = peaks;
   out["fma_peak_cpu_gflops"] = peaks_cpu;
-  out["isa"] = gpu ? "cuda" : (kIsa ? kIsa : "none");
+  out["isa"] = gpu ? "cuda" : (fma_name() ? fma_name() : "none");
+  out["cpu_isa"] = hh::cpu_isa_name(hh::cpu_isa());
 
   // GEMM.
   std::printf("\n%-28s %7s %9s %9s %7s %9s %7s\n", "GEMM (into preallocated C)", "threads", "ms", "GFLOP/s", "%peak",

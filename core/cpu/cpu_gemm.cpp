@@ -1,15 +1,13 @@
 // CPU GEMM: c (Bt,M,N) = alpha a (Bt,M,K) · b (Bt,K,N) + beta c.
 //
 // Two engines:
-//  - f32 with AVX2/FMA (any -march=native x86 build): a BLIS-style packed GEMM written here.
-//    B is packed into KC×16 slivers, A into 6×KC slivers, and a 6×16 register-blocked
-//    micro-kernel (12 ymm accumulators, 2 B loads + 6 A broadcasts per k step) runs on them.
-//    Eigen 3.4's own float kernel (3·8×4)
-//    reached ~62% of the measured per-core FMA peak on Zen 3 (~0.7× PyTorch/MKL) whatever the
-//    cache sizes given to Eigen::setCpuCacheSizes; this kernel reaches ~80-90% (see
-//    apps/bench_ops.cpp and tools/bench_torch_cpu.py). Packing with in-register 8×8 transposes
-//    mattered: scalar packing of a row-major A cost 40% of the time for N = 64.
-//  - everything else (f64, GEMV-like or tiny shapes, non-FMA builds): Eigen::Map over our
+//  - f32 on a machine with AVX2/FMA or AVX-512 (chosen at run time, core/cpu_isa.h): a BLIS-style
+//    packed GEMM written here. The loop nest is below; the packing routines and the register-
+//    blocked micro-kernels are per ISA (sgemm_avx2.cpp: 6×16, sgemm_avx512.cpp: 6×32). Eigen
+//    3.4's own float kernel (3·8×4) reached ~62% of the measured per-core FMA peak on Zen 3
+//    (~0.7× PyTorch/MKL) whatever the cache sizes given to Eigen::setCpuCacheSizes; the packed
+//    kernel reaches ~80-90% (see apps/bench_ops.cpp and tools/bench_torch_cpu.py).
+//  - everything else (f64, GEMV-like or tiny shapes, CpuIsa::scalar): Eigen::Map over our
 //    buffers, `.noalias()` so Eigen accumulates straight into c.
 //
 // Layout: a and b are read in place. Each has unit stride in one of its last two dims; a unit
@@ -26,8 +24,9 @@
 //    engine cuts c into a grid of independent tiles, one per thread (see split_grid); Eigen
 //    (f64) uses its own OpenMP split.
 //
-// Vectorization: Release builds use -O3 -march=native (CMake), so Eigen's kernels are the
-// AVX2/FMA (or AVX-512) ones; EIGEN_VECTORIZE_FMA is asserted below where FMA is available.
+// Vectorization: the library is built for the baseline ISA unless HH_NATIVE is on, so Eigen's
+// kernels are the SSE2 ones in a portable build and the AVX2/FMA (or AVX-512) ones in a native
+// build; EIGEN_VECTORIZE_FMA is asserted below where the compiler targets FMA.
 #include <omp.h>
 
 #include <algorithm>
@@ -37,12 +36,9 @@
 
 #include <Eigen/Core>
 
-#if defined(__AVX2__) && defined(__FMA__)
-#include <immintrin.h>
-#define HH_PACKED_SGEMM 1
-#endif
-
 #include "core/cpu/cpu_backend.h"
+#include "core/cpu/sgemm_kernels.h"
+#include "core/cpu_isa.h"
 
 #if defined(__FMA__) && !defined(EIGEN_VECTORIZE_FMA)
 #error "cpu_gemm.cpp: the compiler targets FMA but Eigen's FMA kernels are not enabled"
@@ -116,14 +112,8 @@ GemmFn<T> pick(bool a_row, bool b_row) {
   return b_row ? &gemm_one<T, C, R> : &gemm_one<T, C, C>;
 }
 
-#ifdef HH_PACKED_SGEMM
-// ---- packed f32 GEMM (AVX2/FMA) ----
+// ---- packed f32 GEMM: the loop nest (the per-ISA pieces are in sgemm_kernels.h) ----
 namespace packed {
-
-constexpr int64_t MR = 6, NR = 16;  // micro-tile: 6 rows × 16 columns (2 ymm) of c
-constexpr int64_t KC = 256;         // depth of a packed block: a 16-wide B sliver (16 KiB) stays in L1
-constexpr int64_t MC = 144;         // rows of A packed per block (144 KiB, in L2)
-constexpr int64_t NC = 3072;        // columns of B packed at once (3 MiB, in L3)
 
 // A 64-byte aligned scratch buffer that only grows; one per thread, kept across calls so a GEMM
 // allocates (and page-faults) nothing in steady state.
@@ -143,139 +133,13 @@ struct Scratch {
 };
 thread_local Scratch tls_scratch;  // packed B panel + packed A block
 
-// In-register 8×8 transpose: r[i][j] -> r[j][i].
-inline void transpose8(__m256* r) {
-  __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
-  __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
-  __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
-  __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
-  __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
-  __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
-  __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
-  __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
-  r[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
-  r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
-  r[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
-  r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
-  r[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
-  r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
-  r[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
-  r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
-}
-
-// A block (mc, kc) at a with strides (rs, cs) -> slivers of MR rows, k-major:
-// dst[(s·kc + k)·MR + r] = a[s·MR + r, k]; rows past mc are zero. dst needs 2 floats of slack.
-void pack_a(const float* a, int64_t rs, int64_t cs, int64_t mc, int64_t kc, float* dst) {
-  for (int64_t i0 = 0; i0 < mc; i0 += MR, dst += MR * kc) {
-    const int64_t m = std::min(MR, mc - i0);
-    const float* src = a + i0 * rs;
-    if (m == MR && cs == 1) {  // row-major: 6 rows × 8 k, transposed in registers
-      int64_t k = 0;
-      for (; k + 8 <= kc; k += 8) {
-        __m256 r[8];
-        for (int i = 0; i < 6; ++i) r[i] = _mm256_loadu_ps(src + i * rs + k);
-        r[6] = r[7] = _mm256_setzero_ps();
-        transpose8(r);
-        // Each store writes 8 floats for a 6-float column; the 2 extra are overwritten next.
-        for (int i = 0; i < 8; ++i) _mm256_storeu_ps(dst + (k + i) * MR, r[i]);
-      }
-      for (; k < kc; ++k)
-        for (int64_t i = 0; i < MR; ++i) dst[k * MR + i] = src[i * rs + k];
-    } else if (m == MR && rs == 1) {  // column-major: each k is 6 consecutive floats already
-      for (int64_t k = 0; k < kc; ++k)
-        for (int64_t i = 0; i < MR; ++i) dst[k * MR + i] = src[k * cs + i];
-    } else {
-      for (int64_t k = 0; k < kc; ++k)
-        for (int64_t i = 0; i < MR; ++i) dst[k * MR + i] = i < m ? src[i * rs + k * cs] : 0.0f;
-    }
-  }
-}
-
-// One B sliver (kc, n <= NR) at b with strides (rs, cs) -> dst[k·NR + j]; columns past n are zero.
-void pack_b(const float* b, int64_t rs, int64_t cs, int64_t kc, int64_t n, float* dst) {
-  if (n == NR && cs == 1) {  // row-major: two vector copies per k
-    for (int64_t k = 0; k < kc; ++k) {
-      _mm256_store_ps(dst + k * NR, _mm256_loadu_ps(b + k * rs));
-      _mm256_store_ps(dst + k * NR + 8, _mm256_loadu_ps(b + k * rs + 8));
-    }
-  } else if (n == NR && rs == 1) {  // column-major (e.g. linear's weightᵀ): 8×8 transposes
-    int64_t k = 0;
-    for (; k + 8 <= kc; k += 8)
-      for (int h = 0; h < 2; ++h) {
-        __m256 r[8];
-        for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(b + (8 * h + i) * cs + k);
-        transpose8(r);
-        for (int i = 0; i < 8; ++i) _mm256_store_ps(dst + (k + i) * NR + 8 * h, r[i]);
-      }
-    for (; k < kc; ++k)
-      for (int64_t j = 0; j < NR; ++j) dst[k * NR + j] = b[j * cs + k];
-  } else {
-    for (int64_t k = 0; k < kc; ++k)
-      for (int64_t j = 0; j < NR; ++j) dst[k * NR + j] = j < n ? b[k * rs + j * cs] : 0.0f;
-  }
-}
-
-// c tile (m <= MR, n <= NR; row stride ldc) = alpha · a_sliver · b_sliver + beta · c.
-// beta == 0 never reads c (a fresh output may hold NaN garbage).
-void micro_kernel(int64_t kc, const float* __restrict a, const float* __restrict b, float* c, int64_t ldc, int64_t m,
-                  int64_t n, float alpha, float beta) {
-  __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
-  __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
-  for (int64_t r = 0; r < m; ++r) _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc), _MM_HINT_T0);
-#pragma GCC unroll 4
-  for (int64_t k = 0; k < kc; ++k) {
-    const __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
-    __m256 x = _mm256_broadcast_ss(a);
-    c00 = _mm256_fmadd_ps(x, b0, c00);
-    c01 = _mm256_fmadd_ps(x, b1, c01);
-    x = _mm256_broadcast_ss(a + 1);
-    c10 = _mm256_fmadd_ps(x, b0, c10);
-    c11 = _mm256_fmadd_ps(x, b1, c11);
-    x = _mm256_broadcast_ss(a + 2);
-    c20 = _mm256_fmadd_ps(x, b0, c20);
-    c21 = _mm256_fmadd_ps(x, b1, c21);
-    x = _mm256_broadcast_ss(a + 3);
-    c30 = _mm256_fmadd_ps(x, b0, c30);
-    c31 = _mm256_fmadd_ps(x, b1, c31);
-    x = _mm256_broadcast_ss(a + 4);
-    c40 = _mm256_fmadd_ps(x, b0, c40);
-    c41 = _mm256_fmadd_ps(x, b1, c41);
-    x = _mm256_broadcast_ss(a + 5);
-    c50 = _mm256_fmadd_ps(x, b0, c50);
-    c51 = _mm256_fmadd_ps(x, b1, c51);
-    a += MR;
-    b += NR;
-  }
-  const __m256 acc[MR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}};
-  const __m256 va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta);
-  if (m == MR && n == NR) {
-    for (int64_t r = 0; r < MR; ++r)
-      for (int h = 0; h < 2; ++h) {
-        float* p = c + r * ldc + 8 * h;
-        __m256 v = _mm256_mul_ps(va, acc[r][h]);
-        if (beta != 0.0f) v = _mm256_fmadd_ps(vb, _mm256_loadu_ps(p), v);
-        _mm256_storeu_ps(p, v);
-      }
-    return;
-  }
-  alignas(32) float t[MR][NR];  // edge tile: spill, then write the valid part
-  for (int64_t r = 0; r < MR; ++r) {
-    _mm256_store_ps(t[r], acc[r][0]);
-    _mm256_store_ps(t[r] + 8, acc[r][1]);
-  }
-  for (int64_t r = 0; r < m; ++r)
-    for (int64_t j = 0; j < n; ++j) {
-      float* p = c + r * ldc + j;
-      *p = beta != 0.0f ? alpha * t[r][j] + beta * *p : alpha * t[r][j];
-    }
-}
-
 // c (m, n; row stride ldc) = alpha a·b + beta c with a, b at any strides, on the calling thread.
 // Loop nest as in BLIS: jc (NC) → pc (KC, pack B) → ic (MC, pack A) → jr (NR) → ir (MR) → micro-kernel.
-void sgemm(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t rsa, int64_t csa, const float* b,
-           int64_t rsb, int64_t csb, float beta, float* c, int64_t ldc) {
+void sgemm(const sgemm::Kernel& K, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t rsa,
+           int64_t csa, const float* b, int64_t rsb, int64_t csb, float beta, float* c, int64_t ldc) {
+  const int64_t MR = K.mr, NR = K.nr, KC = K.kc, MC = K.mc, NC = K.nc;
   const int64_t ncap = std::min(NC, (n + NR - 1) / NR * NR);
-  float* pb = tls_scratch.get(static_cast<size_t>(KC * ncap + KC * (MC + MR) + 8));  // B panel, then the A block
+  float* pb = tls_scratch.get(static_cast<size_t>(KC * ncap + KC * (MC + MR) + 16));  // B panel, then the A block
   float* pa = pb + KC * ncap;
   for (int64_t jc = 0; jc < n; jc += NC) {
     const int64_t nc = std::min(NC, n - jc);
@@ -283,14 +147,14 @@ void sgemm(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t
       const int64_t kc = std::min(KC, k - pc);
       const float be = pc == 0 ? beta : 1.0f;  // later depth blocks accumulate onto c
       for (int64_t s = 0; s * NR < nc; ++s)
-        pack_b(b + pc * rsb + (jc + s * NR) * csb, rsb, csb, kc, std::min(NR, nc - s * NR), pb + s * kc * NR);
+        K.pack_b(b + pc * rsb + (jc + s * NR) * csb, rsb, csb, kc, std::min(NR, nc - s * NR), pb + s * kc * NR);
       for (int64_t ic = 0; ic < m; ic += MC) {
         const int64_t mc = std::min(MC, m - ic);
-        pack_a(a + ic * rsa + pc * csa, rsa, csa, mc, kc, pa);
+        K.pack_a(a + ic * rsa + pc * csa, rsa, csa, mc, kc, pa);
         for (int64_t jr = 0; jr < nc; jr += NR)
           for (int64_t ir = 0; ir < mc; ir += MR)
-            micro_kernel(kc, pa + ir * kc, pb + jr * kc, c + (ic + ir) * ldc + jc + jr, ldc, std::min(MR, mc - ir),
-                         std::min(NR, nc - jr), alpha, be);
+            K.micro(kc, pa + ir * kc, pb + jr * kc, c + (ic + ir) * ldc + jc + jr, ldc, std::min(MR, mc - ir),
+                    std::min(NR, nc - jr), alpha, be);
       }
     }
   }
@@ -301,7 +165,8 @@ void sgemm(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t
 // descheduled thread delays only its own tile (a shared-B scheme with a barrier per depth block
 // measured 10-20% slower there). Splitting rows re-packs B once per row part and splitting
 // columns re-packs A, so the grid minimises tn·m + tm·n (the elements packed per unit depth).
-void split_grid(int threads, int64_t m, int64_t n, int& tm, int& tn) {
+void split_grid(const sgemm::Kernel& K, int threads, int64_t m, int64_t n, int& tm, int& tn) {
+  const int64_t MR = K.mr, NR = K.nr;
   tm = tn = 1;
   double best = 0;
   for (int d = 1; d <= threads; ++d) {
@@ -326,7 +191,6 @@ bool use_packed(int64_t m, int64_t n, int64_t k) {
 }
 
 }  // namespace packed
-#endif  // HH_PACKED_SGEMM
 
 // Runs body(i) for i in [0, n) on `threads` threads (static schedule). An exception must not
 // leave an OpenMP region: the first one is kept and rethrown after it.
@@ -367,15 +231,16 @@ void gemm_typed(const Tensor& a, const Tensor& b, const Tensor& c, const GemmPar
   const bool by_batch =
       parallel && bt > 1 && (bt % threads == 0 || bt >= 4 * static_cast<int64_t>(threads) || per <= kSmallGemmWork);
 
-#ifdef HH_PACKED_SGEMM
   if constexpr (std::is_same_v<T, float>) {
-    if (packed::use_packed(m, n, k)) {
+    const sgemm::Kernel* kern = sgemm::kernel_for(cpu_isa());
+    if (kern != nullptr && packed::use_packed(m, n, k)) {
+      const sgemm::Kernel& K = *kern;
       // Element strides of each operand (the packers take any pair).
       const int64_t rsa = la.row_major ? la.ld : 1, csa = la.row_major ? 1 : la.ld;
       const int64_t rsb = lb.row_major ? lb.ld : 1, csb = lb.row_major ? 1 : lb.ld;
       if (by_batch || !parallel) {
         auto one = [&](int64_t i) {
-          packed::sgemm(m, n, k, alpha, pa + i * sa, rsa, csa, pb + i * sb, rsb, csb, beta, pc + i * sc, n);
+          packed::sgemm(K, m, n, k, alpha, pa + i * sa, rsa, csa, pb + i * sb, rsb, csb, beta, pc + i * sc, n);
         };
         if (by_batch) {
           parallel_for(bt, threads, one);
@@ -386,21 +251,20 @@ void gemm_typed(const Tensor& a, const Tensor& b, const Tensor& c, const GemmPar
       }
       // Each product split over a grid of independent tiles, one per thread.
       int tm, tn;
-      packed::split_grid(threads, m, n, tm, tn);
-      const int64_t mchunk = ((m + tm - 1) / tm + packed::MR - 1) / packed::MR * packed::MR;
-      const int64_t nchunk = ((n + tn - 1) / tn + packed::NR - 1) / packed::NR * packed::NR;
+      packed::split_grid(K, threads, m, n, tm, tn);
+      const int64_t mchunk = ((m + tm - 1) / tm + K.mr - 1) / K.mr * K.mr;
+      const int64_t nchunk = ((n + tn - 1) / tn + K.nr - 1) / K.nr * K.nr;
       for (int64_t i = 0; i < bt; ++i)
         parallel_for(tm * tn, tm * tn, [&](int64_t t) {
           const int64_t r0 = (t / tn) * mchunk, c0 = (t % tn) * nchunk;
           const int64_t rows = std::min(mchunk, m - r0), cols = std::min(nchunk, n - c0);
           if (rows <= 0 || cols <= 0) return;
-          packed::sgemm(rows, cols, k, alpha, pa + i * sa + r0 * rsa, rsa, csa, pb + i * sb + c0 * csb, rsb, csb, beta,
+          packed::sgemm(K, rows, cols, k, alpha, pa + i * sa + r0 * rsa, rsa, csa, pb + i * sb + c0 * csb, rsb, csb, beta,
                         pc + i * sc + r0 * n + c0, n);
         });
       return;
     }
   }
-#endif
   // Eigen: inside the batch loop's parallel region it runs serially; otherwise it decides its
   // own split of each product.
   const GemmFn<T> fn = pick<T>(la.row_major, lb.row_major);
@@ -413,6 +277,11 @@ void gemm_typed(const Tensor& a, const Tensor& b, const Tensor& c, const GemmPar
 }
 
 }  // namespace
+
+const char* sgemm::engine_for(int64_t m, int64_t n, int64_t k) {
+  const Kernel* kern = kernel_for(cpu_isa());
+  return kern != nullptr && packed::use_packed(m, n, k) ? kern->name : "eigen";
+}
 
 void CpuBackend::gemm(const Tensor& a, const Tensor& b, const Tensor& c, const GemmParams& p) {
   HH_CHECK(a.dim() == 3 && b.dim() == 3 && c.dim() == 3, "gemm: expected 3-d a, b, c, got ", a.shape(), ", ",

@@ -1,0 +1,47 @@
+// The packed f32 GEMM's per-ISA pieces (BLIS-style; the driver loop is in cpu_gemm.cpp).
+// Each ISA's file compiles its functions with a target attribute, not with per-file -m flags,
+// so nothing it shares with other files (inline functions, templates) is built for a wider ISA
+// than the baseline: a machine without AVX2 never runs an AVX2 instruction by accident.
+//
+// Packed layouts: an A block (mc, kc) becomes slivers of mr rows, k-major:
+//   dst[(s·kc + k)·mr + r] = a[s·mr + r, k], rows past mc zero (pack_a may write 8 floats of slack);
+// a B sliver (kc, n <= nr) becomes dst[k·nr + j], columns past n zero.
+#pragma once
+#include <cstdint>
+
+#include "core/cpu_isa.h"
+
+namespace hh::sgemm {
+
+struct Kernel {
+  const char* name;
+  int64_t mr, nr;  // micro-tile of c
+  int64_t kc;      // depth of a packed block (a B sliver of kc × nr stays in L1)
+  int64_t mc;      // rows of A packed per block (in L2)
+  int64_t nc;      // columns of B packed at once (in L3)
+  void (*pack_a)(const float* a, int64_t rs, int64_t cs, int64_t mc, int64_t kc, float* dst);
+  void (*pack_b)(const float* b, int64_t rs, int64_t cs, int64_t kc, int64_t n, float* dst);
+  // c tile (m <= mr, n <= nr; row stride ldc) = alpha · a_sliver · b_sliver + beta · c;
+  // beta == 0 never reads c (a fresh output may hold NaN garbage).
+  void (*micro)(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, int64_t m, int64_t n, float alpha,
+                float beta);
+};
+
+// nullptr where the compiler cannot target the ISA (non-x86 builds).
+const Kernel* avx2_kernel();
+const Kernel* avx512_kernel();
+
+// The packed kernel for `isa`; nullptr for CpuIsa::scalar (Eigen's GEMM runs instead).
+inline const Kernel* kernel_for(CpuIsa isa) {
+  switch (isa) {
+    case CpuIsa::avx512: return avx512_kernel();
+    case CpuIsa::avx2: return avx2_kernel();
+    case CpuIsa::scalar: return nullptr;
+  }
+  return nullptr;
+}
+
+// Which engine an f32 product of this size runs on now: the kernel's name, or "eigen".
+const char* engine_for(int64_t m, int64_t n, int64_t k);
+
+}  // namespace hh::sgemm

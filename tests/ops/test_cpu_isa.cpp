@@ -1,0 +1,138 @@
+// Every CPU instruction-set path this machine supports, against the scalar one and an f64
+// reference: the packed f32 GEMM per ISA (core/cpu/sgemm_*.cpp) over storage orders, edge tiles,
+// depth blocks, panels wider than NC, alpha/beta, broadcast batches and threaded splits. A path
+// the machine lacks is reported and skipped (run this binary on such a machine to cover it).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "core/backend.h"
+#include "core/cpu/sgemm_kernels.h"
+#include "core/cpu_isa.h"
+#include "core/parallel.h"
+#include "tests/op_table.h"
+
+namespace hh::test {
+namespace {
+
+// Restores the process's ISA cap and thread count when a test ends (even by an exception).
+struct IsaScope {
+  CpuIsa prev = cpu_isa();
+  int threads = num_threads();
+  ~IsaScope() {
+    set_cpu_isa(prev);
+    set_num_threads(threads);
+  }
+};
+
+std::vector<CpuIsa> supported_isas() {
+  std::vector<CpuIsa> out;
+  for (CpuIsa isa : {CpuIsa::scalar, CpuIsa::avx2, CpuIsa::avx512}) {
+    if (cpu_isa_supported(isa))
+      out.push_back(isa);
+    else {
+      const std::string note = std::string("CPU ISA path '") + cpu_isa_name(isa) + "' not tested: this machine lacks it";
+      MESSAGE(note);
+    }
+  }
+  return out;
+}
+
+// c = alpha a·b + beta c0 in f64 for a (bt,m,k), b (bt or 1,k,n), c0 (bt,m,n), all contiguous.
+std::vector<double> gemm_ref(const Tensor& a, const Tensor& b, const Tensor& c0, double alpha, double beta) {
+  const int64_t bt = a.size(0), m = a.size(1), k = a.size(2), n = b.size(2), bb = b.size(0);
+  auto av = to_vector<double>(a), bv = to_vector<double>(b), cv = to_vector<double>(c0);
+  std::vector<double> out(static_cast<size_t>(bt * m * n));
+  for (int64_t t = 0; t < bt; ++t)
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double acc = 0;
+        for (int64_t p = 0; p < k; ++p)
+          acc += av[static_cast<size_t>((t * m + i) * k + p)] * bv[static_cast<size_t>(((bb == 1 ? 0 : t) * k + p) * n + j)];
+        const size_t o = static_cast<size_t>((t * m + i) * n + j);
+        out[o] = alpha * acc + (beta == 0 ? 0.0 : beta * cv[o]);
+      }
+  return out;
+}
+
+// Largest |got - want| / (k · 2^-23 · (1 + |want|)): f32 accumulation over k terms of size <= 1.
+double err_in_ulps_of_k(const Tensor& got, const std::vector<double>& want, int64_t k) {
+  auto g = to_vector<double>(got);
+  double worst = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    if (!std::isfinite(g[i])) return std::numeric_limits<double>::infinity();
+    worst = std::max(worst, std::fabs(g[i] - want[i]) / (static_cast<double>(k) * 0x1p-23 * (1 + std::fabs(want[i]))));
+  }
+  return worst;
+}
+
+Tensor rand_f32(const Shape& s, uint64_t seed) {
+  Generator g(seed);
+  return uniform(s, -1, 1, g, {DType::f32});
+}
+
+struct Case {
+  int64_t bt, m, k, n;
+  bool a_colmajor, b_colmajor, b_broadcast;
+  double alpha, beta;
+  int threads;
+};
+
+}  // namespace
+
+TEST_CASE("cpu isa: names, parsing and the cap") {
+  IsaScope scope;
+  CHECK(parse_cpu_isa("avx2") == CpuIsa::avx2);
+  check_throws([] { parse_cpu_isa("sse9"); }, {"sse9", "scalar, avx2 or avx512"});
+  CHECK(cpu_isa_supported(CpuIsa::scalar));
+  CHECK(cpu_isa() <= cpu_isa_detected());
+  set_cpu_isa(CpuIsa::scalar);
+  CHECK(cpu_isa() == CpuIsa::scalar);
+  if (!cpu_isa_supported(CpuIsa::avx512)) check_throws([] { set_cpu_isa(CpuIsa::avx512); }, {"avx512", "at most"});
+}
+
+TEST_CASE("cpu isa: the packed f32 GEMM of every supported path matches the f64 reference") {
+  if (test_device().is_cuda()) return;  // CPU kernels only
+  IsaScope scope;
+  const std::vector<Case> cases = {
+      {1, 67, 300, 45, false, false, false, 1.0, 0.0, 1},   // two depth blocks for every kernel (kc <= 256)
+      {1, 67, 300, 45, true, false, false, 1.0, 0.0, 1},    // A column-major (a transposed view)
+      {1, 67, 300, 45, false, true, false, 1.0, 0.0, 1},    // B column-major (linear's weightᵀ)
+      {1, 67, 300, 45, true, true, false, 0.5, -2.0, 1},    // both, with alpha and beta
+      {1, 13, 40, 3100, false, false, false, 1.0, 0.0, 1},  // wider than one B panel (nc = 3072)
+      {1, 301, 20, 17, false, true, false, 1.0, 1.0, 1},    // tall, partial tiles in n
+      {1, 5, 9, 1000, false, false, false, 1.0, 0.0, 1},    // fewer rows than one micro-tile
+      {1, 6, 16, 32, false, false, false, 1.0, 0.0, 1},     // exactly one tile of each kernel
+      {1, 7, 17, 33, true, true, false, 1.0, 0.0, 1},       // one past it in every dim
+      {5, 30, 270, 40, false, false, true, 0.5, -2.0, 1},   // broadcast B (batch stride 0)
+      {16, 64, 40, 48, false, false, false, 1.0, 0.0, 2},   // threaded split by batch
+      {1, 301, 250, 200, false, false, false, 1.0, 0.0, 3}, // threaded grid split (uneven)
+      {1, 20, 64, 900, false, true, false, 1.0, 0.0, 2},    // few rows: split by columns
+  };
+  for (CpuIsa isa : supported_isas()) {
+    const std::string isa_name = cpu_isa_name(isa);
+    CAPTURE(isa_name);
+    set_cpu_isa(isa);
+    // The product really runs on the path under test (not silently on Eigen's).
+    CHECK(std::string(sgemm::engine_for(67, 45, 300)) == (isa == CpuIsa::scalar ? "eigen" : cpu_isa_name(isa)));
+    for (size_t ci = 0; ci < cases.size(); ++ci) {
+      const Case& c = cases[ci];
+      CAPTURE(ci);
+      set_num_threads(c.threads);
+      Tensor a = rand_f32({c.bt, c.m, c.k}, 100 + ci), b = rand_f32({c.b_broadcast ? 1 : c.bt, c.k, c.n}, 200 + ci);
+      Tensor c0 = rand_f32({c.bt, c.m, c.n}, 300 + ci);
+      // Column-major operands: the same values read through a transposed view of a (.., k, m) buffer.
+      Tensor A = c.a_colmajor ? transpose(contiguous(transpose(a, 1, 2)), 1, 2) : a;
+      Tensor B = c.b_colmajor ? transpose(contiguous(transpose(b, 1, 2)), 1, 2) : b;
+      if (c.b_broadcast) B = B.as_strided({c.bt, c.k, c.n}, {0, B.stride(1), B.stride(2)}, 0);
+      Tensor out = c.beta == 0 ? full({c.bt, c.m, c.n}, std::nan(""), {DType::f32}) : clone(c0);  // beta 0 never reads c
+      backend_of(a).gemm(A, B, out, {c.alpha, c.beta});
+      CHECK(err_in_ulps_of_k(out, gemm_ref(a, b, c0, c.alpha, c.beta), c.k) < 1.0);
+    }
+  }
+}
+
+}  // namespace hh::test
