@@ -22,6 +22,7 @@
 #include "core/backend.h"
 #include "core/parallel.h"
 #include "nn/feature_maps.h"
+#include "nn/transformer.h"
 #include "train/ar_report.h"
 #include "train/schedule.h"
 
@@ -307,6 +308,17 @@ int run(int argc, char** argv) {
            data_cfg.num_train + data_cfg.num_test, " samples of ", data_cfg.seq_len, " tokens; ", gib(need.per_run),
            " per concurrent run x ", jobs, ") but only ", gib(avail), " is available (", mem_source,
            "); use fewer --train-samples / --test-samples, a smaller model or --batch, or fewer --jobs");
+
+  // Each map's model is built once here (on the CPU: cheap next to the estimate above), so that a
+  // configuration no model accepts fails now rather than in every run.
+  for (const MapSpec& ms : maps) {
+    nn::TransformerConfig mc = m;
+    mc.vocab = data_cfg.vocab;
+    mc.attention.mixer = ms.mixer;
+    mc.attention.feature_map.temperature = ms.temperature;
+    Generator gen(0);
+    nn::DecoderLM check_model(mc, {gen, Device::cpu()});
+  }
 
   std::string map_list;
   for (const MapSpec& ms : maps) map_list += (map_list.empty() ? "" : ",") + ms.label;

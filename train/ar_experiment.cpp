@@ -93,7 +93,7 @@ struct DivergenceWatch {
 
   // Returns why the run diverged, or "" when it has not.
   std::string update(double loss) {
-    if (!std::isfinite(loss)) return str("the loss became ", loss);
+    if (!std::isfinite(loss)) return str("the loss became non-finite (", loss, ")");
     if (!has_initial) {
       initial = loss;
       has_initial = true;
@@ -309,26 +309,34 @@ ArRunResult run_associative_recall(const ArDataset& data, const ArRunConfig& cfg
     po.every_seconds = 30;
     if (cfg.quiet) po.mode = ProgressMode::plain;
     Progress progress(po);
+    if (rs.epoch_batches > 0)  // resumed in the middle of this epoch
+      progress.update(rs.epoch_batches, {{"loss", rs.epoch_loss_sum / static_cast<double>(rs.epoch_batches)}});
     Batch b;
     while (batches.next(b)) {
       opt.set_lr(schedule.lr_at(rs.step));
       Tensor ids = b.inputs().to(cfg.device), tg = b.targets().to(cfg.device);
       Tensor logits = model.forward(ids);  // (B,L,V)
       Tensor loss = cross_entropy(reshape(logits, {-1, mc.vocab}), reshape(tg, {-1}), kArIgnoreIndex);
-      opt.zero_grad();
-      loss.backward();
-      if (cfg.grad_clip > 0) clip_grad_norm(model.parameters(), cfg.grad_clip);
-      opt.step();
-      model.on_optimizer_step();
       const double lv = loss.item<double>();
-      ++rs.step;
-      const std::string why = watch.update(lv);
+      std::string why = watch.update(lv);  // checked before the update: a NaN never reaches the weights
+      if (why.empty()) {
+        opt.zero_grad();
+        loss.backward();
+        try {
+          if (cfg.grad_clip > 0) clip_grad_norm(model.parameters(), cfg.grad_clip);
+        } catch (const Error& e) {  // a finite loss whose gradient overflowed
+          why = e.what();
+        }
+      }
       if (!why.empty()) {
         // Evaluate the best weights seen before the divergence; the caller reports the status.
-        r.status = str("diverged at epoch ", epoch + 1, ", step ", rs.step, ": ", why);
+        r.status = str("diverged at epoch ", epoch + 1, ", step ", rs.step + 1, ": ", why);
         rs.finished = true;
         break;
       }
+      opt.step();
+      model.on_optimizer_step();
+      ++rs.step;
       rs.epoch_loss_sum += lv;
       ++rs.epoch_batches;
       progress.update(rs.epoch_batches, {{"loss", rs.epoch_loss_sum / static_cast<double>(rs.epoch_batches)}});
