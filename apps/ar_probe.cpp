@@ -180,7 +180,8 @@ void check_resume_config(const std::string& out, const nlohmann::json& now) {
 
 int run(int argc, char** argv) {
   apps::Flags f("ar_probe", "Associative recall probe (Hedgehog paper §3.2): accuracy, entropy, monotonicity per feature map.");
-  f.add("feature-map", "paper", "a name, a comma list (exp:T sets a temperature), 'paper' or 'all'");
+  f.add("feature-map", "paper", "a name, a comma list of distinct maps (exp:T sets exp's temperature; no other map\n"
+        "                       takes a parameter), 'paper' or 'all'");
   f.add("preset", "small", "small (minutes on a CPU) or paper (REFERENCE.md §4 sizes)");
   f.add("vocab", "", "vocabulary size (keys and values: half each)");
   f.add("seq-len", "", "sequence length");
