@@ -1,9 +1,14 @@
 // ar_probe: the associative-recall study of the Hedgehog paper (§3.2, Tables 2-3, Figures 2-4).
 // Trains the same decoder with each attention feature map on generated AR data and reports test
 // accuracy, attention entropy and monotonicity, with figures and an index.html under --out.
+// Long runs are safe to lose: every map's result is written as it finishes, every run checkpoints
+// into <out>/<map>/ each epoch, and --resume continues a killed run where it stopped.
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <fstream>
 #include <exception>
 #include <iostream>
 #include <mutex>
@@ -13,10 +18,13 @@
 #include <omp.h>
 
 #include "apps/flags.h"
+#include "core/atomic_file.h"
 #include "core/backend.h"
 #include "core/parallel.h"
 #include "nn/feature_maps.h"
+#include "nn/transformer.h"
 #include "train/ar_report.h"
+#include "train/schedule.h"
 
 using namespace hh;
 
@@ -27,9 +35,11 @@ const char* kPaperMaps = "softmax,elu,performer,cosformer,exp:1,exp:2,taylor,hed
 struct MapSpec {
   std::string mixer;
   double temperature;
+  std::string label;  // train::ar_label: unique within a run
 };
 
-// "exp:2" selects exp with t = 2; "all" every map; otherwise a comma list of names.
+// "exp:2" selects exp with t = 2; "all" every map; otherwise a comma list of names. Only exp takes
+// a parameter (its temperature); a map listed twice is an error (it would overwrite its figures).
 std::vector<MapSpec> parse_maps(const std::string& arg, double temperature) {
   std::string list = arg == "all" ? "softmax,elu,relu,performer,cosformer,exp:1,exp:2,taylor,t2r,hedgehog,"
                                     "hedgehog-exp,hedgehog-untrained"
@@ -40,8 +50,12 @@ std::vector<MapSpec> parse_maps(const std::string& arg, double temperature) {
     std::string name = item;
     double t = temperature;
     size_t colon = item.find(':');
+    if (colon != std::string::npos) name = item.substr(0, colon);
+    HH_CHECK(name == "softmax" || nn::is_feature_map_name(name), "--feature-map: unknown feature map '", name,
+             "' (expected softmax, all, paper, or one of the names in REFERENCE.md §2)");
     if (colon != std::string::npos) {
-      name = item.substr(0, colon);
+      HH_CHECK(name == "exp", "--feature-map: '", item, "': ", name,
+               " takes no parameter (only exp takes one, its temperature: exp:T)");
       std::string tv = item.substr(colon + 1);
       size_t pos = 0;
       try {
@@ -49,11 +63,14 @@ std::vector<MapSpec> parse_maps(const std::string& arg, double temperature) {
       } catch (...) {
         pos = 0;
       }
-      HH_CHECK(pos == tv.size() && !tv.empty() && t > 0, "--feature-map: bad temperature in '", item, "'");
+      HH_CHECK(pos == tv.size() && !tv.empty() && t > 0 && t < 1e6, "--feature-map: bad temperature in '", item,
+               "' (expected a number in (0, 1e6))");
     }
-    HH_CHECK(name == "softmax" || nn::is_feature_map_name(name), "--feature-map: unknown feature map '", name,
-             "' (expected softmax, all, paper, or one of the names in REFERENCE.md §2)");
-    out.push_back({name, t});
+    MapSpec ms{name, t, train::ar_label(name, t)};
+    for (const MapSpec& prev : out)
+      HH_CHECK(prev.label != ms.label, "--feature-map: '", item, "' is listed twice (as ", ms.label,
+               "); each map is trained once");
+    out.push_back(ms);
   }
   HH_CHECK(!out.empty(), "--feature-map: empty list");
   return out;
@@ -71,9 +88,100 @@ int64_t feature_cost(const train::ArRunConfig& c, int64_t seq_len) {
   return nn::make_feature_map(fc, {gen, Device::cpu()})->feature_dim();
 }
 
+// Bytes of memory this process can still use: MemAvailable of /proc/meminfo (sysconf's free pages
+// where that cannot be read), lowered to the room left under a cgroup v2 memory limit.
+double available_memory(std::string& source) {
+  double avail = -1;
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  double kb = 0;
+  std::string unit;
+  while (meminfo >> key >> kb) {
+    std::getline(meminfo, unit);
+    if (key == "MemAvailable:") {
+      avail = kb * 1024.0;
+      source = "MemAvailable in /proc/meminfo";
+      break;
+    }
+  }
+  if (avail < 0) {
+    avail = static_cast<double>(::sysconf(_SC_AVPHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
+    source = "free pages from sysconf";
+  }
+  std::ifstream limit_file("/sys/fs/cgroup/memory.max"), current_file("/sys/fs/cgroup/memory.current");
+  double limit = 0, current = 0;
+  if (limit_file >> limit && current_file >> current && limit - current < avail) {  // "max" (no limit) fails >>
+    avail = std::max(0.0, limit - current);
+    source = "the cgroup memory limit (/sys/fs/cgroup/memory.max)";
+  }
+  return avail;
+}
+
+// A rough upper estimate of the memory a run needs, made before the data is generated.
+//   data: train + test inputs and targets, int64: (train + test samples) x seq-len x 16 bytes.
+//   per concurrent run (x jobs), on the CPU: its dense-target and batch copies of the training
+//   split (2 x train x seq-len x 8 bytes); f32 parameters x 7 (weights, gradients, two AdamW
+//   moments, the best-weights copy, a checkpoint's tensors and bytes); and activations of one batch,
+//   counted twice for the backward pass: per token and layer 12 x dim + 3 x mlp-hidden + 3 x heads x
+//   max(seq-len, feature dim) floats, plus 3 x vocab floats of logits per token. On CUDA only the
+//   host copies of the data count.
+struct MemoryEstimate {
+  double data = 0, per_run = 0, total = 0;
+};
+
+MemoryEstimate estimate_memory(const ArConfig& d, const train::ArRunConfig& rc, int64_t max_batch, int64_t jobs) {
+  const nn::TransformerConfig& m = rc.model;
+  const double L = static_cast<double>(d.seq_len), V = static_cast<double>(d.vocab);
+  const double dim = static_cast<double>(m.dim), hidden = static_cast<double>(m.mlp_hidden);
+  const double heads = static_cast<double>(m.heads), hd = static_cast<double>(m.head_dim);
+  const double layers = static_cast<double>(m.layers);
+  const double fdim = std::max<double>({hd, static_cast<double>(m.attention.feature_map.feature_dim), 256.0});
+  MemoryEstimate e;
+  e.data = static_cast<double>(d.num_train + d.num_test) * L * 16.0;
+  e.per_run = 2.0 * static_cast<double>(d.num_train) * L * 8.0;
+  if (!rc.device.is_cuda()) {
+    const double params = 2 * V * dim + L * dim +
+                          layers * (4 * dim * heads * hd + 2 * dim * hidden + 2 * heads * hd * fdim + 8 * dim + hidden);
+    const double tokens = static_cast<double>(std::max<int64_t>(max_batch, 64)) * L;
+    const double act = 2.0 * 4.0 * tokens * (layers * (12 * dim + 3 * hidden + 3 * heads * std::max(L, fdim)) + 3 * V);
+    e.per_run += 7.0 * 4.0 * params + act;
+  }
+  e.total = e.data + static_cast<double>(jobs) * e.per_run;
+  return e;
+}
+
+std::string gib(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f GiB", bytes / (1024.0 * 1024.0 * 1024.0));
+  return buf;
+}
+
+// ar_probe's settings that decide its results: what --resume compares (threads and jobs do not
+// change a result; they are recorded but not compared).
+const char* kNotCompared[] = {"threads", "jobs"};
+
+void check_resume_config(const std::string& out, const nlohmann::json& now) {
+  const std::string path = out + "/config.json";
+  HH_CHECK(::access(path.c_str(), F_OK) == 0, "--resume: ", path, " not found: there is no run in '", out,
+           "' to resume (start it without --resume)");
+  nlohmann::json saved = nlohmann::json::parse(read_file(path), nullptr, false);
+  HH_CHECK(saved.is_object(), "--resume: ", path, " is not a JSON object");
+  std::string diff;
+  for (auto it = now.begin(); it != now.end(); ++it) {
+    if (std::find(std::begin(kNotCompared), std::end(kNotCompared), it.key()) != std::end(kNotCompared)) continue;
+    const bool same = saved.contains(it.key()) && saved[it.key()] == it.value();
+    if (!same)
+      diff += str(diff.empty() ? "" : ", ", it.key(), " ", saved.contains(it.key()) ? saved[it.key()].dump() : "(absent)",
+                  " now ", it.value().dump());
+  }
+  HH_CHECK(diff.empty(), "--resume: the run in '", out, "' used other settings (", diff,
+           "); resume with the original flags, or start afresh without --resume");
+}
+
 int run(int argc, char** argv) {
   apps::Flags f("ar_probe", "Associative recall probe (Hedgehog paper §3.2): accuracy, entropy, monotonicity per feature map.");
-  f.add("feature-map", "paper", "a name, a comma list (exp:T sets a temperature), 'paper' or 'all'");
+  f.add("feature-map", "paper", "a name, a comma list of distinct maps (exp:T sets exp's temperature; no other map\n"
+        "                       takes a parameter), 'paper' or 'all'");
   f.add("preset", "small", "small (minutes on a CPU) or paper (REFERENCE.md §4 sizes)");
   f.add("vocab", "", "vocabulary size (keys and values: half each)");
   f.add("seq-len", "", "sequence length");
@@ -104,7 +212,15 @@ int run(int argc, char** argv) {
   f.add("jobs", "", "runs (maps x sweep configs) trained at once, each on --threads threads (default: as many\n"
         "                       as the cores allow for the small preset, 1 for the paper preset); results do not\n"
         "                       depend on it");
-  f.add("out", "out/ar_probe", "output folder for results.json/csv, figures and index.html");
+  f.add("diverge-factor", "4", "divergence: stop a run whose loss stays above this x its first step's loss\n"
+        "                       for --diverge-steps steps (0 = off; a non-finite loss always stops it)");
+  f.add("diverge-steps", "20", "divergence: consecutive steps above the factor that stop a run");
+  f.add("checkpoint-every", "0", "also checkpoint every N steps (0 = only at the end of each epoch)");
+  f.add("resume", "false", "continue the run in --out: skip finished maps, resume the others from their\n"
+        "                       checkpoints (the other flags must be the run's own)", true);
+  f.add("stop-after-steps", "0", "testing --resume: stop each run after N steps with a checkpoint (0 = off)");
+  f.add("out", "out/ar_probe", "output folder for results.json/csv, figures and index.html; each map's\n"
+        "                       result and checkpoint go to <out>/<map>/. Checked writable before training");
   f.add("quiet", "false", "plain progress lines instead of a bar", true);
   if (!f.parse(argc, argv)) return 0;
 
@@ -147,10 +263,18 @@ int run(int argc, char** argv) {
   rc.stop_accuracy = f.number("stop-at", 1e-9, 1);
   rc.weight_decay = f.number("weight-decay", 0, 10);
   rc.schedule = f.str("schedule");
+  parse_schedule_kind(rc.schedule);  // a bad name fails here, not in every run
   rc.dense_targets = f.boolean("dense-targets");
   rc.seed = data_cfg.seed;
   rc.device = parse_device(f.str("device"));
   rc.quiet = f.boolean("quiet");
+  rc.diverge_factor = f.number("diverge-factor", 0, 1e12);
+  HH_CHECK(rc.diverge_factor == 0 || rc.diverge_factor > 1, "--diverge-factor: expected 0 (off) or a number > 1, got ",
+           rc.diverge_factor);
+  rc.diverge_steps = f.integer("diverge-steps", 1, 1 << 30);
+  rc.checkpoint_every = f.integer("checkpoint-every", 0, INT64_MAX);
+  rc.stop_after_steps = f.integer("stop-after-steps", 0, INT64_MAX);
+  const bool resume = f.boolean("resume");
   if (rc.device.is_cuda()) HH_CHECK(cuda_available(), "--device ", f.str("device"), ": no CUDA device available");
   const int cores = std::max(1, omp_get_num_procs());
   int64_t threads = f.given("threads") ? f.integer("threads", 0, 4096) : (paper ? 0 : 1);
@@ -171,25 +295,88 @@ int run(int argc, char** argv) {
                                   {1e-4, 0, 8}, {1e-4, 0, 32}, {1e-4, 5e-4, 8}, {1e-4, 5e-4, 32}};
 
   jobs = std::min<int64_t>(jobs, static_cast<int64_t>(maps.size() * grid.size()));
+
+  // Everything that can be checked is checked before the data is generated and training starts.
+  const std::string out = f.str("out");
+  HH_CHECK(!out.empty(), "--out: empty path (give the folder for the results)");
+  ensure_writable_dir(out);
+  int64_t max_batch = 0;
+  for (const Grid& g : grid) max_batch = std::max(max_batch, g.batch);
+  const MemoryEstimate need = estimate_memory(data_cfg, rc, max_batch, jobs);
+  std::string mem_source;
+  const double avail = available_memory(mem_source);
+  HH_CHECK(need.total <= avail, "this run needs about ", gib(need.total), " of memory (data ", gib(need.data), " for ",
+           data_cfg.num_train + data_cfg.num_test, " samples of ", data_cfg.seq_len, " tokens; ", gib(need.per_run),
+           " per concurrent run x ", jobs, ") but only ", gib(avail), " is available (", mem_source,
+           "); use fewer --train-samples / --test-samples, a smaller model or --batch, or fewer --jobs");
+
+  // Each map's model is built once here (on the CPU: cheap next to the estimate above), so that a
+  // configuration no model accepts fails now rather than in every run.
+  for (const MapSpec& ms : maps) {
+    nn::TransformerConfig mc = m;
+    mc.vocab = data_cfg.vocab;
+    mc.attention.mixer = ms.mixer;
+    mc.attention.feature_map.temperature = ms.temperature;
+    Generator gen(0);
+    nn::DecoderLM check_model(mc, {gen, Device::cpu()});
+  }
+
+  std::string map_list;
+  for (const MapSpec& ms : maps) map_list += (map_list.empty() ? "" : ",") + ms.label;
+  nlohmann::json cfg = {{"preset", preset},       {"feature_maps", map_list}, {"vocab", data_cfg.vocab},
+                        {"seq_len", data_cfg.seq_len}, {"train_samples", data_cfg.num_train},
+                        {"test_samples", data_cfg.num_test}, {"layers", m.layers}, {"heads", m.heads},
+                        {"head_dim", m.head_dim}, {"dim", m.dim}, {"mlp_hidden", m.mlp_hidden},
+                        {"positions", m.positions}, {"chunk", m.attention.chunk},
+                        {"feature_dim", m.attention.feature_map.feature_dim}, {"epochs", rc.epochs},
+                        {"patience", rc.patience}, {"stop_at", rc.stop_accuracy}, {"sweep", f.boolean("sweep")},
+                        {"lr", rc.lr}, {"batch", rc.batch}, {"weight_decay", rc.weight_decay},
+                        {"schedule", rc.schedule}, {"dense_targets", rc.dense_targets}, {"seed", data_cfg.seed},
+                        {"device", f.str("device")}, {"diverge_factor", rc.diverge_factor},
+                        {"diverge_steps", rc.diverge_steps}, {"threads", threads}, {"jobs", jobs}};
+
+  // Per run (map x sweep config): <out>/<map>/result[_g].json once finished, checkpoint[_g].safetensors
+  // while training.
+  auto run_file = [&](size_t m_index, size_t g, const char* stem, const char* ext) {
+    std::string dir = out + "/" + train::file_slug(maps[m_index].label);
+    return dir + "/" + stem + (grid.size() > 1 ? "_" + std::to_string(g) : std::string()) + ext;
+  };
+  if (resume) {
+    check_resume_config(out, cfg);
+  } else {
+    // A fresh run: what an earlier run left for these maps must not be taken for this run's.
+    for (size_t i = 0; i < maps.size(); ++i)
+      for (size_t g = 0; g < grid.size(); ++g) {
+        ::unlink(run_file(i, g, "result", ".json").c_str());
+        ::unlink(run_file(i, g, "checkpoint", ".safetensors").c_str());
+      }
+    remove_stale_temps(out + "/config.json");
+    write_file_atomic(out + "/config.json", cfg.dump(2) + "\n");
+  }
+  for (const MapSpec& ms : maps) ensure_writable_dir(out + "/" + train::file_slug(ms.label));
+
   std::printf("associative recall: vocab %lld, length %lld, %lld train / %lld test samples; model %lld layers, "
-              "%lld heads x %lld, dim %lld; %zu feature map(s), %zu config(s) each; %lld job(s) x %lld thread(s)\n",
+              "%lld heads x %lld, dim %lld; %zu feature map(s), %zu config(s) each; %lld job(s) x %lld thread(s); "
+              "~%s of memory\n",
               (long long)data_cfg.vocab, (long long)data_cfg.seq_len, (long long)data_cfg.num_train,
               (long long)data_cfg.num_test, (long long)m.layers, (long long)m.heads, (long long)m.head_dim,
-              (long long)m.dim, maps.size(), grid.size(), (long long)jobs, (long long)threads);
+              (long long)m.dim, maps.size(), grid.size(), (long long)jobs, (long long)threads, gib(need.total).c_str());
   std::fflush(stdout);
   ArDataset data = make_associative_recall(data_cfg);
 
   // Every (map, config) run is independent (its own model, generator and batch order), so `jobs`
   // of them train at once on worker threads; the results are the same for any number of jobs.
   std::vector<train::ArRunConfig> runs;
-  for (const MapSpec& ms : maps)
-    for (const Grid& g : grid) {
+  for (size_t i = 0; i < maps.size(); ++i)
+    for (size_t g = 0; g < grid.size(); ++g) {
       train::ArRunConfig c = rc;
-      c.mixer = ms.mixer;
-      c.temperature = ms.temperature;
-      c.lr = g.lr;
-      c.weight_decay = g.wd;
-      c.batch = g.batch;
+      c.mixer = maps[i].mixer;
+      c.temperature = maps[i].temperature;
+      c.lr = grid[g].lr;
+      c.weight_decay = grid[g].wd;
+      c.batch = grid[g].batch;
+      c.checkpoint_path = run_file(i, g, "checkpoint", ".safetensors");
+      c.resume = resume;
       if (jobs > 1) c.quiet = true;  // concurrent progress bars would overwrite each other
       runs.push_back(c);
     }
@@ -203,25 +390,90 @@ int run(int argc, char** argv) {
   }
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return cost[a] > cost[b]; });
   std::vector<train::ArRunResult> done(runs.size());
-  std::vector<std::exception_ptr> failed(runs.size());
+  std::vector<char> complete(runs.size(), 0);  // finished, failed or diverged (not interrupted)
+  std::exception_ptr fatal;                    // writing the results failed: stop everything
   std::atomic<size_t> next{0};
-  std::mutex print_mu;
+  std::mutex mu;  // guards done, complete, fatal and the console
+
+  // The row of map m: its best finished run by validation accuracy (ok runs first); a map whose
+  // runs all failed shows its first failure.
+  auto map_row = [&](size_t m_index) {
+    const train::ArRunResult* best = nullptr;
+    auto rank = [](const train::ArRunResult& r) { return r.status == "ok" ? 2 : r.status.rfind("diverged", 0) == 0 ? 1 : 0; };
+    for (size_t g = 0; g < grid.size(); ++g) {
+      const train::ArRunResult& r = done[m_index * grid.size() + g];
+      if (!best || rank(r) > rank(*best) || (rank(r) == rank(*best) && r.val_accuracy > best->val_accuracy)) best = &r;
+    }
+    return *best;
+  };
+  auto finished_rows = [&]() {
+    std::vector<train::ArRunResult> rows;
+    for (size_t i = 0; i < maps.size(); ++i) {
+      bool all = true;
+      for (size_t g = 0; g < grid.size(); ++g) all = all && complete[i * grid.size() + g];
+      if (all) rows.push_back(map_row(i));
+    }
+    return rows;
+  };
+  // Records run i (under mu): its own result file when it was evaluated, then results.json/csv with
+  // every map finished so far.
+  auto record = [&](size_t i, const train::ArRunResult& r) {
+    done[i] = r;
+    const size_t m_index = i / grid.size(), g = i % grid.size();
+    if (r.status.rfind("interrupted", 0) == 0) {
+      std::printf("  %-20s stopped at step %lld (--stop-after-steps); continue with --resume\n", r.label.c_str(),
+                  (long long)r.steps);
+      return;
+    }
+    complete[i] = 1;
+    if (r.status.rfind("error", 0) == 0) {
+      std::printf("  %-20s lr %-7g wd %-7g batch %-3lld -> FAILED: %s\n", r.label.c_str(), r.lr, r.weight_decay,
+                  (long long)r.batch, r.status.c_str());
+    } else {
+      std::printf("  %-20s lr %-7g wd %-7g batch %-3lld -> val %.1f%%, test %.1f%% (%.1fs)%s%s\n", r.label.c_str(), r.lr,
+                  r.weight_decay, (long long)r.batch, 100 * r.val_accuracy, 100 * r.accuracy, r.seconds,
+                  r.status == "ok" ? "" : "; DIVERGED: ", r.status == "ok" ? "" : r.status.c_str());
+      const std::string path = run_file(m_index, g, "result", ".json");
+      remove_stale_temps(path);
+      write_file_atomic(path, train::ar_result_json(r));
+      ::unlink(run_file(m_index, g, "checkpoint", ".safetensors").c_str());  // the result supersedes it
+    }
+    std::fflush(stdout);
+    train::write_ar_results(out, finished_rows());
+  };
+
+  // Finished maps of a resumed run are read back, not trained again.
+  for (size_t i = 0; resume && i < runs.size(); ++i) {
+    const std::string path = run_file(i / grid.size(), i % grid.size(), "result", ".json");
+    if (::access(path.c_str(), F_OK) != 0) continue;
+    done[i] = train::parse_ar_result(read_file(path), path);
+    complete[i] = 1;
+    std::printf("  %-20s finished earlier (%s)\n", done[i].label.c_str(), path.c_str());
+  }
   auto worker = [&]() {
     set_num_threads(static_cast<int>(threads));  // OpenMP's thread count is per thread
     for (size_t n; (n = next.fetch_add(1)) < runs.size();) {
       const size_t i = order[n];
+      if (complete[i]) continue;  // read back above, before the workers started
+      train::ArRunResult r;
       try {
-        done[i] = train::run_associative_recall(data, runs[i]);
-      } catch (...) {
-        failed[i] = std::current_exception();
-        next = runs.size();  // stop handing out runs
-        continue;
+        r = train::run_associative_recall(data, runs[i]);
+      } catch (const std::exception& e) {
+        r.label = train::ar_label(runs[i].mixer, runs[i].temperature);
+        r.mixer = runs[i].mixer;
+        r.temperature = runs[i].temperature;
+        r.lr = runs[i].lr;
+        r.weight_decay = runs[i].weight_decay;
+        r.batch = runs[i].batch;
+        r.status = std::string("error: ") + e.what();
       }
-      const train::ArRunResult& r = done[i];
-      std::lock_guard<std::mutex> lock(print_mu);
-      std::printf("  %-20s lr %-7g wd %-7g batch %-3lld -> val %.1f%%, test %.1f%% (%.1fs)\n", r.label.c_str(), r.lr,
-                  r.weight_decay, (long long)r.batch, 100 * r.val_accuracy, 100 * r.accuracy, r.seconds);
-      std::fflush(stdout);
+      std::lock_guard<std::mutex> lock(mu);
+      try {
+        record(i, r);
+      } catch (...) {
+        if (!fatal) fatal = std::current_exception();
+        next = runs.size();  // stop handing out runs
+      }
     }
   };
   if (jobs <= 1) {
@@ -231,30 +483,28 @@ int run(int argc, char** argv) {
     for (int64_t j = 0; j < jobs; ++j) pool.emplace_back(worker);
     for (auto& t : pool) t.join();
   }
-  for (const auto& e : failed)
-    if (e) std::rethrow_exception(e);
-  std::vector<train::ArRunResult> results;  // best validation accuracy per map
-  for (size_t m = 0; m < maps.size(); ++m) {
-    const train::ArRunResult* best = nullptr;
-    for (size_t g = 0; g < grid.size(); ++g) {
-      const train::ArRunResult& r = done[m * grid.size() + g];
-      if (!best || r.val_accuracy > best->val_accuracy) best = &r;
-    }
-    results.push_back(*best);
+  if (fatal) std::rethrow_exception(fatal);
+  if (std::find(complete.begin(), complete.end(), 0) != complete.end()) {
+    std::printf("\nstopped early (--stop-after-steps): finished maps are in %s/results.json; continue with --resume\n",
+                out.c_str());
+    return 0;
   }
+  std::vector<train::ArRunResult> results;  // best validation accuracy per map
+  for (size_t i = 0; i < maps.size(); ++i) results.push_back(map_row(i));
   std::printf("\n%s", train::ar_table(results).c_str());
-
-  nlohmann::json cfg = {{"preset", preset},       {"vocab", data_cfg.vocab},    {"seq_len", data_cfg.seq_len},
-                        {"train_samples", data_cfg.num_train}, {"test_samples", data_cfg.num_test},
-                        {"layers", m.layers},     {"heads", m.heads},           {"head_dim", m.head_dim},
-                        {"dim", m.dim},           {"mlp_hidden", m.mlp_hidden}, {"positions", m.positions}, {"epochs", rc.epochs},
-                        {"patience", rc.patience}, {"stop_at", rc.stop_accuracy}, {"sweep", f.boolean("sweep")}, {"lr", rc.lr},
-                        {"batch", rc.batch},      {"weight_decay", rc.weight_decay}, {"schedule", rc.schedule},
-                        {"dense_targets", rc.dense_targets}, {"seed", data_cfg.seed}, {"device", f.str("device")},
-                        {"threads", threads}, {"jobs", jobs}};
-  const std::string out = f.str("out");
   train::write_ar_report(out, results, cfg.dump());
   std::printf("\nwrote %s/{results.json,results.csv,index.html,*.svg}\n", out.c_str());
+  std::string failures;
+  size_t n_failed = 0;
+  for (const auto& r : results)
+    if (r.status != "ok") {
+      ++n_failed;
+      failures += str("\n  ", r.label, ": ", r.status);
+    }
+  if (n_failed > 0) {
+    std::fprintf(stderr, "error: %zu of %zu feature map(s) failed:%s\n", n_failed, results.size(), failures.c_str());
+    return 1;
+  }
   return 0;
 }
 

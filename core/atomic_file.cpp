@@ -1,14 +1,21 @@
 // Atomic whole-file writes and checked reads (POSIX: open/pwrite/fsync/rename/pread).
 #include "core/atomic_file.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cstdlib>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <sstream>
+#include <vector>
 
 #include "core/error.h"
 
@@ -46,7 +53,89 @@ void write_all(int fd, const char* p, size_t n, const std::string& tmp, const st
   }
 }
 
+// When this process started, in seconds since the epoch (Linux: /proc/self/stat's start time in
+// clock ticks after boot plus /proc/stat's boot time); -1 when it cannot be read.
+double process_start_time() {
+  std::ifstream stat_file("/proc/self/stat");
+  std::string line;
+  if (!std::getline(stat_file, line)) return -1;
+  // Field 2 (the command name) may hold spaces: the fields after it follow the last ')'.
+  size_t close = line.rfind(')');
+  if (close == std::string::npos) return -1;
+  std::istringstream fields(line.substr(close + 1));
+  std::string field;
+  unsigned long long start_ticks = 0;
+  for (int i = 3; i <= 22 && fields >> field; ++i)
+    if (i == 22) start_ticks = std::strtoull(field.c_str(), nullptr, 10);
+  std::ifstream proc_stat("/proc/stat");
+  unsigned long long boot = 0;
+  while (std::getline(proc_stat, line))
+    if (line.rfind("btime ", 0) == 0) boot = std::strtoull(line.c_str() + 6, nullptr, 10);
+  const long ticks = ::sysconf(_SC_CLK_TCK);
+  if (boot == 0 || start_ticks == 0 || ticks <= 0) return -1;
+  return static_cast<double>(boot) + static_cast<double>(start_ticks) / static_cast<double>(ticks);
+}
+
+// "<digits>.<digits>" -> the first number (the writer's pid); -1 when `s` has another form.
+long long temp_writer_pid(const std::string& s) {
+  size_t dot = s.find('.');
+  if (dot == 0 || dot == std::string::npos || dot + 1 == s.size()) return -1;
+  for (size_t i = 0; i < s.size(); ++i)
+    if (i != dot && !std::isdigit(static_cast<unsigned char>(s[i]))) return -1;
+  if (dot > 9) return -1;  // larger than any pid
+  return std::stoll(s.substr(0, dot));
+}
+
 }  // namespace
+
+int remove_stale_temps(const std::string& path) {
+  const std::string dir = parent_dir(path);
+  const size_t slash = path.find_last_of('/');
+  const std::string prefix = (slash == std::string::npos ? path : path.substr(slash + 1)) + ".tmp.";
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return 0;
+  const double started = process_start_time();
+  std::vector<std::string> stale;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) continue;
+    const long long pid = temp_writer_pid(name.substr(prefix.size()));
+    if (pid <= 0 || pid == ::getpid()) continue;
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // alive (or not ours to probe)
+    const std::string full = dir + "/" + name;
+    struct stat st;
+    if (::lstat(full.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    if (started >= 0 && static_cast<double>(st.st_mtime) >= started) continue;
+    stale.push_back(full);
+  }
+  ::closedir(d);
+  int removed = 0;
+  for (const std::string& f : stale) removed += ::unlink(f.c_str()) == 0;
+  return removed;
+}
+
+void ensure_writable_dir(const std::string& dir) {
+  HH_CHECK(!dir.empty(), "output folder: the path is empty (give a folder name)");
+  std::string part;
+  if (dir[0] == '/') part = "/";
+  std::stringstream ss(dir);
+  std::string seg;
+  while (std::getline(ss, seg, '/')) {
+    if (seg.empty()) continue;
+    part += seg + "/";
+    if (::mkdir(part.c_str(), 0777) == 0 || errno == EEXIST) continue;
+    fail(str("output folder '", dir, "': cannot create '", part, "': ", errno_str(errno)));
+  }
+  struct stat st;
+  HH_CHECK(::stat(dir.c_str(), &st) == 0, "output folder '", dir, "': cannot stat it: ", errno_str(errno));
+  HH_CHECK(S_ISDIR(st.st_mode), "output folder '", dir, "' exists and is not a folder");
+  const std::string probe = str(dir, "/.hh_write_probe.", ::getpid());
+  int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  HH_CHECK(fd >= 0, "output folder '", dir, "' is not writable: ", errno_str(errno));
+  ::close(fd);
+  HH_CHECK(::unlink(probe.c_str()) == 0, "output folder '", dir, "': cannot remove the probe file '", probe,
+           "': ", errno_str(errno));
+}
 
 void write_file_atomic(const std::string& path, const std::string& bytes) {
   HH_CHECK(!path.empty(), "write_file_atomic: empty path");

@@ -13,6 +13,21 @@ namespace hh {
 // hh::Error names the path and strerror; `path` is then left as it was.
 void write_file_atomic(const std::string& path, const std::string& bytes);
 
+// Removes the temp files that write_file_atomic left next to `path` when its process died in the
+// middle of a write (SIGKILL, Ctrl-C, power loss: no unwinding runs, so nothing else removes them;
+// a failure that throws removes its own temp file). A sibling "<name of path>.tmp.<pid>.<n>" is
+// removed only when both hold: no process <pid> exists on this machine (so no live writer, this
+// process included, can still rename it), and the file was last modified before this process
+// started (so a writer on another machine sharing the folder is not raced either; when the start
+// time cannot be read, the first rule alone decides). Returns how many were removed; errors while
+// sweeping are ignored (the sweep is housekeeping, the write that follows reports real trouble).
+int remove_stale_temps(const std::string& path);
+
+// Makes sure `dir` is a folder this process can create files in, before any long work: creates it
+// (and its parents) when missing, then creates and removes a probe file in it. hh::Error names
+// `dir` and the reason (empty path, a file in the way, read-only file system, permission denied).
+void ensure_writable_dir(const std::string& dir);
+
 // Reads a whole regular file; hh::Error naming the path (and "No such file or directory" etc.).
 std::string read_file(const std::string& path);
 

@@ -1,9 +1,13 @@
 // Training infrastructure: batching cursor, LR schedules, early stopping, progress output,
-// JSONL / CSV logging and SVG plots.
+// JSONL / CSV logging and SVG plots; temp files of atomic writes and checkpoint extras.
 #include <doctest/doctest.h>
 
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -17,6 +21,8 @@
 #include "core/error.h"
 #include "core/tensor.h"
 #include "data/batching.h"
+#include "nn/layers.h"
+#include "train/checkpoint.h"
 #include "train/early_stopping.h"
 #include "train/metrics_log.h"
 #include "train/progress.h"
@@ -527,5 +533,124 @@ TEST_CASE("svg: heatmap (Figure 2 style) and atomic save") {
   const std::string path = (dir / "attn.svg").string();
   save_svg(path, svg);
   CHECK(read_file(path) == svg);
+  fs::remove_all(dir);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Temp files of atomic writes, checkpoint extras, output folders
+
+namespace {
+
+// Temp files ("<name>.tmp.<pid>.<n>") next to `dir`/`name`.
+std::vector<std::string> temps_of(const fs::path& dir, const std::string& name) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().filename().string().rfind(name + ".tmp.", 0) == 0) out.push_back(e.path().filename().string());
+  return out;
+}
+
+// A pid that no process has: a child that has exited and been reaped.
+pid_t dead_pid() {
+  pid_t pid = ::fork();
+  if (pid == 0) ::_exit(0);
+  REQUIRE(pid > 0);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return pid;
+}
+
+void make_old_file(const fs::path& p, const std::string& bytes) {
+  { std::ofstream(p) << bytes; }
+  fs::last_write_time(p, fs::last_write_time(p) - std::chrono::hours(24));
+}
+
+}  // namespace
+
+TEST_CASE("atomic file: a write that fails midway leaves no temp file and the old file intact") {
+  // The file-size limit makes write() fail with EFBIG after the first 4 KiB: a real failure in the
+  // middle of the data, as a full disk would give.
+  const fs::path dir = temp_dir("atomic_fail");
+  const std::string path = (dir / "big.bin").string();
+  write_file_atomic(path, "old");
+  struct rlimit old_limit;
+  REQUIRE(::getrlimit(RLIMIT_FSIZE, &old_limit) == 0);
+  struct rlimit small = old_limit;
+  small.rlim_cur = 4096;
+  auto old_handler = ::signal(SIGXFSZ, SIG_IGN);
+  REQUIRE(::setrlimit(RLIMIT_FSIZE, &small) == 0);
+  bool threw = false;
+  std::string message;
+  try {
+    write_file_atomic(path, std::string(1 << 20, 'x'));
+  } catch (const hh::Error& e) {
+    threw = true;
+    message = e.what();
+  }
+  ::setrlimit(RLIMIT_FSIZE, &old_limit);
+  ::signal(SIGXFSZ, old_handler);
+  CHECK(threw);
+  CHECK(message.find("big.bin") != std::string::npos);
+  CHECK(temps_of(dir, "big.bin").empty());
+  CHECK(read_file(path) == "old");
+  fs::remove_all(dir);
+}
+
+TEST_CASE("atomic file: stale temp files of killed writers are swept, live writers' are kept") {
+  const fs::path dir = temp_dir("stale_temps");
+  const std::string target = (dir / "ck.safetensors").string();
+  const std::string dead = "ck.safetensors.tmp." + std::to_string(dead_pid()) + ".0";
+  const std::string mine = "ck.safetensors.tmp." + std::to_string(::getpid()) + ".7";
+  const std::string live = "ck.safetensors.tmp.1.3";                     // pid 1 always runs
+  const std::string other = "other.bin.tmp." + std::to_string(dead_pid()) + ".0";  // not this target's
+  const std::string odd = "ck.safetensors.tmp.notapid";
+  for (const auto& n : {dead, mine, live, other, odd}) make_old_file(dir / n, std::string(4096, 'x'));
+  // A dead writer's temp that is newer than this process could be another machine's live write.
+  const std::string fresh = "ck.safetensors.tmp." + std::to_string(dead_pid()) + ".1";
+  { std::ofstream(dir / fresh) << "x"; }
+  CHECK(remove_stale_temps(target) == 1);
+  CHECK(!fs::exists(dir / dead));
+  for (const auto& n : {mine, live, other, odd, fresh}) CHECK_MESSAGE(fs::exists(dir / n), n);
+  CHECK(remove_stale_temps(target) == 0);
+  CHECK(remove_stale_temps((dir / "missing_dir" / "x").string()) == 0);  // nothing to sweep, no error
+  fs::remove_all(dir);
+}
+
+TEST_CASE("checkpoint: saving sweeps stale temps of its target and keeps extra tensors") {
+  const fs::path dir = temp_dir("ckpt_sweep");
+  const std::string path = (dir / "ck.safetensors").string();
+  const std::string dead = "ck.safetensors.tmp." + std::to_string(dead_pid()) + ".0";
+  make_old_file(dir / dead, std::string(1 << 16, 'x'));
+  Generator gen(1);
+  nn::Linear model(3, 2, true, {gen});
+  train::CheckpointMeta meta;
+  meta.step = 5;
+  meta.tensors["best.weight"] = from_vector(std::vector<float>{1, 2, 3}, {3});
+  train::save_checkpoint(path, model, nullptr, meta);
+  CHECK(!fs::exists(dir / dead));
+  CHECK(temps_of(dir, "ck.safetensors").empty());
+  Generator gen2(2);
+  nn::Linear restored(3, 2, true, {gen2});
+  train::CheckpointMeta back;
+  train::load_checkpoint(path, restored, nullptr, back);
+  CHECK(back.step == 5);
+  REQUIRE(back.tensors.count("best.weight") == 1);
+  CHECK(to_vector<float>(back.tensors["best.weight"]) == std::vector<float>{1, 2, 3});
+  fs::remove_all(dir);
+}
+
+TEST_CASE("output folder: created and probed before any work; bad paths are named") {
+  const fs::path dir = temp_dir("outdir");
+  const std::string nested = (dir / "a" / "b").string();
+  ensure_writable_dir(nested);
+  CHECK(fs::is_directory(nested));
+  CHECK(fs::is_empty(nested));  // the probe file is gone
+  CHECK_THROWS_WITH_AS(ensure_writable_dir(""), doctest::Contains("empty"), hh::Error);
+  const std::string file = (dir / "file").string();
+  { std::ofstream(file) << "x"; }
+  const std::string not_folder = "'" + file + "' exists and is not a folder", sub = file + "/sub";
+  CHECK_THROWS_WITH_AS(ensure_writable_dir(file), doctest::Contains(not_folder.c_str()), hh::Error);
+  CHECK_THROWS_WITH_AS(ensure_writable_dir(sub), doctest::Contains(sub.c_str()), hh::Error);
+  CHECK_THROWS_WITH_AS(ensure_writable_dir("/proc/hh_no_such_dir"), doctest::Contains("/proc/hh_no_such_dir"),
+                       hh::Error);
   fs::remove_all(dir);
 }

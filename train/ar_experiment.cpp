@@ -1,12 +1,16 @@
 #include "train/ar_experiment.h"
 
+#include <unistd.h>
+
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <nlohmann/json.hpp>
 
 #include "data/batching.h"
 #include "nn/diagnostics.h"
+#include "train/checkpoint.h"
 #include "train/early_stopping.h"
 #include "train/optim.h"
 #include "train/progress.h"
@@ -48,19 +52,62 @@ double ar_accuracy(nn::DecoderLM& model, const ArSplit& split, int64_t batch, De
   return N ? static_cast<double>(correct) / static_cast<double>(N) : 0.0;
 }
 
-namespace {
-
-std::string label_of(const std::string& mixer, double t) {
-  if (mixer == "exp" || mixer == "hedgehog-exp") {
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "%s (t=%g)", mixer.c_str(), t);
-    return buf;
-  }
-  return mixer;
+std::string ar_label(const std::string& mixer, double t) {
+  if (mixer != "exp") return mixer;  // only exp takes a temperature (REFERENCE.md §2)
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%s (t=%g)", mixer.c_str(), t);
+  return buf;
 }
 
+std::string ar_run_fingerprint(const ArDataset& data, const ArRunConfig& cfg) {
+  const nn::TransformerConfig& m = cfg.model;
+  const nn::AttentionConfig& a = m.attention;
+  const ArConfig& d = data.config;
+  nlohmann::json j = {
+      {"data", {{"vocab", d.vocab}, {"seq_len", d.seq_len}, {"num_train", d.num_train}, {"num_test", d.num_test},
+                {"seed", d.seed}}},
+      {"model", {{"dim", m.dim}, {"layers", m.layers}, {"heads", m.heads}, {"head_dim", m.head_dim},
+                 {"mlp_hidden", m.mlp_hidden}, {"max_len", m.max_len}, {"positions", m.positions},
+                 {"pre_ln", m.pre_ln}, {"norm", m.norm}, {"mlp", m.mlp}, {"norm_eps", m.norm_eps},
+                 {"dropout", m.dropout}, {"tie_embeddings", m.tie_embeddings}, {"bias", m.bias},
+                 {"form", static_cast<int>(a.form)}, {"chunk", a.chunk}, {"eps", a.eps},
+                 {"feature_dim", a.feature_map.feature_dim}, {"redraw", a.feature_map.redraw_interval}}},
+      {"mixer", cfg.mixer}, {"temperature", cfg.temperature}, {"epochs", cfg.epochs}, {"batch", cfg.batch},
+      {"lr", cfg.lr}, {"weight_decay", cfg.weight_decay}, {"patience", cfg.patience},
+      {"stop_accuracy", cfg.stop_accuracy}, {"grad_clip", cfg.grad_clip}, {"schedule", cfg.schedule},
+      {"warmup_steps", cfg.warmup_steps}, {"dense_targets", cfg.dense_targets}, {"val_fraction", cfg.val_fraction},
+      {"seed", cfg.seed}, {"device", cfg.device.str()}, {"diverge_factor", cfg.diverge_factor},
+      {"diverge_steps", cfg.diverge_steps}};
+  return j.dump();
+}
+
+namespace {
+
+// Watches the per-step loss for divergence (ArRunConfig::diverge_*); its state is checkpointed.
+struct DivergenceWatch {
+  double factor = 0;
+  int64_t steps = 0;
+  double initial = 0;      // the first step's loss
+  bool has_initial = false;
+  int64_t above = 0;       // consecutive steps above factor × initial
+
+  // Returns why the run diverged, or "" when it has not.
+  std::string update(double loss) {
+    if (!std::isfinite(loss)) return str("the loss became non-finite (", loss, ")");
+    if (!has_initial) {
+      initial = loss;
+      has_initial = true;
+    }
+    above = factor > 0 && loss > factor * initial ? above + 1 : 0;
+    if (above >= steps && above > 0)
+      return str("the loss stayed above ", factor, " x its initial value ", initial, " for ", above,
+                 " steps (now ", loss, ")");
+    return "";
+  }
+};
+
 // Diagnostics and figure material on the first test samples.
-void diagnose(nn::DecoderLM& model, const ArDataset& data, Device device, ArRunResult& r) {
+void diagnose_run(nn::DecoderLM& model, const ArDataset& data, Device device, ArRunResult& r) {
   NoGradGuard ng;
   model.eval();
   const int64_t n = std::min<int64_t>(16, data.test.inputs.size(0));
@@ -102,16 +149,100 @@ void diagnose(nn::DecoderLM& model, const ArDataset& data, Device device, ArRunR
     }
 }
 
+// Where a run stands between steps: what a checkpoint holds besides the weights and AdamW state.
+struct RunState {
+  int64_t step = 0;
+  BatchCursor cursor;
+  double epoch_loss_sum = 0;  // loss summed over the batches of the current epoch so far
+  int64_t epoch_batches = 0;
+  bool finished = false;      // the epoch loop is over (early stop, solved, or out of epochs)
+  double seconds = 0;         // training time before this process resumed
+};
+
+void save_run(const std::string& path, const std::string& fingerprint, const nn::DecoderLM& model, const AdamW& opt,
+              const EarlyStopping& stopper, const DivergenceWatch& watch, const RunState& rs, const ArRunResult& r,
+              const std::map<std::string, Tensor>& best_state) {
+  const EarlyStoppingState& es = stopper.state();
+  nlohmann::json state = {{"cursor", {rs.cursor.epoch, rs.cursor.position}},
+                          {"epoch_loss_sum", rs.epoch_loss_sum},
+                          {"epoch_batches", rs.epoch_batches},
+                          {"finished", rs.finished},
+                          {"seconds", rs.seconds},
+                          {"early_stopping", {es.has_best, es.best, es.best_index, es.bad_count, es.num_updates}},
+                          {"divergence", {watch.has_initial, watch.initial, watch.above}},
+                          {"train_loss", r.train_loss},
+                          {"val_acc", r.val_acc},
+                          {"val_accuracy", r.val_accuracy},
+                          {"epochs_run", r.epochs_run}};
+  CheckpointMeta meta;
+  meta.step = rs.step;
+  meta.extra["ar.fingerprint"] = fingerprint;
+  meta.extra["ar.state"] = state.dump();
+  meta.tensors = best_state;
+  save_checkpoint(path, model, &opt, meta);
+}
+
+void load_run(const std::string& path, const std::string& fingerprint, nn::DecoderLM& model, AdamW& opt,
+              EarlyStopping& stopper, DivergenceWatch& watch, RunState& rs, ArRunResult& r,
+              std::map<std::string, Tensor>& best_state) {
+  CheckpointMeta meta;
+  load_checkpoint(path, model, &opt, meta);
+  auto get = [&](const char* key) -> const std::string& {
+    auto it = meta.extra.find(key);
+    HH_CHECK(it != meta.extra.end(), "checkpoint ", path, ": metadata lacks '", key, "' (not an ar_probe checkpoint)");
+    return it->second;
+  };
+  const nlohmann::json saved = nlohmann::json::parse(get("ar.fingerprint"), nullptr, false);
+  const nlohmann::json now = nlohmann::json::parse(fingerprint);
+  if (saved != now) {
+    std::string diff;
+    for (const auto& op : nlohmann::json::diff(saved, now)) diff += (diff.empty() ? "" : ", ") + op["path"].get<std::string>();
+    fail(str("checkpoint ", path, ": it was saved by a run with another configuration (differs in ", diff,
+             "); start afresh without resuming, or use the original settings"));
+  }
+  try {
+    const nlohmann::json st = nlohmann::json::parse(get("ar.state"));
+    rs.step = meta.step;
+    rs.cursor = {st.at("cursor").at(0).get<int64_t>(), st.at("cursor").at(1).get<int64_t>()};
+    rs.epoch_loss_sum = st.at("epoch_loss_sum").get<double>();
+    rs.epoch_batches = st.at("epoch_batches").get<int64_t>();
+    rs.finished = st.at("finished").get<bool>();
+    rs.seconds = st.at("seconds").get<double>();
+    const auto& e = st.at("early_stopping");
+    stopper.set_state({e.at(0).get<bool>(), e.at(1).get<double>(), e.at(2).get<int64_t>(), e.at(3).get<int64_t>(),
+                       e.at(4).get<int64_t>()});
+    const auto& d = st.at("divergence");
+    watch.has_initial = d.at(0).get<bool>();
+    watch.initial = d.at(1).get<double>();
+    watch.above = d.at(2).get<int64_t>();
+    r.train_loss = st.at("train_loss").get<std::vector<double>>();
+    r.val_acc = st.at("val_acc").get<std::vector<double>>();
+    r.val_accuracy = st.at("val_accuracy").get<double>();
+    r.epochs_run = st.at("epochs_run").get<int64_t>();
+  } catch (const nlohmann::json::exception& e) {
+    fail(str("checkpoint ", path, ": bad training state in its metadata: ", e.what()));
+  }
+  best_state = meta.tensors;
+}
+
 }  // namespace
 
 ArRunResult run_associative_recall(const ArDataset& data, const ArRunConfig& cfg) {
   HH_CHECK(cfg.epochs > 0 && cfg.batch > 0, "ar: epochs and batch must be positive, got ", cfg.epochs, ", ", cfg.batch);
   HH_CHECK(cfg.stop_accuracy > 0 && cfg.stop_accuracy <= 1, "ar: stop_accuracy must be in (0,1], got ", cfg.stop_accuracy);
   HH_CHECK(cfg.val_fraction > 0 && cfg.val_fraction < 1, "ar: val_fraction must be in (0,1), got ", cfg.val_fraction);
+  HH_CHECK(cfg.diverge_factor == 0 || cfg.diverge_factor > 1, "ar: diverge_factor must be 0 (off) or > 1, got ",
+           cfg.diverge_factor);
+  HH_CHECK(cfg.diverge_steps >= 1, "ar: diverge_steps must be >= 1, got ", cfg.diverge_steps);
+  HH_CHECK(cfg.checkpoint_every >= 0 && cfg.stop_after_steps >= 0, "ar: checkpoint_every and stop_after_steps must be >= 0");
+  const bool checkpoints = !cfg.checkpoint_path.empty();
+  HH_CHECK(!(cfg.resume || cfg.stop_after_steps > 0) || checkpoints, "ar: resume and stop_after_steps need a checkpoint_path");
+  // Dropout draws from generators that the checkpoint does not hold.
+  HH_CHECK(!checkpoints || cfg.model.dropout == 0, "ar: checkpoints need dropout 0 (got ", cfg.model.dropout, ")");
   ArRunResult r;
   r.mixer = cfg.mixer;
   r.temperature = cfg.temperature;
-  r.label = label_of(cfg.mixer, cfg.temperature);
+  r.label = ar_label(cfg.mixer, cfg.temperature);
   r.lr = cfg.lr;
   r.weight_decay = cfg.weight_decay;
   r.batch = cfg.batch;
@@ -143,6 +274,9 @@ ArRunResult run_associative_recall(const ArDataset& data, const ArRunConfig& cfg
   LrSchedule schedule(sc);
   AdamW opt(decay_groups(model, cfg.weight_decay), cfg.lr);
   EarlyStopping stopper(cfg.patience, EarlyStopMode::max);
+  DivergenceWatch watch;
+  watch.factor = cfg.diverge_factor;
+  watch.steps = cfg.diverge_steps;
 
   std::map<std::string, Tensor> best_state;
   auto snapshot = [&]() {
@@ -150,9 +284,23 @@ ArRunResult run_associative_recall(const ArDataset& data, const ArRunConfig& cfg
     for (auto& [name, t] : model.state_dict()) best_state[name] = clone(t.detach());
   };
   snapshot();
+  RunState rs;
+  const std::string fingerprint = checkpoints ? ar_run_fingerprint(data, cfg) : "";
+  if (cfg.resume && ::access(cfg.checkpoint_path.c_str(), F_OK) == 0) {
+    load_run(cfg.checkpoint_path, fingerprint, model, opt, stopper, watch, rs, r, best_state);
+    batches.set_cursor(rs.cursor);
+  }
   auto t0 = std::chrono::steady_clock::now();
-  int64_t step = 0;
-  for (int64_t epoch = 0; epoch < cfg.epochs; ++epoch) {
+  auto elapsed = [&] { return rs.seconds + std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  auto save = [&] {
+    if (!checkpoints) return;
+    RunState now = rs;
+    now.cursor = batches.cursor();
+    now.seconds = elapsed();
+    save_run(cfg.checkpoint_path, fingerprint, model, opt, stopper, watch, now, r, best_state);
+  };
+  while (!rs.finished) {
+    const int64_t epoch = batches.epoch();
     model.train();
     ProgressOptions po;
     po.label = r.label + " epoch " + std::to_string(epoch + 1) + "/" + std::to_string(cfg.epochs);
@@ -161,44 +309,69 @@ ArRunResult run_associative_recall(const ArDataset& data, const ArRunConfig& cfg
     po.every_seconds = 30;
     if (cfg.quiet) po.mode = ProgressMode::plain;
     Progress progress(po);
-    double loss_sum = 0;
-    int64_t nb = 0;
+    if (rs.epoch_batches > 0)  // resumed in the middle of this epoch
+      progress.update(rs.epoch_batches, {{"loss", rs.epoch_loss_sum / static_cast<double>(rs.epoch_batches)}});
     Batch b;
     while (batches.next(b)) {
-      opt.set_lr(schedule.lr_at(step));
+      opt.set_lr(schedule.lr_at(rs.step));
       Tensor ids = b.inputs().to(cfg.device), tg = b.targets().to(cfg.device);
       Tensor logits = model.forward(ids);  // (B,L,V)
       Tensor loss = cross_entropy(reshape(logits, {-1, mc.vocab}), reshape(tg, {-1}), kArIgnoreIndex);
-      opt.zero_grad();
-      loss.backward();
-      if (cfg.grad_clip > 0) clip_grad_norm(model.parameters(), cfg.grad_clip);
+      const double lv = loss.item<double>();
+      std::string why = watch.update(lv);  // checked before the update: a NaN never reaches the weights
+      if (why.empty()) {
+        opt.zero_grad();
+        loss.backward();
+        try {
+          if (cfg.grad_clip > 0) clip_grad_norm(model.parameters(), cfg.grad_clip);
+        } catch (const Error& e) {  // a finite loss whose gradient overflowed
+          why = e.what();
+        }
+      }
+      if (!why.empty()) {
+        // Evaluate the best weights seen before the divergence; the caller reports the status.
+        r.status = str("diverged at epoch ", epoch + 1, ", step ", rs.step + 1, ": ", why);
+        rs.finished = true;
+        break;
+      }
       opt.step();
       model.on_optimizer_step();
-      double lv = loss.item<double>();
-      HH_CHECK(std::isfinite(lv), "ar (", r.label, "): loss became ", lv, " at step ", step);
-      loss_sum += lv;
-      ++nb;
-      ++step;
-      progress.update(nb, {{"loss", loss_sum / static_cast<double>(nb)}});
+      ++rs.step;
+      rs.epoch_loss_sum += lv;
+      ++rs.epoch_batches;
+      progress.update(rs.epoch_batches, {{"loss", rs.epoch_loss_sum / static_cast<double>(rs.epoch_batches)}});
+      const bool stop_now = cfg.stop_after_steps > 0 && rs.step >= cfg.stop_after_steps;
+      if ((cfg.checkpoint_every > 0 && rs.step % cfg.checkpoint_every == 0) || stop_now) save();
+      if (stop_now) {
+        r.status = str("interrupted at step ", rs.step);
+        r.steps = rs.step;
+        r.seconds = elapsed();
+        return r;
+      }
     }
+    if (rs.finished) break;  // diverged
     model.eval();
+    const double mean_loss = rs.epoch_loss_sum / static_cast<double>(std::max<int64_t>(rs.epoch_batches, 1));
     double va = ar_accuracy(model, val, 64, cfg.device);
-    progress.finish({{"loss", loss_sum / static_cast<double>(std::max<int64_t>(nb, 1))}, {"val_acc", va}});
-    r.train_loss.push_back(loss_sum / static_cast<double>(std::max<int64_t>(nb, 1)));
+    progress.finish({{"loss", mean_loss}, {"val_acc", va}});
+    r.train_loss.push_back(mean_loss);
     r.val_acc.push_back(va);
     r.epochs_run = epoch + 1;
-    bool improved = stopper.update(va);
-    if (improved) {
+    if (stopper.update(va)) {
       r.val_accuracy = va;
       snapshot();
     }
-    if (stopper.should_stop() || va >= cfg.stop_accuracy) break;
+    rs.epoch_loss_sum = 0;
+    rs.epoch_batches = 0;
+    rs.finished = stopper.should_stop() || va >= cfg.stop_accuracy || epoch + 1 >= cfg.epochs;
+    save();
   }
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.steps = rs.step;
+  r.seconds = elapsed();
   model.load_state_dict(best_state);
   model.eval();
   r.accuracy = ar_accuracy(model, data.test, 64, cfg.device);
-  diagnose(model, data, cfg.device, r);
+  diagnose_run(model, data, cfg.device, r);
   return r;
 }
 

@@ -28,10 +28,32 @@ struct ArRunConfig {
   uint64_t seed = 0;
   Device device = Device::cpu();
   bool quiet = false;
+  // Divergence stops the run (status "diverged at epoch E, step S: ..."): a non-finite loss at any
+  // step, or a loss above diverge_factor × the first step's loss (about ln(vocab) for a fresh
+  // model) on diverge_steps consecutive steps. A healthy run never comes near that; diverge_factor
+  // 0 keeps only the non-finite rule.
+  double diverge_factor = 4.0;
+  int64_t diverge_steps = 20;
+  // Checkpoints: when checkpoint_path is set, the whole training state (weights, AdamW moments,
+  // step, batch cursor, early-stopping state, best weights so far, metrics so far, divergence
+  // watch) is written there atomically after every epoch and every checkpoint_every steps (0 =
+  // epochs only). With resume, an existing checkpoint is loaded first (it must come from the same
+  // configuration and data) and training continues exactly where it stopped: the result is the
+  // same, bit for bit on the CPU, as that of an uninterrupted run.
+  std::string checkpoint_path;
+  int64_t checkpoint_every = 0;
+  bool resume = false;
+  // For tests of resuming: once this many optimizer steps are done (0 = never), write the
+  // checkpoint and return with status "interrupted at step N" (no evaluation).
+  int64_t stop_after_steps = 0;
 };
 
 struct ArRunResult {
   std::string label;          // e.g. "hedgehog", "exp (t=2)"
+  // "ok"; "diverged at epoch E, step S: <why>" (the metrics are those of the best weights before
+  // it); "interrupted at step S" (stop_after_steps; nothing evaluated); or, set by a caller that
+  // caught an exception, "error: <message>".
+  std::string status = "ok";
   std::string mixer;
   double temperature = 1.0;
   double accuracy = 0.0;      // test accuracy on the query's answer, in [0,1]
@@ -41,6 +63,7 @@ struct ArRunResult {
   int64_t params = 0;
   double seconds = 0.0;       // training time
   int64_t epochs_run = 0;
+  int64_t steps = 0;          // optimizer steps taken
   double lr = 0, weight_decay = 0;
   int64_t batch = 0;
   std::vector<double> train_loss;    // per epoch
@@ -60,6 +83,13 @@ Tensor ar_dense_targets(const Tensor& inputs, const Tensor& targets, const ArCon
 
 // Accuracy of `model` on the answer position of `split` (batched, no grad).
 double ar_accuracy(nn::DecoderLM& model, const ArSplit& split, int64_t batch, Device device);
+
+// The label of a run of `mixer`: "exp (t=2)" for exp, which takes a temperature, else the name.
+std::string ar_label(const std::string& mixer, double temperature);
+
+// Everything that decides a run's result (model, data and training settings), as JSON text: a
+// checkpoint stores it and resuming refuses a checkpoint whose fingerprint differs.
+std::string ar_run_fingerprint(const ArDataset& data, const ArRunConfig& cfg);
 
 ArRunResult run_associative_recall(const ArDataset& data, const ArRunConfig& cfg);
 

@@ -25,17 +25,26 @@ std::string file_slug(const std::string& label) {
   return s;
 }
 
+namespace {
+// A run that got as far as its test evaluation (ok, or diverged and evaluated on its best weights).
+bool evaluated(const ArRunResult& r) { return r.status == "ok" || r.status.rfind("diverged", 0) == 0; }
+}  // namespace
+
 std::string ar_table(const std::vector<ArRunResult>& results) {
   std::ostringstream os;
   char line[256];
-  std::snprintf(line, sizeof line, "%-20s %9s %9s %13s %10s %9s %7s\n", "feature map", "test acc", "entropy",
-                "monotonicity", "params", "train s", "epochs");
-  os << line << std::string(83, '-') << "\n";
+  std::snprintf(line, sizeof line, "%-20s %9s %9s %13s %10s %9s %7s  %s\n", "feature map", "test acc", "entropy",
+                "monotonicity", "params", "train s", "epochs", "status");
+  os << line << std::string(91, '-') << "\n";
   for (const auto& r : results) {
-    std::snprintf(line, sizeof line, "%-20s %8.1f%% %9.3f %13.3f %10lld %9.1f %7lld\n", r.label.c_str(),
-                  100.0 * r.accuracy, r.entropy, r.monotonicity, static_cast<long long>(r.params), r.seconds,
-                  static_cast<long long>(r.epochs_run));
-    os << line;
+    if (!evaluated(r)) {
+      std::snprintf(line, sizeof line, "%-20s %9s %9s %13s %10s %9s %7s  ", r.label.c_str(), "-", "-", "-", "-", "-", "-");
+    } else {
+      std::snprintf(line, sizeof line, "%-20s %8.1f%% %9.3f %13.3f %10lld %9.1f %7lld  ", r.label.c_str(),
+                    100.0 * r.accuracy, r.entropy, r.monotonicity, static_cast<long long>(r.params), r.seconds,
+                    static_cast<long long>(r.epochs_run));
+    }
+    os << line << r.status << "\n";
   }
   return os.str();
 }
@@ -71,38 +80,98 @@ std::string html_page(const std::vector<ArRunResult>& results, const std::string
   return os.str();
 }
 
+nlohmann::json result_to_json(const ArRunResult& r) {
+  return {{"feature_map", r.label},
+          {"status", r.status},
+          {"mixer", r.mixer},
+          {"temperature", r.temperature},
+          {"accuracy", r.accuracy},
+          {"val_accuracy", r.val_accuracy},
+          {"entropy", r.entropy},
+          {"monotonicity", r.monotonicity},
+          {"params", r.params},
+          {"seconds", r.seconds},
+          {"epochs", r.epochs_run},
+          {"steps", r.steps},
+          {"lr", r.lr},
+          {"weight_decay", r.weight_decay},
+          {"batch", r.batch},
+          {"train_loss", r.train_loss},
+          {"val_accuracy_curve", r.val_acc}};
+}
+
 }  // namespace
 
-void write_ar_report(const std::string& dir, const std::vector<ArRunResult>& results, const std::string& config_json) {
+std::string ar_result_json(const ArRunResult& r) {
+  nlohmann::json j = result_to_json(r);
+  j["heat"] = r.heat;
+  j["heat_len"] = r.heat_len;
+  j["heat_layer"] = r.heat_layer;
+  j["heat_head"] = r.heat_head;
+  j["heat_tokens"] = r.heat_tokens;
+  j["scatter_qk"] = r.scatter_qk;
+  j["scatter_w"] = r.scatter_w;
+  return j.dump() + "\n";
+}
+
+ArRunResult parse_ar_result(const std::string& json_text, const std::string& source) {
+  ArRunResult r;
+  try {
+    const nlohmann::json j = nlohmann::json::parse(json_text);
+    r.label = j.at("feature_map").get<std::string>();
+    r.status = j.at("status").get<std::string>();
+    r.mixer = j.at("mixer").get<std::string>();
+    r.temperature = j.at("temperature").get<double>();
+    r.accuracy = j.at("accuracy").get<double>();
+    r.val_accuracy = j.at("val_accuracy").get<double>();
+    r.entropy = j.at("entropy").get<double>();
+    r.monotonicity = j.at("monotonicity").get<double>();
+    r.params = j.at("params").get<int64_t>();
+    r.seconds = j.at("seconds").get<double>();
+    r.epochs_run = j.at("epochs").get<int64_t>();
+    r.steps = j.at("steps").get<int64_t>();
+    r.lr = j.at("lr").get<double>();
+    r.weight_decay = j.at("weight_decay").get<double>();
+    r.batch = j.at("batch").get<int64_t>();
+    r.train_loss = j.at("train_loss").get<std::vector<double>>();
+    r.val_acc = j.at("val_accuracy_curve").get<std::vector<double>>();
+    r.heat = j.at("heat").get<std::vector<double>>();
+    r.heat_len = j.at("heat_len").get<int64_t>();
+    r.heat_layer = j.at("heat_layer").get<int64_t>();
+    r.heat_head = j.at("heat_head").get<int64_t>();
+    r.heat_tokens = j.at("heat_tokens").get<std::vector<std::string>>();
+    r.scatter_qk = j.at("scatter_qk").get<std::vector<double>>();
+    r.scatter_w = j.at("scatter_w").get<std::vector<double>>();
+  } catch (const nlohmann::json::exception& e) {
+    fail(str("ar result ", source, ": not a complete run result: ", e.what()));
+  }
+  HH_CHECK(r.heat.size() == static_cast<size_t>(r.heat_len * r.heat_len), "ar result ", source, ": heat has ",
+           r.heat.size(), " values for a ", r.heat_len, "x", r.heat_len, " map");
+  return r;
+}
+
+void write_ar_results(const std::string& dir, const std::vector<ArRunResult>& results) {
   make_dir(dir);
   nlohmann::json arr = nlohmann::json::array();
-  for (const auto& r : results) {
-    arr.push_back({{"feature_map", r.label},
-                   {"mixer", r.mixer},
-                   {"temperature", r.temperature},
-                   {"accuracy", r.accuracy},
-                   {"val_accuracy", r.val_accuracy},
-                   {"entropy", r.entropy},
-                   {"monotonicity", r.monotonicity},
-                   {"params", r.params},
-                   {"seconds", r.seconds},
-                   {"epochs", r.epochs_run},
-                   {"lr", r.lr},
-                   {"weight_decay", r.weight_decay},
-                   {"batch", r.batch},
-                   {"train_loss", r.train_loss},
-                   {"val_accuracy_curve", r.val_acc}});
-  }
+  for (const auto& r : results) arr.push_back(result_to_json(r));
+  remove_stale_temps(dir + "/results.json");
   write_file_atomic(dir + "/results.json", arr.dump(2) + "\n");
-  nlohmann::json cfg = nlohmann::json::parse(config_json, nullptr, false);
-  if (!cfg.is_discarded()) write_file_atomic(dir + "/config.json", cfg.dump(2) + "\n");
-
   CsvTable csv({"feature_map", "accuracy", "entropy", "monotonicity", "params", "seconds", "epochs", "lr",
-                "weight_decay", "batch"});
+                "weight_decay", "batch", "status"});
   for (const auto& r : results)
     csv.add_values({r.label, r.accuracy, r.entropy, r.monotonicity, r.params, r.seconds, r.epochs_run, r.lr,
-                 r.weight_decay, r.batch});
+                    r.weight_decay, r.batch, r.status});
+  remove_stale_temps(dir + "/results.csv");
   csv.save(dir + "/results.csv");
+}
+
+void write_ar_report(const std::string& dir, const std::vector<ArRunResult>& all, const std::string& config_json) {
+  write_ar_results(dir, all);
+  nlohmann::json cfg = nlohmann::json::parse(config_json, nullptr, false);
+  if (!cfg.is_discarded()) write_file_atomic(dir + "/config.json", cfg.dump(2) + "\n");
+  std::vector<ArRunResult> results;  // the figures show the evaluated runs
+  for (const auto& r : all)
+    if (evaluated(r)) results.push_back(r);
 
   // Figure 4: accuracy vs entropy, one labelled point per map.
   ScatterSeries pts;
@@ -158,7 +227,7 @@ void write_ar_report(const std::string& dir, const std::vector<ArRunResult>& res
     so.legend = false;
     save_svg(dir + "/scatter_" + file_slug(r.label) + ".svg", scatter_plot({sc}, so));
   }
-  write_file_atomic(dir + "/index.html", html_page(results, ar_table(results)));
+  write_file_atomic(dir + "/index.html", html_page(results, ar_table(all)));
 }
 
 }  // namespace hh::train

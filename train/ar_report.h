@@ -9,9 +9,20 @@
 
 namespace hh::train {
 
+// One row per result; a "status" column shows ok, "diverged at ..." or the error of a failed run.
 std::string ar_table(const std::vector<ArRunResult>& results);
-// Writes everything under `dir` (created if missing); `config_json` is embedded in results.json.
+// Writes everything under `dir` (created if missing); `config_json` goes to config.json. Figures
+// show the results that were evaluated (every status but "error: ..." and "interrupted ...").
 void write_ar_report(const std::string& dir, const std::vector<ArRunResult>& results, const std::string& config_json);
+// Writes only results.json and results.csv (atomically): what a long run updates as each map
+// finishes, so that a later failure or kill loses nothing already done.
+void write_ar_results(const std::string& dir, const std::vector<ArRunResult>& results);
+
+// One run's complete result (metrics, curves and figure material) as JSON text, and back: what
+// ar_probe keeps per map so that --resume can skip finished maps. Parse errors name `source`.
+std::string ar_result_json(const ArRunResult& r);
+ArRunResult parse_ar_result(const std::string& json_text, const std::string& source);
+
 std::string file_slug(const std::string& label);  // "exp (t=2)" -> "exp_t2"
 
 }  // namespace hh::train

@@ -2,6 +2,7 @@
 
 #include <sstream>
 
+#include "core/atomic_file.h"
 #include "core/safetensors.h"
 
 namespace hh::train {
@@ -11,12 +12,14 @@ void save_checkpoint(const std::string& path, const nn::Module& model, const Opt
   for (auto& [name, t] : model.state_dict()) tensors.emplace_back("model." + name, t);
   if (opt)
     for (auto& [name, t] : opt->state()) tensors.emplace_back("optim." + name, t);
+  for (auto& [name, t] : meta.tensors) tensors.emplace_back("extra." + name, t);
   std::map<std::string, std::string> md = meta.extra;
   md["hedgehog.format"] = kCheckpointFormat;
   md["hedgehog.step"] = std::to_string(meta.step);
   if (opt) md["hedgehog.optimizer_steps"] = std::to_string(opt->steps());
   for (auto& [name, g] : meta.generators)
     md["rng." + name] = std::to_string(g->seed()) + " " + std::to_string(g->offset());
+  remove_stale_temps(path);
   save_safetensors(path, tensors, md);
 }
 
@@ -35,6 +38,8 @@ void load_checkpoint(const std::string& path, nn::Module& model, Optimizer* opt,
       model_state[name.substr(6)] = t;
     else if (name.rfind("optim.", 0) == 0)
       optim_state[name.substr(6)] = t;
+    else if (name.rfind("extra.", 0) == 0)
+      meta.tensors[name.substr(6)] = t;
     else
       fail(str("checkpoint ", path, ": unexpected tensor '", name, "'"));
   }

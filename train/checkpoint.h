@@ -1,5 +1,5 @@
 // Checkpoints: one safetensors file with the model's weights ("model.<name>"), the optimizer state
-// ("optim.<name>.<slot>") and __metadata__ holding the format version, the step, the generators'
+// ("optim.<name>.<slot>"), the caller's own tensors ("extra.<name>") and __metadata__ holding the format version, the step, the generators'
 // (seed, offset) and whatever the caller adds (config JSON, data cursor). Written atomically.
 #pragma once
 #include <map>
@@ -16,11 +16,14 @@ struct CheckpointMeta {
   int64_t step = 0;
   std::map<std::string, Generator*> generators;   // saved as "rng.<name>" = "seed offset"
   std::map<std::string, std::string> extra;       // free-form strings (config JSON, cursor, ...)
+  std::map<std::string, Tensor> tensors;          // free-form tensors (e.g. a best-so-far copy of the weights)
 };
 
+// Before writing, removes stale temp files of `path` left by a writer that was killed mid-write
+// (remove_stale_temps in core/atomic_file.h says which are stale).
 void save_checkpoint(const std::string& path, const nn::Module& model, const Optimizer* opt, const CheckpointMeta& meta);
 // Restores weights (strict), optimizer state and the generators named in `meta`; fills meta.step
-// and meta.extra. Errors name the file and what is missing or mismatched.
+// meta.extra and meta.tensors. Errors name the file and what is missing or mismatched.
 void load_checkpoint(const std::string& path, nn::Module& model, Optimizer* opt, CheckpointMeta& meta);
 
 }  // namespace hh::train
