@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <mutex>
 #include <unordered_map>
 #include <unordered_set>
@@ -26,7 +27,7 @@ struct CachingAllocator::State {
   // Bumped by release_all: a deleter whose block was handed out in an earlier epoch finds its
   // block already freed and does nothing.
   uint64_t epoch = 0;
-  bool caching = true;  // false after release_all
+  bool caching = true;  // false after release_all, or when the source says not to cache
   bool registered_at_exit = false;
 
   void free_cached_locked() {
@@ -127,11 +128,17 @@ ExitRelease::~ExitRelease() {
 
 }  // namespace
 
-BlockSource cuda_blocks() { return {cuda_alloc, cuda_free, true}; }
+BlockSource cuda_blocks() {
+  const char* env = std::getenv("HH_CUDA_CACHE");
+  const std::string v = env ? env : "1";
+  HH_CHECK(v == "0" || v == "1", "HH_CUDA_CACHE must be 0 (no caching allocator) or 1 (the default), got '", v, "'");
+  return {cuda_alloc, cuda_free, true, v == "1"};
+}
 
 CachingAllocator::CachingAllocator(int device, BlockSource source) : state_(std::make_shared<State>()) {
   state_->device = device;
   state_->source = source;
+  state_->caching = source.cache;
 }
 
 CachingAllocator::~CachingAllocator() { release_all(); }
@@ -147,12 +154,13 @@ size_t CachingAllocator::bucket_size(size_t nbytes) {
 
 std::shared_ptr<void> CachingAllocator::allocate(size_t nbytes) {
   State& s = *state_;
-  const size_t size = bucket_size(nbytes);
   void* p = nullptr;
   uint64_t epoch = 0;
   bool register_at_exit = false;
+  size_t size = 0;
   {
     std::lock_guard<std::mutex> lock(s.mu);
+    size = s.caching ? bucket_size(nbytes) : std::max<size_t>(nbytes, 1);
     auto it = s.cached.find(size);
     if (it != s.cached.end() && !it->second.empty()) {
       p = it->second.back();

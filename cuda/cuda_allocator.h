@@ -10,6 +10,11 @@
 // every block back, cached ones and those of tensors still alive, so compute-sanitizer's leak
 // check is clean. A tensor dying after that returns nothing: its block was already freed, and the
 // allocation counter (an epoch) tells the deleter so, which rules out a double free.
+//
+// HH_CUDA_CACHE=0 in the environment turns the cache off: every tensor gets a cudaMalloc of its
+// exact size, freed when it dies. Slow, but compute-sanitizer's memcheck then sees every
+// out-of-bounds access (with the cache, one that stays inside a bucket's rounding, or hits a
+// reused block, is invisible to it). scripts/cuda-sanitize uses it.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -31,7 +36,11 @@ struct BlockSource {
   void (*free)(int device, void* p);
   // Register with the exit hook on the first allocation (the CUDA source only).
   bool release_at_exit;
+  // Cache freed blocks in buckets; when false, blocks have the exact size asked for and are
+  // freed as soon as their tensor dies.
+  bool cache;
 };
+// cudaMalloc/cudaFree, caching unless HH_CUDA_CACHE=0 (throws on another value).
 BlockSource cuda_blocks();
 
 class CachingAllocator {

@@ -303,9 +303,9 @@ void host_free(int /*device*/, void* p) {
   ++h.frees;
 }
 
-cuda::BlockSource host_blocks() {
+cuda::BlockSource host_blocks(bool cache = true) {
   heap() = HostHeap{};
-  return {host_alloc, host_free, false};
+  return {host_alloc, host_free, false, cache};
 }
 
 }  // namespace
@@ -378,6 +378,19 @@ TEST_CASE("cuda allocator: out of memory gives the cache back and retries, then 
   CHECK(a.stats().reserved == 3072);
   check_throws([&] { a.allocate(3000); }, {"cuda:7", "3072 bytes", "host test limit", "in use by tensors 3072"});
   CHECK(a.stats().current == 3072);
+}
+
+TEST_CASE("cuda allocator: without the cache, blocks have the exact size and are freed at once") {
+  cuda::CachingAllocator a(0, host_blocks(false));
+  std::shared_ptr<void> b = a.allocate(1000);
+  CHECK(heap().held.at(b.get()) == 1000);
+  CHECK(a.stats().current == 1000);
+  b.reset();
+  CHECK(heap().held.empty());
+  CHECK(a.stats().reserved == 0);
+  a.allocate(0).reset();  // a zero-byte tensor still gets a distinct block
+  CHECK(heap().allocs == 2);
+  CHECK(heap().bad_frees == 0);
 }
 #endif
 
