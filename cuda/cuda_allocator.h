@@ -60,9 +60,10 @@ class CachingAllocator {
   void reset_peak();
   // Frees every cached block (the caller has made the device current and synchronized it).
   void empty_cache();
-  // Frees every block, cached or still held by a tensor, and stops caching: from then on a block
-  // is freed as soon as its tensor dies. For the end of the process (the exit hook calls it):
-  // the memory of tensors still alive must not be used afterwards. Idempotent.
+  // Frees every block, cached or still held by a tensor, and stops caching: from then on blocks
+  // have the exact size asked for and are freed as soon as their tensor dies. For the end of the
+  // process (the exit hook calls it): the memory of tensors still alive must not be used
+  // afterwards. Idempotent.
   void release_all();
 
   // Bucket size for a request: 512-byte steps below 1 MiB, then quarter-power-of-two steps
