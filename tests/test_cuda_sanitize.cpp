@@ -1,0 +1,398 @@
+// Sanitizer-sized CUDA tests: the kernels whose full-size tests are too slow under
+// compute-sanitizer (racecheck, initcheck, synccheck slow kernels down 10-1000x), at small shapes
+// that still cover the partial tiles and chunks (L not a multiple of 64, chunk 16, the global-state
+// path of the linear attention). Each case compares against the CPU backend. Select them with
+//   HH_DEVICE=cuda hh_tests -tc="cuda sanitize:*"      (scripts/cuda-sanitize runs the tools)
+// They run when HH_DEVICE=cuda and are reported as skipped otherwise.
+//
+// Also here: the caching allocator's bookkeeping (reuse, release at exit, no double free),
+// checked on host memory, so it runs in every CUDA build, with or without a GPU.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "autograd/ops.h"
+#include "core/backend.h"
+#include "tests/op_table.h"
+
+#if defined(HH_WITH_CUDA)
+#include "cuda/cuda_allocator.h"
+#endif
+
+namespace hh::test {
+namespace {
+
+const bool kSkipCuda = !cuda_requested();
+
+Backend& cpu() { return backend_for(Device::cpu()); }
+Backend& gpu() { return backend_for(test_device()); }
+Tensor place(const Tensor& t, Device d) { return d.is_cpu() ? t : t.to(d).detach(); }
+Tensor like_on(const Shape& s, DType t, Device d) { return empty(s, {t, d}); }
+
+Tensor input(const Shape& s, double lo, double hi, DType t, uint64_t seed) {
+  Generator g(seed);
+  return uniform(s, lo, hi, g, {DType::f64}).to(t);
+}
+
+// |got - want| <= rtol |want| + atol·scale elementwise, scale = max(max|want|, floor) (as in
+// test_cuda_attention.cpp: the absolute part follows the tensor's magnitude, or `floor` where the
+// result is mostly cancellation). NaN must meet NaN, infinities must match exactly.
+void expect_close(const Tensor& got, const Tensor& want, double rtol, double atol, const std::string& what,
+                  double floor = 0) {
+  REQUIRE_MESSAGE(got.shape() == want.shape(), what, ": shape ", shape_str(got.shape()), " vs ",
+                  shape_str(want.shape()));
+  CHECK(got.device() == test_device());
+  std::vector<double> g = to_vector<double>(got.to(Device::cpu())), w = to_vector<double>(want);
+  double scale = floor;
+  for (double x : w)
+    if (std::isfinite(x)) scale = std::max(scale, std::fabs(x));
+  int64_t bad = 0, first = -1;
+  for (size_t i = 0; i < g.size(); ++i) {
+    bool ok;
+    if (std::isnan(w[i]) || std::isnan(g[i]))
+      ok = std::isnan(w[i]) && std::isnan(g[i]);
+    else if (std::isinf(w[i]))
+      ok = g[i] == w[i];
+    else
+      ok = std::fabs(g[i] - w[i]) <= rtol * std::fabs(w[i]) + atol * scale;
+    if (!ok && bad++ == 0) first = static_cast<int64_t>(i);
+  }
+  CHECK_MESSAGE(bad == 0, what, ": ", bad, " of ", g.size(), " elements differ; first at ", first, ": cuda ",
+                first >= 0 ? g[static_cast<size_t>(first)] : 0.0, " cpu ",
+                first >= 0 ? w[static_cast<size_t>(first)] : 0.0);
+}
+
+// Runs f(backend, device) on the CPU and on the GPU and compares what it returns.
+template <typename F>
+void both(F&& f, double rtol, double atol, const std::string& what) {
+  std::vector<Tensor> want = f(cpu(), Device::cpu());
+  std::vector<Tensor> got = f(gpu(), test_device());
+  REQUIRE(want.size() == got.size());
+  for (size_t i = 0; i < want.size(); ++i) expect_close(got[i], want[i], rtol, atol, what + " #" + std::to_string(i));
+}
+
+std::string dims(const std::vector<int64_t>& v) {
+  std::string s;
+  for (int64_t x : v) s += (s.empty() ? "" : "x") + std::to_string(x);
+  return s;
+}
+
+// ---- the chunked causal linear attention ----
+
+struct LinearCase {
+  int64_t G, L, F, D, chunk;
+};
+
+void check_linear(const LinearCase& c, DType t) {
+  const std::string what = std::string("linear attention ") + dtype_name(t) + " G,L,F,D " + dims({c.G, c.L, c.F, c.D}) +
+                           " chunk " + std::to_string(c.chunk);
+  // positive features, like every feature map's output
+  std::vector<Tensor> in = {input({c.G, c.L, c.F}, 0.05, 1, t, 5), input({c.G, c.L, c.F}, 0.05, 1, t, 6),
+                            input({c.G, c.L, c.D}, -1, 1, t, 7), input({c.G, c.L, c.D}, -1, 1, t, 8)};
+  auto run = [&](Backend& be, Device d) {
+    Tensor q = place(in[0], d), k = place(in[1], d), v = place(in[2], d), gy = place(in[3], d);
+    Tensor y = like_on({c.G, c.L, c.D}, t, d), den = like_on({c.G, c.L}, t, d);
+    be.linear_attention_causal(q, k, v, c.chunk, 1e-6, y, den);
+    Tensor gq = like_on(q.shape(), t, d), gk = like_on(k.shape(), t, d), gv = like_on(v.shape(), t, d);
+    be.linear_attention_causal_backward(q, k, v, y, den, gy, c.chunk, gq, gk, gv);
+    return std::vector<Tensor>{y, den, gq, gk, gv};
+  };
+  std::vector<Tensor> want = run(cpu(), Device::cpu()), got = run(gpu(), test_device());
+  // gq, gk sum terms of size ~ |gy||v||φ|/den that cancel: that size is their floor (inputs are
+  // bounded by 1 and den >= 0.05·0.05, so 400 bounds it).
+  const double tol = t == DType::f64 ? 1e-10 : 1e-4;
+  const char* names[] = {"y", "den", "gq", "gk", "gv"};
+  for (size_t i = 0; i < want.size(); ++i)
+    expect_close(got[i], want[i], tol, tol / 10, what + " " + names[i], i == 2 || i == 3 ? 400.0 : 0.0);
+}
+
+// ---- the flash softmax attention (f32) ----
+
+struct FlashCase {
+  int64_t G, Lq, Lk, D, Dv;
+  bool causal;
+};
+
+void check_flash(const FlashCase& c) {
+  const std::string what = std::string("flash attention ") + (c.causal ? "causal" : "full") + " G,Lq,Lk,D,Dv " +
+                           dims({c.G, c.Lq, c.Lk, c.D, c.Dv});
+  const DType t = DType::f32;
+  std::vector<Tensor> in = {input({c.G, c.Lq, c.D}, -2, 2, t, 1), input({c.G, c.Lk, c.D}, -2, 2, t, 2),
+                            input({c.G, c.Lk, c.Dv}, -1, 1, t, 3), input({c.G, c.Lq, c.Dv}, -1, 1, t, 4)};
+  const double scale = 1.0 / std::sqrt(static_cast<double>(c.D));
+  auto run = [&](Backend& be, Device d) {
+    Tensor q = place(in[0], d), k = place(in[1], d), v = place(in[2], d), go = place(in[3], d);
+    Tensor out = like_on({c.G, c.Lq, c.Dv}, t, d), lse = like_on({c.G, c.Lq}, t, d);
+    be.flash_attention(q, k, v, c.causal, scale, out, lse);
+    Tensor gq = like_on(q.shape(), t, d), gk = like_on(k.shape(), t, d), gv = like_on(v.shape(), t, d);
+    be.flash_attention_backward(q, k, v, out, lse, go, c.causal, scale, gq, gk, gv);
+    return std::vector<Tensor>{out, lse, gq, gk, gv};
+  };
+  std::vector<Tensor> want = run(cpu(), Device::cpu()), got = run(gpu(), test_device());
+  // floor 1: inputs are O(1), and at L = 1 gq, gk are pure cancellation
+  const char* names[] = {"out", "lse", "gq", "gk", "gv"};
+  for (size_t i = 0; i < want.size(); ++i) expect_close(got[i], want[i], 1e-4, 1e-5, what + " " + names[i], 1.0);
+}
+
+}  // namespace
+
+// B = 1, H = 2 (G = 2 blocks of rows); lengths around the 64-row chunks and tiles.
+TEST_CASE("cuda sanitize: chunked causal linear attention forward and backward" * doctest::skip(kSkipCuda)) {
+  for (DType t : {DType::f32, DType::f64})
+    for (int64_t L : {1, 70, 130})
+      for (int64_t D : {16, 32}) check_linear({2, L, 9, D, 64}, t);
+  check_linear({2, 100, 33, 32, 16}, DType::f32);  // chunk 16
+  check_linear({1, 70, 9, 5, 3}, DType::f64);      // chunk 3, D under one tile
+  // F·(D+1) beyond the shared memory (227 KiB on an H100, 2049·33·4 = 270 KB): the global state.
+  check_linear({1, 70, 2049, 32, 64}, DType::f32);
+}
+
+TEST_CASE("cuda sanitize: flash attention forward and backward" * doctest::skip(kSkipCuda)) {
+  for (bool causal : {false, true})
+    for (int64_t L : {1, 70, 130})
+      for (int64_t D : {16, 32}) check_flash({2, L, L, D, D, causal});
+  check_flash({2, 70, 33, 32, 24, false});  // Lk < Lq, Dv != D
+  check_flash({2, 33, 130, 16, 16, false});  // more keys than queries
+  check_flash({2, 7, 0, 16, 16, false});     // no keys: out 0, lse -inf, gq 0
+}
+
+TEST_CASE("cuda sanitize: attention through autograd" * doctest::skip(kSkipCuda)) {
+  const Device d = test_device();
+  for (bool causal : {false, true}) {
+    Generator g(11);
+    std::vector<Tensor> base = {uniform({1, 2, 70, 16}, -1, 1, g), uniform({1, 2, 70, 16}, -1, 1, g),
+                                uniform({1, 2, 70, 16}, -1, 1, g)};
+    Tensor w = uniform({1, 2, 70, 16}, -1, 1, g);
+    std::vector<Tensor> xc, xd;
+    for (const Tensor& x : base) {
+      xc.push_back(x.clone().requires_grad_(true));
+      xd.push_back(x.to(d).detach().requires_grad_(true));
+    }
+    Tensor yc = scaled_dot_product_attention(xc[0], xc[1], xc[2], causal);
+    Tensor yd = scaled_dot_product_attention(xd[0], xd[1], xd[2], causal);
+    const std::string what = std::string("sdpa ") + (causal ? "causal" : "full");
+    expect_close(yd, yc, 1e-4, 1e-5, what);
+    sum(mul(yc, w)).backward();
+    sum(mul(yd, w.to(d))).backward();
+    for (size_t i = 0; i < 3; ++i) expect_close(xd[i].grad(), xc[i].grad(), 1e-4, 1e-5, what + " grad " + std::to_string(i));
+  }
+}
+
+TEST_CASE("cuda sanitize: softmax, norms, cross entropy, reductions and cumsum" * doctest::skip(kSkipCuda)) {
+  for (DType t : {DType::f32, DType::f64}) {
+    const double tol = t == DType::f32 ? 2e-4 : 1e-10;
+    const std::string tn = dtype_name(t);
+    for (int64_t r : {33, 300}) {
+      // softmax with a masked entry and a fully masked row (NaN on both sides)
+      std::vector<double> xv = to_vector<double>(input({3, r}, -5, 5, t, 21));
+      xv[1] = -INFINITY;
+      for (int64_t j = 0; j < r; ++j) xv[static_cast<size_t>(r + j)] = -INFINITY;
+      Tensor x = from_vector(xv, {3, r}, t), gy = input({3, r}, -1, 1, t, 22);
+      for (bool log : {false, true})
+        both(
+            [&](Backend& be, Device d) {
+              Tensor y = like_on({3, r}, t, d), gx = like_on({3, r}, t, d);
+              be.softmax(place(x, d), y, log);
+              be.softmax_backward(y, place(gy, d), gx, log);
+              return std::vector<Tensor>{y, gx};
+            },
+            tol, tol, std::string(log ? "log_softmax " : "softmax ") + tn + " 3x" + std::to_string(r));
+
+      Tensor xn = input({5, r}, -2, 3, t, 23), gn = input({5, r}, -1, 1, t, 24);
+      Tensor w = input({r}, 0.5, 1.5, t, 25), b = input({r}, -1, 1, t, 26);
+      both(
+          [&](Backend& be, Device d) {
+            Tensor xd = place(xn, d), wd = place(w, d), bd = place(b, d);
+            Tensor y = like_on({5, r}, t, d), mean = like_on({5}, t, d), rstd = like_on({5}, t, d);
+            be.layer_norm(xd, wd, bd, 1e-5, y, mean, rstd);
+            Tensor gx = like_on({5, r}, t, d), gw = like_on({r}, t, d), gb = like_on({r}, t, d);
+            be.layer_norm_backward(xd, wd, mean, rstd, place(gn, d), gx, gw, gb);
+            Tensor y2 = like_on({5, r}, t, d), r2 = like_on({5}, t, d), gx2 = like_on({5, r}, t, d),
+                   gw2 = like_on({r}, t, d);
+            be.rms_norm(xd, wd, 1e-6, y2, r2);
+            be.rms_norm_backward(xd, wd, r2, place(gn, d), gx2, gw2);
+            return std::vector<Tensor>{y, mean, rstd, gx, gw, gb, y2, r2, gx2, gw2};
+          },
+          tol, tol, "norms " + tn + " 5x" + std::to_string(r));
+
+      Tensor logits = input({6, r}, -4, 4, t, 27), gloss = input({6}, 0.1, 1, t, 28);
+      std::vector<int64_t> tv = to_vector<int64_t>(input({6}, 0, static_cast<double>(r), DType::i64, 29));
+      tv[3] = -100;  // an ignored row
+      Tensor target = from_vector(tv, {6});
+      for (double smoothing : {0.0, 0.1})
+        both(
+            [&](Backend& be, Device d) {
+              CrossEntropyParams p{-100, smoothing};
+              Tensor ld = place(logits, d), td = place(target, d);
+              Tensor loss = like_on({6}, t, d), lse = like_on({6}, t, d), g = like_on({6, r}, t, d);
+              be.cross_entropy(ld, td, p, loss, lse);
+              be.cross_entropy_backward(ld, td, lse, place(gloss, d), p, g);
+              return std::vector<Tensor>{loss, lse, g};
+            },
+            tol, tol, "cross_entropy " + tn + " 6x" + std::to_string(r) + " smoothing " + std::to_string(smoothing));
+    }
+    for (const Shape& s : {Shape{3, 257, 2}, Shape{1, 3000, 1}, Shape{2, 33, 70}}) {
+      Tensor x = input(s, -2, 2, t, 13), near_one = input(s, 0.999, 1.001, t, 14);
+      for (ReduceOp op : {ReduceOp::sum, ReduceOp::mean, ReduceOp::max, ReduceOp::min, ReduceOp::prod}) {
+        const bool ext = op == ReduceOp::max || op == ReduceOp::min;
+        both(
+            [&](Backend& be, Device d) {
+              Tensor v = like_on({s[0], s[2]}, t, d), idx = ext ? like_on({s[0], s[2]}, DType::i64, d) : Tensor();
+              be.reduce(op, place(op == ReduceOp::prod ? near_one : x, d), v, idx);
+              return ext ? std::vector<Tensor>{v, idx} : std::vector<Tensor>{v};
+            },
+            tol, tol, "reduce " + std::to_string(static_cast<int>(op)) + " " + tn + " " + shape_str(s));
+      }
+      both(
+          [&](Backend& be, Device d) {
+            Tensor out = like_on(s, t, d);
+            be.cumsum(place(x, d), out);
+            return std::vector<Tensor>{out};
+          },
+          tol, tol, "cumsum " + tn + " " + shape_str(s));
+    }
+  }
+}
+
+#if defined(HH_WITH_CUDA)
+// ---- the caching allocator's bookkeeping on host memory (no GPU needed) ----
+namespace {
+
+// The host block source's record. Function pointers carry no state, so it is one object for the
+// tests below, reset by each.
+struct HostHeap {
+  std::map<void*, size_t> held;  // allocated and not yet freed
+  int allocs = 0, frees = 0, bad_frees = 0;
+  size_t limit = SIZE_MAX, in_use = 0;  // above `limit` bytes, alloc reports out of memory
+};
+HostHeap& heap() {
+  static HostHeap h;
+  return h;
+}
+
+cuda::BlockSource::Status host_alloc(int /*device*/, size_t nbytes, void** p, std::string* why) {
+  HostHeap& h = heap();
+  if (h.in_use + nbytes > h.limit) {
+    *why = "host test limit";
+    return cuda::BlockSource::Status::out_of_memory;
+  }
+  *p = std::malloc(nbytes);
+  h.held[*p] = nbytes;
+  h.in_use += nbytes;
+  ++h.allocs;
+  return cuda::BlockSource::Status::ok;
+}
+
+void host_free(int /*device*/, void* p) {
+  HostHeap& h = heap();
+  auto it = h.held.find(p);
+  if (it == h.held.end()) {  // a double free (or a foreign pointer): counted, not performed
+    ++h.bad_frees;
+    return;
+  }
+  h.in_use -= it->second;
+  h.held.erase(it);
+  std::free(p);
+  ++h.frees;
+}
+
+cuda::BlockSource host_blocks(bool cache = true) {
+  heap() = HostHeap{};
+  return {host_alloc, host_free, false, cache};
+}
+
+}  // namespace
+
+TEST_CASE("cuda allocator: a freed block is reused for the same bucket") {
+  cuda::CachingAllocator a(0, host_blocks());
+  void* first = nullptr;
+  {
+    std::shared_ptr<void> b = a.allocate(1000);
+    first = b.get();
+    CHECK(a.stats().current == 1024);
+  }
+  CHECK(a.stats().current == 0);
+  CHECK(a.stats().reserved == 1024);
+  std::shared_ptr<void> again = a.allocate(600);  // same 1024-byte bucket
+  CHECK(again.get() == first);
+  CHECK(heap().allocs == 1);
+  std::shared_ptr<void> other = a.allocate(2000);
+  CHECK(heap().allocs == 2);
+  CHECK(cuda::CachingAllocator::bucket_size(1) == 512);
+  CHECK(cuda::CachingAllocator::bucket_size((size_t(1) << 20) + 1) == (size_t(5) << 18));
+}
+
+TEST_CASE("cuda allocator: release_all frees cached and live blocks exactly once") {
+  cuda::CachingAllocator a(0, host_blocks());
+  std::shared_ptr<void> live = a.allocate(1000);
+  a.allocate(5000).reset();  // cached
+  REQUIRE(heap().held.size() == 2);
+  a.release_all();
+  CHECK(heap().held.empty());
+  CHECK(heap().frees == 2);
+  CHECK(a.stats().current == 0);
+  CHECK(a.stats().reserved == 0);
+  live.reset();  // its block is gone already: the deleter must not free it again
+  CHECK(heap().frees == 2);
+  CHECK(heap().bad_frees == 0);
+  CHECK(a.stats().current == 0);
+
+  // After release_all nothing is cached: a block has the exact size and is freed as soon as its
+  // tensor dies.
+  std::shared_ptr<void> late = a.allocate(1000);
+  CHECK(heap().allocs == 3);
+  CHECK(a.stats().reserved == 1000);
+  late.reset();
+  CHECK(heap().held.empty());
+  CHECK(a.stats().reserved == 0);
+  a.release_all();  // idempotent
+  CHECK(heap().bad_frees == 0);
+}
+
+TEST_CASE("cuda allocator: a block outliving its allocator is freed once, with the allocator") {
+  std::shared_ptr<void> survivor;
+  {
+    cuda::CachingAllocator a(0, host_blocks());
+    survivor = a.allocate(100);
+    a.allocate(100).reset();  // cached
+  }
+  CHECK(heap().held.empty());
+  survivor.reset();  // the allocator is gone: its shared bookkeeping is still valid
+  CHECK(heap().frees == 2);
+  CHECK(heap().bad_frees == 0);
+}
+
+TEST_CASE("cuda allocator: out of memory gives the cache back and retries, then names the sizes") {
+  cuda::CachingAllocator a(7, host_blocks());
+  heap().limit = 4096;
+  a.allocate(2048).reset();  // cached: 2048 of the 4096 bytes
+  std::shared_ptr<void> big = a.allocate(3000);  // 3072 does not fit beside it: cache freed, retried
+  CHECK(big != nullptr);
+  CHECK(heap().frees == 1);
+  CHECK(a.stats().reserved == 3072);
+  check_throws([&] { a.allocate(3000); }, {"cuda:7", "3072 bytes", "host test limit", "in use by tensors 3072"});
+  CHECK(a.stats().current == 3072);
+}
+
+TEST_CASE("cuda allocator: without the cache, blocks have the exact size and are freed at once") {
+  cuda::CachingAllocator a(0, host_blocks(false));
+  std::shared_ptr<void> b = a.allocate(1000);
+  CHECK(heap().held.at(b.get()) == 1000);
+  CHECK(a.stats().current == 1000);
+  b.reset();
+  CHECK(heap().held.empty());
+  CHECK(a.stats().reserved == 0);
+  a.allocate(0).reset();  // a zero-byte tensor still gets a distinct block
+  CHECK(heap().allocs == 2);
+  CHECK(heap().bad_frees == 0);
+}
+#endif
+
+}  // namespace hh::test
