@@ -6,6 +6,7 @@
 // means a contiguous tensor viewed as N rows of R elements; "(O,R,I)" is outer, reduced, inner.
 // Float kernels run in f32 or f64 (bf16/f16 are cast by the op first).
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 
