@@ -275,7 +275,7 @@ int run(int argc, char** argv) {
   rc.checkpoint_every = f.integer("checkpoint-every", 0, INT64_MAX);
   rc.stop_after_steps = f.integer("stop-after-steps", 0, INT64_MAX);
   const bool resume = f.boolean("resume");
-  if (rc.device.is_cuda()) HH_CHECK(cuda_available(), "--device ", f.str("device"), ": no CUDA device available");
+  if (rc.device.is_cuda()) HH_CHECK(cuda_available(), "--device ", f.str("device"), ": ", cuda_unavailable_reason());
   const int cores = std::max(1, omp_get_num_procs());
   int64_t threads = f.given("threads") ? f.integer("threads", 0, 4096) : (paper ? 0 : 1);
   if (threads == 0) threads = cores;

@@ -1,6 +1,7 @@
 // Small helpers shared by the benchmark apps.
 #pragma once
 #include <algorithm>
+#include <cstddef>
 #include <vector>
 
 namespace hh::apps {

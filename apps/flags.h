@@ -2,10 +2,12 @@
 // range checks, --help text, and a clear error for unknown or malformed flags.
 #pragma once
 #include <cstdint>
+#include <cstdio>
 #include <map>
 #include <set>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"

@@ -6,8 +6,10 @@
 // means a contiguous tensor viewed as N rows of R elements; "(O,R,I)" is outer, reduced, inner.
 // Float kernels run in f32 or f64 (bf16/f16 are cast by the op first).
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "core/tensor.h"
 
@@ -166,9 +168,14 @@ class Backend {
 Backend& backend_for(Device d);
 inline Backend& backend_of(const Tensor& t) { return backend_for(t.device()); }
 
-// Implemented by cuda/ (the real backend or the stub).
+// CUDA builds: core/cuda_module.cpp, which loads the CUDA backend module (libhedgehog_cuda.so)
+// on first use; CPU-only builds: cuda/cuda_stub.cpp. cuda_available() is false (never throws)
+// when the module cannot be loaded or there is no device; cuda_backend() then throws the reason.
 Backend& cuda_backend(int index);
 bool cuda_available();
 int cuda_device_count();
+// Why CUDA cannot be used, for error messages: the module's load failure with every path tried,
+// or the driver's reason; "" when a device is available.
+std::string cuda_unavailable_reason();
 
 }  // namespace hh

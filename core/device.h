@@ -1,5 +1,6 @@
 // Device: where a tensor lives. Explicit on every tensor; there is no current-device global.
 #pragma once
+#include <cstdint>
 #include <ostream>
 #include <string>
 

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <cstring>
+#include <ostream>
 #include <string>
 
 #include "core/error.h"

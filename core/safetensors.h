@@ -5,6 +5,7 @@
 // The writer emits '{' first, a header padded with spaces to a multiple of 8 and
 // {"format":"pt"} metadata, and replaces the file atomically.
 #pragma once
+#include <cstdint>
 #include <map>
 #include <string>
 #include <utility>

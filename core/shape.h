@@ -1,7 +1,9 @@
 // Shapes and strides: outermost dimension first, row-major, in elements (like PyTorch).
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <ostream>
+#include <string>
 #include <vector>
 
 namespace hh {

@@ -3,8 +3,11 @@
 // Differentiable ops are free functions in autograd/ops.h; the members below that compute
 // (reshape, sum, ...) forward to them.
 #pragma once
+#include <cstdint>
+#include <iosfwd>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/device.h"

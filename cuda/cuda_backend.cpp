@@ -5,6 +5,8 @@
 #include <array>
 #include <string>
 
+#include "core/cuda_module.h"
+#include "cuda/cuda_config.h"
 #include "cuda/cuda_memory.h"
 
 namespace hh {
@@ -124,7 +126,9 @@ void CudaBackend::synchronize() {
   HH_CUDA_CHECK(cudaStreamSynchronize(stream_), "synchronize");
 }
 
-// ---- the entry points declared in core/backend.h and cuda/cuda_memory.h ----
+// ---- the entry points declared in core/backend.h, cuda/cuda_memory.h and cuda/cuda_config.h ----
+// Inside the module these are the real ones (the core's loader, core/cuda_module.cpp, defines the
+// same set for programs and forwards to the table exported below).
 
 Backend& cuda_backend(int index) { return cuda::backend(index); }
 int cuda_device_count() { return cuda::device_count_info().count; }
@@ -140,3 +144,13 @@ void cuda_empty_cache(int index) {
 }
 
 }  // namespace hh
+
+// The module's one exported entry point (core/cuda_module.h), looked up by the core's loader.
+extern "C" const hh::cuda_module::Api* hh_cuda_module_api() {
+  static const hh::cuda_module::Api api{
+      hh::cuda_module::kAbiVersion, sizeof(hh::Tensor), &hh::cuda_backend,  &hh::cuda_device_count,
+      &hh::cuda_memory_stats,       &hh::cuda_reset_peak, &hh::cuda_empty_cache, &hh::set_allow_tf32,
+      &hh::allow_tf32,
+  };
+  return &api;
+}

@@ -9,6 +9,9 @@ Backend& cuda_backend(int index) {
 }
 bool cuda_available() { return false; }
 int cuda_device_count() { return 0; }
+std::string cuda_unavailable_reason() {
+  return "hedgehog was built without CUDA (nvcc was not found at configure time)";
+}
 
 MemoryStats cuda_memory_stats(int index) {
   fail(str("cuda_memory_stats(", index, "): hedgehog was built without CUDA"));

@@ -12,6 +12,7 @@
 //     while (b.next(batch)) { ... batch.field(0) ... }   // false once the epoch is done; the
 //   }                                                      // next call starts the next epoch
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 

@@ -2,6 +2,7 @@
 // attention with a FeatureMap in one of four forms: quadratic (weights materialized), chunked
 // causal (fused op, the training path), non-causal, and recurrent (O(1) state per step).
 #pragma once
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>

@@ -2,8 +2,10 @@
 // by name ("elu", "relu", "t2r", "t2r-hh", "performer", "cosformer", "exp", "taylor",
 // "hedgehog", "hedgehog-exp", "hedgehog-untrained"). Trainable maps hold per-head weights.
 #pragma once
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "nn/layers.h"

@@ -1,6 +1,8 @@
 // Basic layers: Linear (weight stored (out, in) like torch), Embedding, LayerNorm, RMSNorm,
 // Dropout, activations, MLP and SwiGLU MLP, learned positions.
 #pragma once
+#include <cstdint>
+#include <memory>
 #include <string>
 
 #include "nn/module.h"

@@ -2,6 +2,8 @@
 // construction), train/eval, freezing by name pattern, state_dict with strict checks.
 // Modules are held by shared_ptr and never copied (the registry points into the object).
 #pragma once
+#include <cstddef>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>

@@ -1,6 +1,8 @@
 // Rotary position embedding, half-split layout (HF Llama/GPT-NeoX): element j rotates with
 // j + D/2 by angle pos·θ_j, θ_j = theta^(-2j/D).
 #pragma once
+#include <cstdint>
+
 #include "core/tensor.h"
 
 namespace hh::nn {

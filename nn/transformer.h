@@ -1,6 +1,11 @@
 // Transformer block (pre-LN or post-LN), a decoder language model (RoPE or learned positions,
 // optional tied embeddings) and an encoder classifier (CLS or mean pooling).
 #pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
 #include "nn/attention.h"
 
 namespace hh::nn {

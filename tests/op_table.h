@@ -6,6 +6,7 @@
 //   device       with HH_DEVICE=cuda, forward and backward on the GPU against the CPU.
 // A coverage test fails when an op registered with OpName has no spec, or a spec lacks a part.
 #pragma once
+#include <cstdint>
 #include <doctest/doctest.h>
 
 #include <functional>

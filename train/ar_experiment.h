@@ -2,6 +2,7 @@
 // data, early-stop on a validation split, and measure test accuracy, attention entropy and
 // monotonicity, keeping what the report's figures need.
 #pragma once
+#include <cstdint>
 #include <string>
 #include <vector>
 

@@ -2,6 +2,7 @@
 // ("optim.<name>.<slot>"), the caller's own tensors ("extra.<name>") and __metadata__ holding the format version, the step, the generators'
 // (seed, offset) and whatever the caller adds (config JSON, data cursor). Written atomically.
 #pragma once
+#include <cstdint>
 #include <map>
 #include <string>
 

@@ -2,7 +2,10 @@
 // parameter groups, and gradient-norm clipping. State is named after the parameters so
 // checkpoints can save and restore it exactly.
 #pragma once
+#include <cstdint>
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "nn/module.h"

@@ -1,6 +1,8 @@
 // Fused attention ops with their own backward kernels: chunked causal linear attention and
 // softmax (scaled dot-product) attention.
 #pragma once
+#include <cstdint>
+
 #include "core/tensor.h"
 
 namespace hh {

@@ -1,6 +1,8 @@
 // Indexing ops: gather, index_select, embedding lookup (scatter-add backward), one_hot,
 // scatter_add.
 #pragma once
+#include <cstdint>
+
 #include "core/tensor.h"
 
 namespace hh {

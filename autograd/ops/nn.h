@@ -1,6 +1,7 @@
 // Fused neural-network ops with fused backwards: softmax, log-softmax, layer_norm, rms_norm,
 // cross_entropy, mse_loss, dropout. Each also has a composed reference in tests.
 #pragma once
+#include <cstdint>
 #include <string>
 
 #include "core/generator.h"

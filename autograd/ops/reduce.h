@@ -1,5 +1,6 @@
 // Reductions over any set of dims (empty = all) with keepdim; cumsum.
 #pragma once
+#include <cstdint>
 #include <vector>
 
 #include "core/tensor.h"

@@ -2,6 +2,7 @@
 // unsqueeze, flatten (metadata only when possible), contiguous, clone, casts, device copies,
 // cat/stack/split/chunk, tril/triu.
 #pragma once
+#include <cstdint>
 #include <vector>
 
 #include "core/tensor.h"

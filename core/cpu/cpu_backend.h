@@ -1,6 +1,10 @@
 // The CPU backend: Eigen for GEMM, OpenMP loops for the rest. Methods are defined per op family
 // in core/cpu/*.cpp.
 #pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
 #include "core/backend.h"
 
 namespace hh {

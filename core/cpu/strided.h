@@ -3,6 +3,7 @@
 // Dimensions that are contiguous in every operand are merged first.
 #pragma once
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 

@@ -1,0 +1,47 @@
+// The CUDA backend is a separate shared module (libhedgehog_cuda.so, built from cuda/) that the
+// core loads with dlopen the first time a CUDA device is asked for, so CPU-only programs neither
+// link nor map cudart/cuBLAS. The module exports one C function returning the table below; the
+// core's cuda_backend(), cuda_available(), ... (core/backend.h, cuda/cuda_memory.h,
+// cuda/cuda_config.h) forward to it.
+#pragma once
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "core/backend.h"
+#include "cuda/cuda_memory.h"
+
+namespace hh::cuda_module {
+
+// Bump when Api changes; the loader refuses a module built with another value.
+inline constexpr int kAbiVersion = 1;
+inline constexpr const char* kEntryPoint = "hh_cuda_module_api";
+inline constexpr const char* kFileName = "libhedgehog_cuda.so";
+
+struct Api {
+  int abi_version;
+  size_t tensor_size;  // sizeof(Tensor) as the module saw it: a cheap layout check
+  Backend& (*backend)(int index);
+  int (*device_count)();
+  MemoryStats (*memory_stats)(int index);
+  void (*reset_peak)(int index);
+  void (*empty_cache)(int index);
+  void (*set_allow_tf32)(bool on);
+  bool (*allow_tf32)();
+};
+
+using EntryPoint = const Api* (*)();
+
+struct LoadResult {
+  const Api* api = nullptr;  // null when no candidate loaded
+  std::string path;          // the file that loaded
+  std::string error;         // one line per path tried, with the reason it failed
+};
+
+// Tries each path in order (dlopen, entry point, ABI check); the first that passes wins.
+LoadResult load(const std::vector<std::string>& paths);
+// Where the core looks: $HH_CUDA_MODULE, the build tree and the install libdir baked in at
+// configure time, then next to the running executable.
+std::vector<std::string> search_paths();
+
+}  // namespace hh::cuda_module
