@@ -6,9 +6,12 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 
 #include "autograd/ops.h"
+#include "nn/layers.h"
 #include "tests/op_table.h"
+#include "train/optim.h"
 
 namespace hh::test {
 namespace {
@@ -155,6 +158,30 @@ TEST_CASE("engine: copy_ into a tensor that requires grad is refused while grad 
   NoGradGuard ng;  // what optimizers and load_state_dict do
   copy_(x, nine);
   CHECK(to_vector<double>(x) == std::vector<double>{9});
+}
+
+TEST_CASE("engine: optimizer steps write parameters in place; training loops are unaffected") {
+  for (bool adamw : {true, false}) {
+    Generator g(3);
+    nn::Linear lin(3, 2, true, {g});
+    std::unique_ptr<train::Optimizer> opt;
+    if (adamw)
+      opt = std::make_unique<train::AdamW>(train::single_group(lin, 0.0), 1e-2);
+    else
+      opt = std::make_unique<train::SGD>(train::single_group(lin, 0.0), 1e-2, 0.9);
+    Tensor x = randn({4, 3}, g);
+    for (int step = 0; step < 3; ++step) {  // forward, backward, step: never throws
+      Tensor loss = sum(square(lin.forward(x)));
+      opt->zero_grad();
+      loss.backward();
+      opt->step();
+    }
+    // A graph kept across a step read the old weight: its second backward must not run.
+    Tensor loss = sum(square(lin.forward(x)));
+    loss.backward(Tensor(), true);
+    opt->step();
+    check_throws([&] { loss.backward(); }, {"saved by linear", "modified in place"});
+  }
 }
 
 TEST_CASE("engine: a chain of 100,000 ops backprops and tears down without recursion") {
