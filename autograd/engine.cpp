@@ -1,5 +1,6 @@
 // The backward engine: iterative topological order (no recursion), gradient accumulation,
-// release of saved tensors, and iterative teardown of deep graphs.
+// release of saved tensors, the in-place check of saved tensors (storage versions), and
+// iterative teardown of deep graphs.
 #include <algorithm>
 #include <unordered_map>
 
@@ -54,9 +55,16 @@ bool any_requires_grad(const std::vector<Tensor>& inputs) {
 }
 
 Tensor record(const char* name, Tensor out, const std::vector<Tensor>& inputs, BackwardFn backward) {
+  return record(name, std::move(out), inputs, {}, std::move(backward));
+}
+
+Tensor record(const char* name, Tensor out, const std::vector<Tensor>& inputs, const std::vector<Tensor>& saved,
+              BackwardFn backward) {
   if (!any_requires_grad(inputs)) return out;
   auto node = std::make_shared<Node>();
   node->name = name;
+  for (const Tensor& t : saved)
+    if (t.defined()) node->saved.push_back({t.storage(), t.storage()->version});
   for (const Tensor& t : inputs) {
     Edge e;
     if (t.defined() && t.requires_grad()) {
@@ -137,13 +145,22 @@ void run_backward(const Tensor& root, const Tensor& gradient, bool retain_graph)
     if (gout.defined()) {
       HH_CHECK(n->backward, "backward: trying to backward through the graph a second time (op '", n->name,
                "'); its saved tensors were freed. Pass retain_graph=true to the first backward");
+      for (const SavedVersion& sv : n->saved) {
+        std::shared_ptr<Storage> st = sv.storage.lock();  // expired: nothing can have written it
+        HH_CHECK(!st || st->version == sv.version, "backward: a tensor saved by ", n->name,
+                 " was modified in place after it was saved: version ", st->version, ", expected ", sv.version,
+                 " (write into a clone, or before the forward that reads it)");
+      }
       NeedsGrad needs(n->inputs.size());
       for (size_t i = 0; i < needs.size(); ++i) needs[i] = n->inputs[i].active();
       grads = n->backward(gout, needs);
       HH_CHECK(grads.size() == n->inputs.size(), "backward of '", n->name, "' returned ", grads.size(),
                " gradients for ", n->inputs.size(), " inputs");
     }
-    if (!retain_graph) n->backward = nullptr;
+    if (!retain_graph) {
+      n->backward = nullptr;
+      n->saved.clear();
+    }
     for (size_t i = 0; i < grads.size(); ++i) {
       Edge& e = n->inputs[i];
       if (grads[i].defined() && e.active())

@@ -22,19 +22,30 @@ struct Edge {
   bool active() const { return fn || leaf; }
 };
 
+// A saved tensor's storage and its version when saved (weak: the closure holds the tensor).
+struct SavedVersion {
+  std::weak_ptr<Storage> storage;
+  uint64_t version = 0;
+};
+
 struct Node {
   const char* name = "";
   std::vector<Edge> inputs;
   std::vector<Shape> input_shapes;
   std::vector<DType> input_dtypes;
   BackwardFn backward;  // empty once released (after a backward without retain_graph)
+  std::vector<SavedVersion> saved;  // checked before backward runs: an in-place write is an error
   // Deep graphs (100,000 chained ops) are torn down iteratively, never by recursion.
   ~Node();
 };
 
 // Records `name` as the producer of `out` when grad mode is on and any input requires grad;
-// returns `out` (marked requires_grad in that case). Inputs may be undefined tensors.
+// returns `out` (marked requires_grad in that case). Inputs may be undefined tensors. `saved`
+// lists the tensors the backward reads that could be written in place later (inputs, the
+// output, user-visible indices); their storage versions are checked when backward runs.
 Tensor record(const char* name, Tensor out, const std::vector<Tensor>& inputs, BackwardFn backward);
+Tensor record(const char* name, Tensor out, const std::vector<Tensor>& inputs, const std::vector<Tensor>& saved,
+              BackwardFn backward);
 // True when grad mode is on and some input requires grad (lets an op skip saving tensors).
 bool any_requires_grad(const std::vector<Tensor>& inputs);
 

@@ -1,7 +1,18 @@
-// Tensor members that forward to the op library.
+// Tensor members that forward to the op library, and copy_ (here because it consults grad mode).
 #include "autograd/ops.h"
+#include "core/backend.h"
 
 namespace hh {
+
+void copy_(const Tensor& dst, const Tensor& src) {
+  HH_CHECK(dst.shape() == src.shape(), "copy_: shapes ", dst.shape(), " and ", src.shape(), " differ");
+  HH_CHECK(dst.device() == src.device(), "copy_: devices ", dst.device(), " and ", src.device(), " differ");
+  HH_CHECK(!dst.requires_grad() || !GradMode::is_enabled(), "copy_: cannot write in place into a tensor that ",
+           "requires grad (shape ", dst.shape(), ") while grad mode is on; autograd does not record copy_. Write ",
+           "under NoGradGuard (as optimizers do), or copy into a fresh tensor");
+  bump_version(dst);
+  if (dst.numel() > 0) backend_of(dst).copy(dst, src);
+}
 
 Tensor Tensor::reshape(const Shape& s) const { return hh::reshape(*this, s); }
 Tensor Tensor::view(const Shape& s) const { return hh::view(*this, s); }

@@ -222,12 +222,6 @@ Tensor bernoulli(const Shape& shape, double p, Generator& gen, Options o) {
   return res;
 }
 
-void copy_(const Tensor& dst, const Tensor& src) {
-  HH_CHECK(dst.shape() == src.shape(), "copy_: shapes ", dst.shape(), " and ", src.shape(), " differ");
-  HH_CHECK(dst.device() == src.device(), "copy_: devices ", dst.device(), " and ", src.device(), " differ");
-  if (dst.numel() > 0) backend_of(dst).copy(dst, src);
-}
-
 double max_abs_diff(const Tensor& a, const Tensor& b) {
   HH_CHECK(a.shape() == b.shape(), "max_abs_diff: shapes ", a.shape(), " and ", b.shape(), " differ");
   auto va = to_vector<double>(a), vb = to_vector<double>(b);

@@ -152,8 +152,12 @@ Tensor randn(const Shape& shape, Generator& gen, Options o = {});               
 Tensor randint(int64_t low, int64_t high, const Shape& shape, Generator& gen, Options o = {DType::i64});
 Tensor bernoulli(const Shape& shape, double p, Generator& gen, Options o = {});     // 1 with prob. p
 
-// Copies src into dst elementwise (same shape; any strides; casts dtype; same device).
+// Copies src into dst elementwise (same shape; any strides; casts dtype; same device). An in-place
+// write: bumps dst's storage version. Not recorded by autograd, so a dst that requires grad is
+// refused while grad mode is on (write it under NoGradGuard, as optimizers do).
 void copy_(const Tensor& dst, const Tensor& src);
+// Marks an in-place write into t made outside copy_ (a backend kernel writing t directly).
+inline void bump_version(const Tensor& t) { ++t.storage()->version; }
 // max |a-b| <= atol + rtol*|b| elementwise, on host in f64; shapes must match.
 bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8);
 double max_abs_diff(const Tensor& a, const Tensor& b);

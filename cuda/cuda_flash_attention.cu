@@ -7,6 +7,7 @@
 //             over the query tiles, and one block per (g, query tile) accumulates dQ over the key
 //             tiles (a separate pass instead of atomics: deterministic). P is recomputed from lse.
 // Causal: query tiles stop at the diagonal key tile, key tiles start at the diagonal query tile.
+// A query that sees no key (all its scores -inf) gets zeros, lse = -inf, and zero gradients.
 #include <cmath>
 
 #include "cuda/cuda_attention_tile.cuh"
@@ -166,7 +167,8 @@ __global__ void __launch_bounds__(tile::kThreads)
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int r = ty * 4 + i;  // key k0 + r
-        const bool ok = qok && r < nk && !(a.causal && k0 + r > q0 + c);
+        // lse = -inf: the query sees no key, its output is a constant 0 and passes no gradient.
+        const bool ok = qok && lq != -INFINITY && r < nk && !(a.causal && k0 + r > q0 + c);
         const float p = ok ? expf(st[i][j] * a.scale - lq) : 0.f;
         pt[r * kLdp + c] = p;
         dst[r * kLdp + c] = p * (dpt[i][j] - dq);
@@ -227,7 +229,7 @@ __global__ void __launch_bounds__(tile::kThreads)
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int c = tx + 16 * j;
-        const bool ok = r < nq && c < nk && !(a.causal && k0 + c > q0 + r);
+        const bool ok = r < nq && lr[i] != -INFINITY && c < nk && !(a.causal && k0 + c > q0 + r);  // as above
         const float p = ok ? expf(s[i][j] * a.scale - lr[i]) : 0.f;
         ds[r * kLdp + c] = p * (dp[i][j] - dr[i]);
       }

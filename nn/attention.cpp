@@ -39,15 +39,19 @@ Tensor softmax_attention_weights(const Tensor& q, const Tensor& k, bool causal, 
   check_key_mask(key_mask, k, "softmax_attention");
   const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
   Tensor s = mul(matmul(q, transpose(k, -1, -2)), scale);  // (B,H,Lq,Lk)
-  // A large finite negative keeps fully masked rows finite (uniform) instead of NaN.
-  const double neg = -1e30;
+  // keep (no grad): 1 where query i may see key j, 0 for the future, padded keys and -inf scores.
+  Tensor keep = gt(s, -std::numeric_limits<double>::infinity()).to(s.dtype());
   if (causal) {
     HH_CHECK(q.size(2) == k.size(2), "softmax_attention: causal attention needs equal query/key lengths, got ",
              q.size(2), " and ", k.size(2));
-    s = masked_fill(s, future_mask(q.size(2), q.device()), neg);
+    keep = masked_fill(keep, future_mask(q.size(2), q.device()), 0.0);
   }
-  if (key_mask.defined()) s = masked_fill(s, eq(key_mask_4d(key_mask, s.dtype()), 0.0), neg);
-  return softmax(s, -1);
+  if (key_mask.defined()) keep = mul(keep, key_mask_4d(key_mask, s.dtype()));
+  // Blocked scores get a large finite negative (exp gives exactly 0 next to any real score); the
+  // final product zeroes rows with no visible key at all, which the softmax alone would make
+  // uniform over every key, future ones included. Such rows give zeros, as the fused kernels.
+  s = masked_fill(s, eq(keep, 0.0), -1e30);
+  return mul(softmax(s, -1), keep);
 }
 
 Tensor softmax_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, const Tensor& key_mask,

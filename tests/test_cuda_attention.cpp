@@ -189,4 +189,36 @@ TEST_CASE("cuda: the attention ops on the device match the cpu through autograd"
   }
 }
 
+TEST_CASE("cuda: flash attention gives zeros and zero gradients for a row whose scores are all -inf" *
+          doctest::skip(kSkipCuda)) {
+  // f32 overflow: q_0·k_0 = -1e20·1e20 = -inf; causal query 0 sees only key 0 (decision in
+  // docs/ARCHITECTURE.md: fully masked rows give zeros). Rows 1.. have O(1) scores. The query
+  // tile spans 70 rows so a second tile runs too.
+  const int64_t L = 70;
+  std::vector<double> qv(L), kv(L);
+  Generator g(8);
+  auto r = to_vector<double>(uniform({2 * L}, -1, 1, g, {DType::f64}));
+  for (int64_t i = 0; i < L; ++i) {
+    qv[static_cast<size_t>(i)] = r[static_cast<size_t>(i)] * 1e-20;
+    kv[static_cast<size_t>(i)] = r[static_cast<size_t>(L + i)];
+  }
+  qv[0] = -1e20;
+  kv[0] = 1e20;
+  std::vector<Tensor> in = {from_vector(qv, {1, L, 1}), from_vector(kv, {1, L, 1}),
+                            input({1, L, 3}, -1, 1, DType::f32, 3), input({1, L, 3}, -1, 1, DType::f32, 4)};
+  const FlashCase c{1, L, L, 1, 3, true};
+  std::vector<Tensor> want = run_flash(cpu(), Device::cpu(), c, in);
+  std::vector<Tensor> got = run_flash(gpu(), test_device(), c, in);
+  auto out = to_vector<double>(got[0].to(Device::cpu()));
+  for (int64_t j = 0; j < 3; ++j) CHECK(out[static_cast<size_t>(j)] == 0.0);
+  for (size_t i = 2; i < got.size(); ++i)
+    for (double x : to_vector<double>(got[i].to(Device::cpu()))) CHECK(std::isfinite(x));
+  CHECK(to_vector<double>(got[2].to(Device::cpu()))[0] == 0.0);  // gq of the masked row
+  const char* names[] = {"out", "lse", "gq", "gk", "gv"};
+  for (size_t i = 0; i < want.size(); ++i)
+    if (i != 2) expect_close(got[i], want[i], 1e-4, 1e-5, std::string("-inf row ") + names[i], 1.0);
+  // gq rows 1.. are ~1e20 (k_0 = 1e20): compared relative to their own size.
+  expect_close(got[2], want[2], 1e-4, 1e-5, "-inf row gq");
+}
+
 }  // namespace hh::test

@@ -6,9 +6,12 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 
 #include "autograd/ops.h"
+#include "nn/layers.h"
 #include "tests/op_table.h"
+#include "train/optim.h"
 
 namespace hh::test {
 namespace {
@@ -105,6 +108,80 @@ TEST_CASE("engine: retain_graph allows a second backward; without it the second 
   y.backward();
   CHECK(grad_of(x) == std::vector<double>{4, 8});
   check_throws([&] { y.backward(); }, {"second time", "retain_graph"});
+}
+
+TEST_CASE("engine: an in-place write to a saved tensor makes backward throw, naming the op") {
+  SUBCASE("a leaf written after use (grad would be 0, true 6)") {
+    Tensor x = leaf({3});
+    Tensor y = mul(x, x);  // saves x
+    {
+      NoGradGuard ng;  // the only way to write into a leaf that requires grad
+      copy_(x, from_vector(std::vector<double>{0}, {1}, DType::f64));
+    }
+    check_throws([&] { y.backward(ones({1}, DType::f64)); },
+                 {"backward", "a tensor saved by mul was modified in place after it was saved",
+                  "version 1, expected 0"});
+  }
+  SUBCASE("y = 2x written through a detached alias after y*y saved it") {
+    Tensor x = leaf({4.5});
+    Tensor y = mul(x, 2.0);
+    Tensor z = mul(y, y);
+    copy_(y.detach(), from_vector(std::vector<double>{9}, {1}, DType::f64));  // same storage as y
+    check_throws([&] { z.backward(ones({1}, DType::f64)); }, {"saved by mul", "modified in place"});
+  }
+  SUBCASE("a saved output (exp) written in place") {
+    Tensor x = leaf({1, 2});
+    Tensor y = exp(x);
+    Tensor loss = sum(y);
+    copy_(y.detach(), zeros({2}, DType::f64));
+    check_throws([&] { loss.backward(); }, {"saved by exp", "version 1, expected 0"});
+  }
+  SUBCASE("writing a tensor an op did not save is fine") {
+    Tensor x = leaf({1, 2});
+    Tensor c = from_vector(std::vector<double>{5, 6}, {2}, DType::f64);
+    Tensor y = sum(add(x, c));  // add saves neither input
+    copy_(c, zeros({2}, DType::f64));
+    y.backward();
+    CHECK(grad_of(x) == std::vector<double>{1, 1});
+  }
+}
+
+TEST_CASE("engine: copy_ into a tensor that requires grad is refused while grad mode is on") {
+  // copy_ is not differentiable: into y = 2x it would silently give dL/dx = 36 where the true
+  // gradient is 0 (the copy cut y off x); into a leaf it would change a tensor the graph reads.
+  Tensor x = leaf({4.5});
+  Tensor y = mul(x, 2.0);
+  Tensor nine = from_vector(std::vector<double>{9}, {1}, DType::f64);
+  check_throws([&] { copy_(y, nine); }, {"copy_", "requires grad", "NoGradGuard"});
+  check_throws([&] { copy_(x, nine); }, {"copy_", "requires grad"});
+  check_throws([&] { copy_(slice(x, 0, 0, 1), nine); }, {"copy_", "requires grad"});
+  NoGradGuard ng;  // what optimizers and load_state_dict do
+  copy_(x, nine);
+  CHECK(to_vector<double>(x) == std::vector<double>{9});
+}
+
+TEST_CASE("engine: optimizer steps write parameters in place; training loops are unaffected") {
+  for (bool adamw : {true, false}) {
+    Generator g(3);
+    nn::Linear lin(3, 2, true, {g});
+    std::unique_ptr<train::Optimizer> opt;
+    if (adamw)
+      opt = std::make_unique<train::AdamW>(train::single_group(lin, 0.0), 1e-2);
+    else
+      opt = std::make_unique<train::SGD>(train::single_group(lin, 0.0), 1e-2, 0.9);
+    Tensor x = randn({4, 3}, g);
+    for (int step = 0; step < 3; ++step) {  // forward, backward, step: never throws
+      Tensor loss = sum(square(lin.forward(x)));
+      opt->zero_grad();
+      loss.backward();
+      opt->step();
+    }
+    // A graph kept across a step read the old weight: its second backward must not run.
+    Tensor loss = sum(square(lin.forward(x)));
+    loss.backward(Tensor(), true);
+    opt->step();
+    check_throws([&] { loss.backward(); }, {"saved by linear", "modified in place"});
+  }
 }
 
 TEST_CASE("engine: a chain of 100,000 ops backprops and tears down without recursion") {

@@ -70,6 +70,7 @@ void AdamW::step() {
       HH_CHECK(grad.shape() == param.shape(), "AdamW: gradient of '", g.params[i].first, "' has shape ", grad.shape(),
                ", parameter ", param.shape());
       backend_of(param).adamw_step(param, contiguous(grad.to(param.dtype())), m_[gi][i], v_[gi][i], p);
+      bump_version(param);  // an in-place write: a graph that saved param can no longer backward
     }
   }
 }

@@ -35,7 +35,7 @@ Tensor linear_attention_causal(const Tensor& phi_q, const Tensor& phi_k, const T
   Tensor out = y.reshape({B, H, L, D});
   if (ct != in) out = out.to(in);
   Shape qs = phi_q.shape(), vs = v.shape();
-  return record(op, out, {phi_q, phi_k, v}, [=](const Tensor& g, const NeedsGrad&) {
+  return record(op, out, {phi_q, phi_k, v}, {q, k, vv, y, den}, [=](const Tensor& g, const NeedsGrad&) {
     Tensor gy = contiguous(g.to(ct)).reshape({B * H, L, D});
     Tensor gq = empty({B * H, L, F}, {ct, g.device()}), gk = empty({B * H, L, F}, {ct, g.device()});
     Tensor gv = empty({B * H, L, D}, {ct, g.device()});
@@ -78,7 +78,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   Tensor y = out.reshape({B, H, Lq, Dv});
   if (ct != in) y = y.to(in);
   Shape qs = q.shape(), ks = k.shape(), vs = v.shape();
-  return record(op, y, {q, k, v}, [=](const Tensor& g, const NeedsGrad&) {
+  return record(op, y, {q, k, v}, {qq, kk, vv, out, lse}, [=](const Tensor& g, const NeedsGrad&) {
     // With no output elements (Dv == 0) nothing depends on the inputs: zero gradients.
     auto alloc = out.numel() > 0 ? empty : zeros;
     Tensor gq = alloc({B * H, Lq, D}, {ct, g.device()}), gk = alloc({B * H, Lk, D}, {ct, g.device()});

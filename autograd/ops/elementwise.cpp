@@ -53,7 +53,7 @@ Tensor unary_op(const char* name, UnaryOp op, const Tensor& x, const UnaryParams
   UnaryUses uses = unary_uses(op);
   Tensor sx = uses.x ? detach(xc) : Tensor(), sy = uses.y ? y : Tensor();
   DType dt = y.dtype();
-  return record(name, y, {xc}, [op, p, sx, sy, dt](const Tensor& g, const NeedsGrad&) {
+  return record(name, y, {xc}, {sx, sy}, [op, p, sx, sy, dt](const Tensor& g, const NeedsGrad&) {
     Tensor gc = contiguous(g.dtype() == dt ? g : to_dtype(g, dt));
     const Tensor& xs = sx.defined() ? sx : sy.defined() ? sy : gc;
     const Tensor& ys = sy.defined() ? sy : xs;
@@ -109,7 +109,7 @@ Tensor binary_op(const char* name, BinaryOp op, const Tensor& a, const Tensor& b
   if (!grad || !any_requires_grad({ae, be})) return out;
   Tensor sa = saves & kSaveA ? detach(ae) : Tensor(), sb = saves & kSaveB ? detach(be) : Tensor();
   Tensor so = saves & kSaveOut ? out : Tensor();
-  return record(name, out, {ae, be}, [grad, sa, sb, so](const Tensor& g, const NeedsGrad& needs) {
+  return record(name, out, {ae, be}, {sa, sb, so}, [grad, sa, sb, so](const Tensor& g, const NeedsGrad& needs) {
     return grad(g, sa, sb, so, needs);
   });
 }
@@ -318,7 +318,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   Tensor ce = expand(cond, s), ae = expand(a, s), be = expand(b, s);  // cond, a, b: s
   Tensor out = where_raw(ce, ae, be);
   Tensor saved = detach(ce);
-  return record("where", out, {ae, be}, [saved](const Tensor& g, const NeedsGrad& needs) {
+  return record("where", out, {ae, be}, {saved}, [saved](const Tensor& g, const NeedsGrad& needs) {
     Tensor zero = constant(0.0, g.dtype(), g.device()).expand(g.shape());
     return std::vector<Tensor>{needs[0] ? where_raw(saved, g, zero) : Tensor(),
                                needs[1] ? where_raw(saved, zero, g) : Tensor()};
@@ -334,7 +334,7 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
   Tensor me = expand(mask, x.shape());  // mask: x's shape
   Tensor out = where_raw(me, constant(value, x.dtype(), x.device()).expand(x.shape()), x);
   Tensor saved = detach(me);
-  return record("masked_fill", out, {x}, [saved](const Tensor& g, const NeedsGrad&) {
+  return record("masked_fill", out, {x}, {saved}, [saved](const Tensor& g, const NeedsGrad&) {
     return std::vector<Tensor>{where_raw(saved, constant(0.0, g.dtype(), g.device()).expand(g.shape()), g)};
   });
 }

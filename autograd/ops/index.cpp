@@ -105,7 +105,7 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
     backend_of(out).gather(contiguous(detach(xs)).reshape({s.o, s.r, s.i}), ic.reshape({s.o, k, s.i}),
                            out.reshape({s.o, k, s.i}));
   Shape xs_shape = xs.shape();
-  return record("gather", out, {xs}, [xs_shape, dim, ic](const Tensor& g, const NeedsGrad&) {
+  return record("gather", out, {xs}, {ic}, [xs_shape, dim, ic](const Tensor& g, const NeedsGrad&) {
     Tensor gx = zeros(xs_shape, {g.dtype(), g.device()});
     return std::vector<Tensor>{scatter_add(gx, dim, ic, g)};
   });
@@ -154,7 +154,7 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
     if (partial) copy_(view, target);
   }
   if (ct != x.dtype()) out = to_dtype(out, x.dtype());
-  return record("scatter_add", out, {x, ss}, [dim, ic](const Tensor& g, const NeedsGrad& needs) {
+  return record("scatter_add", out, {x, ss}, {ic}, [dim, ic](const Tensor& g, const NeedsGrad& needs) {
     std::vector<Tensor> gs(2);
     if (needs[0]) gs[0] = g;
     if (needs[1]) gs[1] = gather(g, dim, ic);
@@ -181,7 +181,7 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   if (k > 0)
     backend_of(out).index_select(contiguous(detach(x)).reshape({s.o, s.r, s.i}), ic, out.reshape({s.o, k, s.i}));
   Shape x_shape = x.shape();
-  return record("index_select", out, {x}, [x_shape, dim, ic](const Tensor& g, const NeedsGrad&) {
+  return record("index_select", out, {x}, {ic}, [x_shape, dim, ic](const Tensor& g, const NeedsGrad&) {
     return std::vector<Tensor>{index_add_zeros(x_shape, dim, ic, g)};
   });
 }
@@ -203,7 +203,7 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
     }
   }
   Shape w_shape = weight.shape();
-  return record("embedding", out, {weight}, [w_shape, flat](const Tensor& g, const NeedsGrad&) {
+  return record("embedding", out, {weight}, {flat}, [w_shape, flat](const Tensor& g, const NeedsGrad&) {
     return std::vector<Tensor>{index_add_zeros(w_shape, 0, flat, g)};
   });
 }

@@ -183,7 +183,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   if (!b1) out_shape.push_back(c.size(-1));
   Tensor out = c.as_strided(out_shape, contiguous_strides(out_shape), c.offset());
 
-  return record("matmul", out, {a, b}, [a, b](const Tensor& g, const NeedsGrad& needs) {
+  return record("matmul", out, {a, b}, {a, b}, [a, b](const Tensor& g, const NeedsGrad& needs) {
     const bool a1 = a.dim() == 1, b1 = b.dim() == 1;
     Tensor A = a1 ? unsqueeze(a, 0) : a;  // (..., M, K)
     Tensor B = b1 ? unsqueeze(b, 1) : b;  // (..., K, N)
@@ -253,7 +253,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     }
   }
 
-  return record("linear", c, {x, weight, bias}, [x, weight](const Tensor& g, const NeedsGrad& needs) {
+  return record("linear", c, {x, weight, bias}, {x, weight}, [x, weight](const Tensor& g, const NeedsGrad& needs) {
     const int64_t in = weight.size(1), out_f = weight.size(0);
     Tensor g2 = reshape(g, {-1, out_f});  // (R, out)
     Tensor gx, gw, gb;

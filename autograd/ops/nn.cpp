@@ -64,7 +64,7 @@ Tensor softmax_impl(const Tensor& x, int64_t dim, bool log) {
   Tensor y = empty(x.shape(), {x.dtype(), x.device()});
   if (y.numel() > 0) backend_of(y).softmax(as_rows(xc, n, r), as_rows(y, n, r), log);
   Tensor ys = detach(y);
-  return record(op, y, {xc}, [ys, n, r, log](const Tensor& g, const NeedsGrad&) {
+  return record(op, y, {xc}, {ys}, [ys, n, r, log](const Tensor& g, const NeedsGrad&) {
     Tensor gc = grad_like(g, ys.dtype());
     Tensor gx = empty(ys.shape(), {ys.dtype(), ys.device()});
     if (gx.numel() > 0) backend_of(gx).softmax_backward(as_rows(ys, n, r), as_rows(gc, n, r), as_rows(gx, n, r), log);
@@ -124,7 +124,7 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
   Tensor wd = detach_or_undef(wc), bd = detach_or_undef(bc);
   if (y.numel() > 0) backend_of(y).layer_norm(as_rows(xc, n, c), wd, bd, eps, as_rows(y, n, c), mean, rstd);
   Tensor xs = detach(xc);
-  return record(op, y, {xc, wc, bc}, [xs, wd, mean, rstd, n, c](const Tensor& g, const NeedsGrad& needs) {
+  return record(op, y, {xc, wc, bc}, {xs, wd}, [xs, wd, mean, rstd, n, c](const Tensor& g, const NeedsGrad& needs) {
     Tensor gc = grad_like(g, xs.dtype());
     Options o{xs.dtype(), xs.device()};
     Tensor gx = empty(xs.shape(), o);
@@ -153,7 +153,7 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
   Tensor wd = detach_or_undef(wc);
   if (y.numel() > 0) backend_of(y).rms_norm(as_rows(xc, n, c), wd, eps, as_rows(y, n, c), rstd);
   Tensor xs = detach(xc);
-  return record(op, y, {xc, wc}, [xs, wd, rstd, n, c](const Tensor& g, const NeedsGrad& needs) {
+  return record(op, y, {xc, wc}, {xs, wd}, [xs, wd, rstd, n, c](const Tensor& g, const NeedsGrad& needs) {
     Tensor gc = grad_like(g, xs.dtype());
     Options o{xs.dtype(), xs.device()};
     Tensor gx = empty(xs.shape(), o);
@@ -208,7 +208,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_
     }
   }
   Tensor xs = detach(xc), ts = as_vec(tc);
-  return record(op, out, {xc}, [xs, ts, lse, count, p, reduction, n, v](const Tensor& g, const NeedsGrad&) {
+  return record(op, out, {xc}, {xs, ts}, [xs, ts, lse, count, p, reduction, n, v](const Tensor& g, const NeedsGrad&) {
     Tensor gc = grad_like(g, xs.dtype());
     Tensor gloss;  // (N)
     switch (reduction) {

@@ -125,7 +125,7 @@ Tensor extremum(const Tensor& x, const Dims& dims, bool keepdim, bool is_max) {
   if (!is_floating(xt)) return out;
   Tensor xc = as_dtype(detach(x), ct), out_keep = out_c.as_strided(p.keep_shape, contiguous_strides(p.keep_shape), 0);
   Shape keep = p.keep_shape;
-  return record(name, out, {x}, [xc, out_keep, keep, dims, ct, xt](const Tensor& g, const NeedsGrad&) {
+  return record(name, out, {x}, {xc, out_keep}, [xc, out_keep, keep, dims, ct, xt](const Tensor& g, const NeedsGrad&) {
     Tensor mask = to_dtype(eq(xc, out_keep), ct);  // (x's shape) 1 where x attains the extremum
     Tensor share = div(reshape(as_dtype(g, ct), keep), sum(mask, dims, true));
     return std::vector<Tensor>{as_dtype(mul(mask, share), xt)};
@@ -144,7 +144,7 @@ ValuesIndices extremum_dim(const Tensor& x, int64_t dim, bool keepdim, bool is_m
   const int64_t O = p.O, R = p.R, I = p.I;
   Tensor idx3 = r.indices.as_strided({O, 1, I}, {I, I, 1}, 0);
   Shape in = x.shape();
-  out.values = record(name, out.values, {x}, [idx3, O, R, I, in](const Tensor& g, const NeedsGrad&) {
+  out.values = record(name, out.values, {x}, {idx3}, [idx3, O, R, I, in](const Tensor& g, const NeedsGrad&) {
     Tensor g3 = reshape(g, {O, 1, I});
     Tensor gx = scatter_add(zeros({O, R, I}, {g.dtype(), g.device()}), 1, idx3, g3);
     return std::vector<Tensor>{reshape(gx, in)};
@@ -230,7 +230,8 @@ Tensor logsumexp(const Tensor& x, const Dims& dims, bool keepdim) {
   }
   Tensor out = view_as_shape(lse_keep, p.out_shape);
   Shape keep = p.keep_shape;
-  return record("logsumexp", as_dtype(out, xt), {x}, [xc, lse_keep, keep, ct, xt](const Tensor& g, const NeedsGrad&) {
+  return record("logsumexp", as_dtype(out, xt), {x}, {xc, lse_keep},
+                [xc, lse_keep, keep, ct, xt](const Tensor& g, const NeedsGrad&) {
     // d lse / dx = softmax(x) = exp(x - lse)
     Tensor gx = mul(exp(sub(xc, lse_keep)), reshape(as_dtype(g, ct), keep));
     return std::vector<Tensor>{as_dtype(gx, xt)};
@@ -254,7 +255,8 @@ Tensor norm(const Tensor& x, double p, const Dims& dims, bool keepdim) {
   }
   Tensor out = view_as_shape(n_keep, pl.out_shape);
   Shape keep = pl.keep_shape;
-  return record("norm", as_dtype(out, xt), {x}, [xc, n_keep, keep, p, ct, xt](const Tensor& g, const NeedsGrad&) {
+  return record("norm", as_dtype(out, xt), {x}, {xc, n_keep},
+                [xc, n_keep, keep, p, ct, xt](const Tensor& g, const NeedsGrad&) {
     Tensor gk = reshape(as_dtype(g, ct), keep);
     Tensor gx;
     if (p == 1.0) {

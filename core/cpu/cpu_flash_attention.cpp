@@ -92,13 +92,18 @@ void forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, T s
   }
 }
 
-// P (nq,nk) = exp(scale·Q Kᵀ - lse) for the tile at (q0, k0), masked entries 0; dS = P ∘ (dO Vᵀ - Δ).
+// P (nq,nk) = exp(scale·Q Kᵀ - lse) for the tile at (q0, k0), masked entries and rows 0; dS = P ∘ (dO Vᵀ - Δ).
 template <typename T>
 void tile_probs(const Eigen::Ref<const Mat<T>>& Q, const Eigen::Ref<const Mat<T>>& K, const Eigen::Ref<const Mat<T>>& V,
                 const Eigen::Ref<const Mat<T>>& dO, const T* lse, const T* delta, bool causal, int64_t q0, int64_t k0,
                 T scale, Mat<T>& P, Mat<T>& dS) {
   P.noalias() = Q * K.transpose();
-  for (int64_t i = 0; i < P.rows(); ++i) P.row(i) = (P.row(i).array() * scale - lse[i]).exp().matrix();
+  for (int64_t i = 0; i < P.rows(); ++i) {
+    if (lse[i] == -std::numeric_limits<T>::infinity())  // no visible key: the output is a constant 0
+      P.row(i).setZero();
+    else
+      P.row(i) = (P.row(i).array() * scale - lse[i]).exp().matrix();
+  }
   mask_tile(P, causal, q0, k0, T(0));
   dS.noalias() = dO * V.transpose();
   for (int64_t i = 0; i < P.rows(); ++i) dS.row(i) = (P.row(i).array() * (dS.row(i).array() - delta[i])).matrix();

@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <functional>
 
 #include "nn/diagnostics.h"
 #include "nn/feature_maps.h"
@@ -145,17 +146,15 @@ TEST_CASE("cosformer: position reweighting and the decoding length check") {
 }
 
 TEST_CASE("feature maps: gradients (finite differences, f64)") {
-  // Checked through the normalized weights φ(q)φ(k)ᵀ / rowsum (eps 0): the exp-type maps subtract a
-  // detached max, which is exact only after normalization, so φ alone is not the right function.
+  // Checked through the normalized weights φ(q)φ(k)ᵀ / rowsum (eps 0); φ alone and eps 1e-6 are
+  // covered by the next test case.
   for (const std::string name : {"elu", "relu", "performer", "cosformer", "exp", "taylor", "t2r", "hedgehog", "hedgehog-exp"}) {
     SUBCASE(name.c_str()) {
       auto fm = fmap(name, 3, name == "performer" ? 4 : 0);
       // relu-type maps can zero a whole row: eps keeps 0/0 away (they have no shift to cancel).
       const bool relu_type = name == "relu" || name == "cosformer" || name == "t2r";
       const double eps = relu_type ? 0.1 : 0.0;
-      // performer adds ε = 1e-6 after its detached shift, so the shift cancels only up to O(ε):
-      // finite differences across the max element see that, hence the looser tolerance.
-      const double tol = name == "performer" ? 1e-4 : 1e-6;
+      const double tol = 1e-6;
       Tensor x = add(rand_x(3, 3, 8), relu_type ? 1.0 : 0.0), k = add(rand_x(3, 3, 9), relu_type ? 1.0 : 0.0);
       auto weights = [&](const Tensor& q, const Tensor& kk) {
         return linear_attention_weights(fm->forward(q, true, {0, 3}), fm->forward(kk, false, {0, 3}), true, eps);
@@ -173,6 +172,100 @@ TEST_CASE("feature maps: gradients (finite differences, f64)") {
             {saved.detach()}, {0}, name + " weight", tol);
         w = saved;
       }
+    }
+  }
+}
+
+namespace {
+// max over elements of |analytic - numeric| / max(1, |numeric|) for d sum(w·fn(inputs)) / d inputs[i],
+// numeric = f64 central differences (h = 1e-6, truncation + rounding error ~1e-10).
+double max_grad_error(const std::function<Tensor(const std::vector<Tensor>&)>& fn, const std::vector<Tensor>& inputs,
+                      const std::vector<int>& which) {
+  std::vector<Tensor> xs;
+  for (const Tensor& x : inputs) xs.push_back(clone(x).detach());
+  for (int i : which) xs[static_cast<size_t>(i)].requires_grad_(true);
+  Tensor y = fn(xs);
+  Generator g(77);
+  Tensor w = uniform(y.shape(), -1.0, 1.0, g, {DType::f64});
+  sum(mul(y, w)).backward();
+  double worst = 0;
+  for (int i : which) {
+    const Tensor& x = xs[static_cast<size_t>(i)];
+    auto analytic = to_vector<double>(x.grad());
+    auto base = to_vector<double>(x);
+    for (size_t j = 0; j < base.size(); ++j) {
+      auto eval = [&](double delta) {
+        auto v = base;
+        v[j] += delta;
+        std::vector<Tensor> ys = xs;
+        ys[static_cast<size_t>(i)] = from_vector(v, x.shape(), {DType::f64});
+        NoGradGuard ng;
+        return sum(mul(fn(ys), w)).item<double>();
+      };
+      const double h = 1e-6, numeric = (eval(h) - eval(-h)) / (2 * h);
+      worst = std::max(worst, std::fabs(analytic[j] - numeric) / std::max(1.0, std::fabs(numeric)));
+    }
+  }
+  return worst;
+}
+}  // namespace
+
+TEST_CASE("feature maps: gradients of φ and of attention include the stabilizing shift (f64, eps 1e-6)") {
+  // The exp-type maps subtract a max for stability. φ itself (performer's +1e-6) and the
+  // attention's eps are not invariant to that shift, so the gradient must flow through it: checked
+  // here on φ alone and on every attention form with the default eps, to 1e-7.
+  const double eps = 1e-6, tol = 1e-7;
+  const int64_t L = 5, D = 3;
+  for (const std::string name : {"performer", "exp", "hedgehog-exp", "elu", "taylor", "hedgehog"}) {
+    SUBCASE(name.c_str()) {
+      auto fm = fmap(name, D, name == "performer" ? 4 : 0);
+      Tensor q = mul(rand_x(L, D, 31), 1.5), k = mul(rand_x(L, D, 32), 1.5), v = rand_x(L, D, 33);
+      FeatureContext ctx{0, L};
+      double worst = 0;
+      auto record_err = [&](const std::string& what, double e) {
+        MESSAGE(name, " ", what, ": max relative gradient error ", e);
+        CHECK_MESSAGE(e < tol, name, " ", what, ": ", e);
+        worst = std::max(worst, e);
+      };
+      for (bool is_query : {true, false})
+        record_err(is_query ? "phi(q)" : "phi(k)",
+                   max_grad_error([&](const std::vector<Tensor>& in) { return fm->forward(in[0], is_query, ctx); }, {q},
+                                  {0}));
+      auto phis = [&](const std::vector<Tensor>& in) {
+        return std::make_pair(fm->forward(in[0], true, ctx), fm->forward(in[1], false, ctx));
+      };
+      record_err("quadratic", max_grad_error(
+                                  [&](const std::vector<Tensor>& in) {
+                                    auto [pq, pk] = phis(in);
+                                    return linear_attention_quadratic(pq, pk, in[2], true, eps);
+                                  },
+                                  {q, k, v}, {0, 1, 2}));
+      record_err("chunked", max_grad_error(
+                                [&](const std::vector<Tensor>& in) {
+                                  auto [pq, pk] = phis(in);
+                                  return linear_attention_causal(pq, pk, in[2], 2, eps);
+                                },
+                                {q, k, v}, {0, 1, 2}));
+      record_err("noncausal", max_grad_error(
+                                  [&](const std::vector<Tensor>& in) {
+                                    auto [pq, pk] = phis(in);
+                                    return linear_attention_noncausal(pq, pk, in[2], eps);
+                                  },
+                                  {q, k, v}, {0, 1, 2}));
+      auto params = fm->named_parameters();
+      if (!params.empty()) {  // the map's own weight, through the quadratic form
+        Tensor& wt = fm->parameter(params[0].first);
+        Tensor saved = wt;
+        record_err("weight", max_grad_error(
+                                 [&](const std::vector<Tensor>& in) {
+                                   wt = in[0];
+                                   Tensor pq = fm->forward(q, true, ctx), pk = fm->forward(k, false, ctx);
+                                   return linear_attention_quadratic(pq, pk, v, true, eps);
+                                 },
+                                 {saved.detach()}, {0}));
+        wt = saved;
+      }
+      MESSAGE(name, ": worst ", worst);
     }
   }
 }

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "nn/attention.h"
 #include "tests/op_table.h"
 
 namespace hh::test {
@@ -165,6 +166,67 @@ TEST_CASE("scaled_dot_product_attention: fused vs composed at L = 300 (values an
         CHECK_MESSAGE(d <= 5 * tol, "gradients differ by ", d);
       }
     }
+}
+
+TEST_CASE("softmax attention: a query with every allowed key masked gets zeros, never the future") {
+  // Decision (docs/ARCHITECTURE.md): a fully masked row outputs zeros (as FlashAttention) and
+  // passes no gradient. Before, the composed path averaged all values, future ones included.
+  Generator g(4);
+  const int64_t L = 4, D = 3;
+  Tensor q = uniform({1, 2, L, D}, -1, 1, g, {DType::f64}), k = uniform({1, 2, L, D}, -1, 1, g, {DType::f64});
+  Tensor v = uniform({1, 2, L, D}, -1, 1, g, {DType::f64});
+  Tensor mask = from_vector(std::vector<double>{0, 1, 1, 1}, {1, L}, {DType::boolean});  // key 0 padded
+  std::vector<Tensor> in{q.requires_grad_(), k.requires_grad_(), v.requires_grad_()};
+  Tensor w;
+  Tensor y = nn::softmax_attention(in[0], in[1], in[2], true, mask, &w);
+  // Query 0 may only see key 0, which is masked: zeros. Every other row sums to one over j <= i.
+  auto wv = to_vector<double>(w), yv = to_vector<double>(y);
+  for (int64_t h = 0; h < 2; ++h)
+    for (int64_t i = 0; i < L; ++i) {
+      double row = 0;
+      for (int64_t j = 0; j < L; ++j) {
+        double a = wv[static_cast<size_t>((h * L + i) * L + j)];
+        row += a;
+        if (j > i || j == 0) CHECK_MESSAGE(a == 0.0, "head ", h, " query ", i, " sees key ", j);
+      }
+      CHECK(row == doctest::Approx(i == 0 ? 0.0 : 1.0));
+      if (i == 0)
+        for (int64_t c = 0; c < D; ++c) CHECK(yv[static_cast<size_t>((h * L) * D + c)] == 0.0);
+    }
+  // The gradient is that of the function computed (the zero rows are constant).
+  auto fn = [&](const std::vector<Tensor>& t) { return nn::softmax_attention(t[0], t[1], t[2], true, mask); };
+  gradcheck(fn, {q, k, v}, {0, 1, 2}, "fully masked row");
+}
+
+TEST_CASE("scaled_dot_product_attention: a row whose scores are all -inf gives zeros and zero gradients") {
+  // f32 overflow: q_0·k_0 = -1e20·1e20 = -inf, and causal query 0 sees only key 0.
+  const int64_t L = 5;
+  std::vector<double> qv{-1e20, 0.3e-20, -0.7e-20, 1.1e-20, 0.2e-20}, kv{1e20, 0.5, -0.4, 0.9, -1.3};
+  Generator g(8);
+  Tensor v = uniform({1, 1, L, 2}, -1, 1, g).requires_grad_();
+  Tensor q = from_vector(qv, {1, 1, L, 1}).requires_grad_(), k = from_vector(kv, {1, 1, L, 1}).requires_grad_();
+  Tensor y = scaled_dot_product_attention(q, k, v, true);
+  auto yv = to_vector<double>(y);
+  CHECK(yv[0] == 0.0);
+  CHECK(yv[1] == 0.0);
+  Tensor gy = uniform(y.shape(), -1, 1, g);
+  y.backward(gy);
+  // Same function through the composed path (padding mask of all ones forces it).
+  Tensor q2 = q.detach().clone().requires_grad_(), k2 = k.detach().clone().requires_grad_();
+  Tensor v2 = v.detach().clone().requires_grad_();
+  Tensor y2 = nn::softmax_attention(q2, k2, v2, true, ones({1, L}, {DType::boolean}));
+  y2.backward(gy);
+  CHECK(max_abs_diff(y, y2) < 1e-6);
+  for (auto [a, b] : {std::make_pair(q, q2), std::make_pair(k, k2), std::make_pair(v, v2)}) {
+    REQUIRE(a.grad().defined());
+    auto ga = to_vector<double>(a.grad()), gb = to_vector<double>(b.grad());
+    for (size_t i = 0; i < ga.size(); ++i) {
+      CHECK(std::isfinite(ga[i]));
+      CHECK(std::fabs(ga[i] - gb[i]) <= 1e-4 * (1 + std::fabs(gb[i])));
+    }
+  }
+  CHECK(to_vector<double>(q.grad())[0] == 0.0);
+  CHECK(to_vector<double>(v.grad())[0] == doctest::Approx(to_vector<double>(v2.grad())[0]));
 }
 
 TEST_CASE("scaled_dot_product_attention: no keys gives zeros; bf16 runs in f32") {
