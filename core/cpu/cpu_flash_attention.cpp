@@ -26,6 +26,14 @@ using MapM = Eigen::Map<Mat<T>>;
 template <typename T>
 using Vec = Eigen::Matrix<T, Eigen::Dynamic, 1>;
 
+// exp of an Eigen array expression that is exactly 0 at -inf (masked scores). Eigen's SSE exp
+// (the portable build's) returns ~3e-39 there, which would give a fully masked row weight.
+template <class Expr>
+auto exp_masked(const Expr& x) {
+  using S = typename Expr::Scalar;
+  return (x == -std::numeric_limits<S>::infinity()).select(S(0), x.exp());
+}
+
 struct Dims {
   int64_t G, Lq, Lk, D, Dv;
 };
@@ -72,7 +80,7 @@ void forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, T s
       for (int64_t i = 0; i < nq; ++i) {
         const T mn = std::max(m(i), S.row(i).maxCoeff());
         const T shift = mn == ninf ? T(0) : mn;  // a row with every key masked so far stays at 0
-        S.row(i) = (S.row(i).array() - shift).exp().matrix();
+        S.row(i) = exp_masked(S.row(i).array() - shift).matrix();
         const T alpha = std::exp(m(i) - shift);
         l(i) = l(i) * alpha + S.row(i).sum();
         O.row(i) *= alpha;
@@ -102,7 +110,7 @@ void tile_probs(const Eigen::Ref<const Mat<T>>& Q, const Eigen::Ref<const Mat<T>
     if (lse[i] == -std::numeric_limits<T>::infinity())  // no visible key: the output is a constant 0
       P.row(i).setZero();
     else
-      P.row(i) = (P.row(i).array() * scale - lse[i]).exp().matrix();
+      P.row(i) = exp_masked(P.row(i).array() * scale - lse[i]).matrix();
   }
   mask_tile(P, causal, q0, k0, T(0));
   dS.noalias() = dO * V.transpose();
