@@ -13,6 +13,8 @@
 #include "autograd/ops.h"
 #include "core/atomic_file.h"
 #include "core/safetensors.h"
+#include "nn/layers.h"
+#include "train/checkpoint.h"
 #include "tests/op_table.h"
 
 namespace fs = std::filesystem;
@@ -552,6 +554,29 @@ TEST_CASE("safetensors: a 200,000-tensor header parses (header parsing is not qu
   // Duplicates among many names are still found.
   expect_parse_error(st_file(hdr.substr(0, hdr.size() - 1) + ",\"t7\":" + ent("U8", "[0]", 0, 0) + "}", data),
                      {"duplicate tensor name 't7'"});
+}
+
+TEST_CASE("checkpoint: malformed step counts in the metadata are hh::Error (found by fuzz_json)") {
+  TempDir dir;
+  const std::string path = dir.file("ckpt.safetensors");
+  Generator g(1);
+  nn::Linear model(2, 3, true, nn::Init{g});
+  train::CheckpointMeta meta;
+  meta.step = 12;
+  train::save_checkpoint(path, model, nullptr, meta);
+  SafeTensors st = load_safetensors(path);
+  std::vector<std::pair<std::string, Tensor>> ts;
+  for (const std::string& name : st.order) ts.emplace_back(name, st.tensors.at(name));
+  for (const char* step : {"twelve", "12abc", "-3", "", "99999999999999999999"}) {
+    INFO("hedgehog.step = '" << step << "'");
+    std::map<std::string, std::string> md = st.metadata;
+    md.erase("format");
+    md["hedgehog.step"] = step;
+    save_safetensors(path, ts, md);
+    train::CheckpointMeta back;
+    expect_error([&] { train::load_checkpoint(path, model, nullptr, back); }, "checkpoint " + path,
+                 {"metadata 'hedgehog.step' must be a non-negative integer"});
+  }
 }
 
 TEST_CASE("safetensors: sharded checkpoints via model.safetensors.index.json") {
