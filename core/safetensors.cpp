@@ -20,7 +20,10 @@ namespace hh {
 
 namespace {
 
-using ojson = nlohmann::ordered_json;  // keeps the header's key order
+// Parsed with std::map objects: nlohmann::ordered_json's objects insert by linear search, which
+// made a header of n tensors cost O(n^2). The header's key order is recorded while parsing.
+using json = nlohmann::json;
+using ojson = nlohmann::ordered_json;  // the writer's small per-tensor objects (key order = layout)
 
 [[noreturn]] void bad(const std::string& origin, const std::string& what) {
   fail(str("safetensors: ", origin, ": ", what));
@@ -33,11 +36,45 @@ std::string quote(const std::string& s) {
   return "'" + s.substr(0, kMax) + "...' (" + std::to_string(s.size()) + " bytes)";
 }
 
-// A JSON value as text for an error message (never throws on odd strings).
-std::string excerpt(const ojson& v) {
-  std::string s = v.dump(-1, ' ', false, ojson::error_handler_t::replace);
-  if (s.size() > 80) s = s.substr(0, 80) + "...";
+// Appends v as compact JSON, stopping soon after `out` passes `limit` characters: the cost and the
+// recursion depth are bounded by the limit, whatever the size or nesting of v.
+void dump_bounded(const json& v, std::string& out, size_t limit) {
+  if (out.size() > limit) return;
+  if (v.is_array() || v.is_object()) {
+    const bool obj = v.is_object();
+    out += obj ? '{' : '[';
+    for (auto it = v.begin(); it != v.end(); ++it) {
+      if (out.size() > limit) return;
+      if (it != v.begin()) out += ',';
+      if (obj) {
+        dump_bounded(json(it.key().substr(0, limit + 1)), out, limit);
+        out += ':';
+      }
+      dump_bounded(it.value(), out, limit);
+    }
+    out += obj ? '}' : ']';
+  } else if (v.is_string()) {
+    const std::string& s = v.get_ref<const std::string&>();
+    out += json(s.substr(0, limit + 1)).dump(-1, ' ', false, json::error_handler_t::replace);
+  } else {
+    out += v.dump();
+  }
+}
+
+// A JSON value as text for an error message, at most ~80 characters (never throws on odd strings).
+std::string excerpt(const json& v) {
+  constexpr size_t kMax = 80;
+  std::string s;
+  dump_bounded(v, s, kMax);
+  if (s.size() > kMax) s = s.substr(0, kMax) + "...";
   return s;
+}
+
+// A library message (e.g. nlohmann's, which quotes the offending token) cut to a bounded length.
+std::string clip(const std::string& s) {
+  constexpr size_t kMax = 300;
+  if (s.size() <= kMax) return s;
+  return s.substr(0, kMax) + "... (" + std::to_string(s.size()) + " characters)";
 }
 
 const char* st_dtype_name(DType t) {
@@ -102,44 +139,106 @@ size_t first_invalid_utf8(const char* data, size_t n) {
   return std::string::npos;
 }
 
-// Parses JSON text (surrounding whitespace allowed) and rejects a key repeated inside one object,
-// which nlohmann would otherwise silently collapse. `what` names the text in errors.
-ojson parse_json_checked(const char* p, size_t n, const std::string& origin, const char* what) {
+// Parsed JSON text plus the key order of its top-level object.
+struct ParsedJson {
+  json value;
+  std::vector<std::string> top_keys;  // keys of the root object, in text order
+};
+
+// SAX events -> a json value, with the checks nlohmann does not make: nesting depth (checked at
+// each '{' / '[', so a deep tree is never built), keys repeated inside one object, and the key
+// order of the root object. Values are built by nlohmann's own DOM builder (what json::parse
+// uses). Not json::parse with a callback: its parser rescans the enclosing object at every '}'
+// (to drop discarded values), which made a header of n tensors cost O(n^2).
+class CheckedJsonBuilder {
+ public:
+  using Dom = nlohmann::detail::json_sax_dom_parser<json>;
+  CheckedJsonBuilder(const std::string& origin, const char* what) : origin_(origin), what_(what), dom_(out.value) {}
+
+  ParsedJson out;
+
+  bool null() { return dom_.null(); }
+  bool boolean(bool v) { return dom_.boolean(v); }
+  bool number_integer(json::number_integer_t v) { return dom_.number_integer(v); }
+  bool number_unsigned(json::number_unsigned_t v) { return dom_.number_unsigned(v); }
+  bool number_float(json::number_float_t v, const json::string_t& text) { return dom_.number_float(v, text); }
+  bool string(json::string_t& v) { return dom_.string(v); }
+  bool binary(json::binary_t& v) { return dom_.binary(v); }
+  bool start_object(std::size_t len) {
+    open();
+    objects_.emplace_back();
+    return dom_.start_object(len);
+  }
+  bool key(json::string_t& k) {
+    Level& top = objects_.back();
+    if (!top.keys.insert(k).second) {
+      if (objects_.size() == 1) bad(origin_, str("duplicate tensor name ", quote(k), " in the ", what_));
+      bad(origin_, str("duplicate key ", quote(k), " inside ", quote(objects_[objects_.size() - 2].last_key),
+                       " in the ", what_));
+    }
+    top.last_key = k;
+    if (depth_ == 1) out.top_keys.push_back(k);  // a key of the root object
+    return dom_.key(k);
+  }
+  bool end_object() {
+    --depth_;
+    objects_.pop_back();
+    return dom_.end_object();
+  }
+  bool start_array(std::size_t len) {
+    open();
+    return dom_.start_array(len);
+  }
+  bool end_array() {
+    --depth_;
+    return dom_.end_array();
+  }
+  bool parse_error(std::size_t pos, const std::string& token, const nlohmann::detail::exception& e) {
+    return dom_.parse_error(pos, token, e);  // throws e
+  }
+
+ private:
+  struct Level {  // one open object
+    std::set<std::string> keys;
+    std::string last_key;
+  };
+  void open() {
+    if (depth_ >= kSafetensorsMaxJsonDepth) {
+      bad(origin_, str(what_, " JSON nests deeper than ", kSafetensorsMaxJsonDepth, " levels"));
+    }
+    ++depth_;
+  }
+  const std::string& origin_;
+  const char* what_;
+  Dom dom_;
+  int depth_ = 0;  // containers open
+  std::vector<Level> objects_;
+};
+
+// Parses JSON text (surrounding whitespace allowed; nothing else may follow the value) and rejects
+// what nlohmann would silently accept or could not handle: invalid UTF-8, a raw NUL byte (nlohmann
+// stops reading there, so "{}\0garbage" would parse as {}), nesting deeper than
+// kSafetensorsMaxJsonDepth (checked while parsing, before a deep tree exists), and a key repeated
+// inside one object (nlohmann would keep the last). `what` names the text in errors.
+ParsedJson parse_json_checked(const char* p, size_t n, const std::string& origin, const char* what) {
   size_t bad_at = first_invalid_utf8(p, n);
   if (bad_at != std::string::npos) {
     bad(origin, str(what, " is not valid UTF-8 (bad byte 0x", std::hex,
                     static_cast<unsigned>(static_cast<unsigned char>(p[bad_at])), std::dec, " at ", what, " byte ",
                     bad_at, ")"));
   }
-  struct Level {
-    std::set<std::string> keys;
-    std::string last_key;
-  };
-  std::vector<Level> stack;
-  ojson::parser_callback_t cb = [&](int, ojson::parse_event_t ev, ojson& parsed) -> bool {
-    switch (ev) {
-      case ojson::parse_event_t::object_start: stack.emplace_back(); break;
-      case ojson::parse_event_t::object_end: stack.pop_back(); break;
-      case ojson::parse_event_t::key: {
-        const std::string& k = parsed.get_ref<const std::string&>();
-        Level& top = stack.back();
-        if (!top.keys.insert(k).second) {
-          if (stack.size() == 1) bad(origin, str("duplicate tensor name ", quote(k), " in the ", what));
-          bad(origin,
-              str("duplicate key ", quote(k), " inside ", quote(stack[stack.size() - 2].last_key), " in the ", what));
-        }
-        top.last_key = k;
-        break;
-      }
-      default: break;
-    }
-    return true;
-  };
-  try {
-    return ojson::parse(p, p + n, cb, /*allow_exceptions=*/true, /*ignore_comments=*/false);
-  } catch (const nlohmann::json::exception& e) {
-    bad(origin, str(what, " is not valid JSON: ", e.what()));
+  if (const void* nul = std::memchr(p, 0, n)) {
+    bad(origin, str(what, " holds a NUL byte at ", what, " byte ", static_cast<const char*>(nul) - p,
+                    " (only whitespace may pad the JSON)"));
   }
+  CheckedJsonBuilder builder(origin, what);
+  try {
+    json::sax_parse(p, p + n, &builder, nlohmann::detail::input_format_t::json, /*strict=*/true,
+                    /*ignore_comments=*/false);
+  } catch (const json::exception& e) {
+    bad(origin, str(what, " is not valid JSON: ", clip(e.what())));
+  }
+  return std::move(builder.out);
 }
 
 struct Entry {
@@ -155,7 +254,7 @@ struct Header {
 };
 
 // Validates one tensor entry {dtype, shape, data_offsets} (exactly these keys).
-Entry parse_entry(const std::string& name, const ojson& v, const std::string& origin) {
+Entry parse_entry(const std::string& name, const json& v, const std::string& origin) {
   const std::string who = "tensor " + quote(name);
   if (!v.is_object()) {
     bad(origin, str(who, ": entry must be an object {\"dtype\", \"shape\", \"data_offsets\"}, got ", v.type_name(), " ",
@@ -172,19 +271,19 @@ Entry parse_entry(const std::string& name, const ojson& v, const std::string& or
   }
   Entry e;
   e.name = name;
-  const ojson& dt = v["dtype"];
+  const json& dt = v["dtype"];
   if (!dt.is_string()) bad(origin, str(who, ": dtype must be a string, got ", excerpt(dt)));
   if (!parse_st_dtype(dt.get_ref<const std::string&>(), &e.dtype)) {
     bad(origin, str(who, ": unknown dtype ", quote(dt.get_ref<const std::string&>()),
                     " (supported: BF16 F16 F32 F64 I64 I32 U8 BOOL)"));
   }
-  const ojson& sh = v["shape"];
+  const json& sh = v["shape"];
   if (!sh.is_array()) bad(origin, str(who, ": shape must be an array of non-negative integers, got ", excerpt(sh)));
   const uint64_t kI64Max = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
   uint64_t nonzero_product = 1;  // checked: every partial product then fits int64 (strides, numel)
   bool has_zero = false;
   for (size_t i = 0; i < sh.size(); ++i) {
-    const ojson& d = sh[i];
+    const json& d = sh[i];
     if (!d.is_number_unsigned() || d.get<uint64_t>() > kI64Max) {
       bad(origin, str(who, ": shape entry ", i, " must be a non-negative integer, got ", excerpt(d), " in shape ",
                       excerpt(sh)));
@@ -198,7 +297,7 @@ Entry parse_entry(const std::string& name, const ojson& v, const std::string& or
     if (nonzero_product > kI64Max / n) bad(origin, str(who, ": element count of shape ", excerpt(sh), " overflows"));
     nonzero_product *= n;
   }
-  const ojson& off = v["data_offsets"];
+  const json& off = v["data_offsets"];
   if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned()) {
     bad(origin, str(who, ": data_offsets must be two non-negative integers [begin, end], got ", excerpt(off)));
   }
@@ -220,12 +319,13 @@ Entry parse_entry(const std::string& name, const ojson& v, const std::string& or
 
 // Validates the whole header given the size of the data section that follows it.
 Header parse_header(const char* p, size_t n, uint64_t data_size, const std::string& origin) {
-  ojson j = parse_json_checked(p, n, origin, "header");
+  ParsedJson parsed = parse_json_checked(p, n, origin, "header");
+  const json& j = parsed.value;
   if (!j.is_object()) bad(origin, str("header JSON must be an object, got ", j.type_name(), " ", excerpt(j)));
   Header h;
-  for (const auto& kv : j.items()) {
-    const std::string& key = kv.key();
-    const ojson& v = kv.value();
+  h.entries.reserve(parsed.top_keys.size());
+  for (const std::string& key : parsed.top_keys) {  // header order (ties in the sort below keep it)
+    const json& v = j.find(key).value();
     if (key == "__metadata__") {
       if (!v.is_object()) bad(origin, str("__metadata__ must be an object of strings, got ", excerpt(v)));
       for (const auto& m : v.items()) {
@@ -360,9 +460,11 @@ SafeTensors load_safetensors(const std::string& path, Device device) {
 
 std::string serialize_safetensors(const std::vector<std::pair<std::string, Tensor>>& tensors,
                                   const std::map<std::string, std::string>& metadata, const std::string& origin) {
-  ojson header = ojson::object();
-  ojson meta = ojson::object();
-  meta["format"] = "pt";
+  // The header text is built piece by piece (one insert into an ordered_json object is a linear
+  // search, so building the whole header as one object costs O(n^2) in the tensor count). Same
+  // bytes as the compact dump: {"__metadata__":{"format":"pt",<sorted metadata>},<tensors in order>}.
+  auto jstr = [](const std::string& s) { return json(s).dump(); };
+  std::string js = "{\"__metadata__\":{\"format\":\"pt\"";
   for (const auto& [k, v] : metadata) {
     if (first_invalid_utf8(k.data(), k.size()) != std::string::npos ||
         first_invalid_utf8(v.data(), v.size()) != std::string::npos) {
@@ -372,9 +474,9 @@ std::string serialize_safetensors(const std::vector<std::pair<std::string, Tenso
       if (v != "pt") bad(origin, str("metadata key 'format' is reserved for \"pt\", got ", quote(v)));
       continue;
     }
-    meta[k] = v;
+    js += "," + jstr(k) + ":" + jstr(v);
   }
-  header["__metadata__"] = std::move(meta);
+  js += "}";
 
   std::set<std::string> seen;
   std::vector<Tensor> hosts;
@@ -398,12 +500,11 @@ std::string serialize_safetensors(const std::vector<std::pair<std::string, Tenso
     entry["dtype"] = st_dtype_name(h.dtype());
     entry["shape"] = h.shape();
     entry["data_offsets"] = {offset, offset + nbytes};
-    header[name] = std::move(entry);
+    js += "," + jstr(name) + ":" + entry.dump();
     offset += nbytes;
     hosts.push_back(h);
   }
-
-  std::string js = header.dump();
+  js += "}";
   js.append((8 - js.size() % 8) % 8, ' ');
   std::string out;
   out.reserve(8 + js.size() + static_cast<size_t>(offset));
@@ -442,10 +543,10 @@ Index read_index(const std::string& index_path) {
     if (!s.empty()) f.read_at(0, &s[0], s.size());
     return s;
   });
-  ojson j = parse_json_checked(text.data(), text.size(), index_path, "index");
+  const json j = parse_json_checked(text.data(), text.size(), index_path, "index").value;
   if (!j.is_object()) bad(index_path, str("index JSON must be an object, got ", j.type_name()));
   if (!j.contains("weight_map")) bad(index_path, "index has no \"weight_map\"");
-  const ojson& wm = j["weight_map"];
+  const json& wm = j["weight_map"];
   if (!wm.is_object())
     bad(index_path, str("\"weight_map\" must be an object {tensor name: shard file}, got ", excerpt(wm)));
   Index idx;

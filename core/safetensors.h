@@ -2,6 +2,11 @@
 // length N, N bytes of UTF-8 JSON {name: {dtype, shape, data_offsets}, "__metadata__": {str: str}},
 // then the data section. The reader validates everything (sizes, offsets, dtypes, UTF-8, JSON
 // shape, duplicates, trailing bytes) and throws hh::Error starting with "safetensors: <path>: ".
+// The header is exactly N bytes of JSON: whitespace may surround it (the writer pads with spaces),
+// anything else (a NUL byte, trailing garbage) is an error. The data offsets must tile the data
+// section exactly (sorted by offset: first at 0, each begins where the previous ends, the last
+// ends at the file's end): gaps, overlaps and trailing bytes are errors, as in the reference
+// implementation. Header parsing is O(n log n) in the number of tensors.
 // The writer emits '{' first, a header padded with spaces to a multiple of 8 and
 // {"format":"pt"} metadata, and replaces the file atomically.
 #pragma once
@@ -23,6 +28,9 @@ struct SafeTensors {
 
 // Largest accepted header (bytes), as in the reference implementation.
 constexpr uint64_t kSafetensorsMaxHeader = 100000000;
+// Deepest JSON nesting accepted in a header or index file (a header needs 3: root, entry, shape).
+// Deeper text is rejected while parsing, so no deep tree is ever built or printed.
+constexpr int kSafetensorsMaxJsonDepth = 64;
 
 // Reads a file into CPU tensors (then moves them to `device`). The header length is validated
 // against the file size before anything is allocated; tensor bytes are read straight into storage.

@@ -13,6 +13,8 @@
 #include "autograd/ops.h"
 #include "core/atomic_file.h"
 #include "core/safetensors.h"
+#include "nn/layers.h"
+#include "train/checkpoint.h"
 #include "tests/op_table.h"
 
 namespace fs = std::filesystem;
@@ -440,6 +442,141 @@ TEST_CASE("safetensors: truncated or bit-flipped files give an Error or a valid 
   }
   CHECK(other == 0);
   CHECK(data_size > 0);
+}
+
+// ---- hostile headers (issue 8): deep nesting, NUL bytes, huge messages, many tensors ----
+
+TEST_CASE("safetensors: a header nested 70,000 deep is rejected, not a stack overflow") {
+  const size_t depth = 70000;
+  const std::string open_a(depth, '['), close_a(depth, ']');
+  std::string open_o, close_o(depth, '}');
+  for (size_t i = 0; i < depth; ++i) open_o += "{\"a\":";
+  const std::string too_deep = "nests deeper than 64 levels";
+  // The root itself, a tensor entry, a shape, __metadata__ and an object chain.
+  expect_parse_error(st_file(open_a + close_a), {"header JSON", too_deep});
+  expect_parse_error(st_file("{\"w\":" + open_a + close_a + "}"), {too_deep});
+  expect_parse_error(st_file("{\"w\":{\"dtype\":\"U8\",\"shape\":" + open_a + close_a + ",\"data_offsets\":[0,0]}}"),
+                     {too_deep});
+  expect_parse_error(st_file("{\"__metadata__\":" + open_o + "1" + close_o + "}"), {too_deep});
+  // Unterminated: the depth limit fires before the parser reaches the end.
+  expect_parse_error(st_file(open_a), {too_deep});
+  // 64 levels are accepted by the parser (the entry is then rejected for its shape, with a short excerpt).
+  std::string deep_ok = "{\"w\":{\"dtype\":\"U8\",\"shape\":" + std::string(62, '[') + std::string(62, ']') +
+                        ",\"data_offsets\":[0,0]}}";
+  expect_parse_error(st_file(deep_ok), {"tensor 'w': shape entry 0 must be a non-negative integer, got [[[["});
+  // The index file goes through the same parser.
+  TempDir dir;
+  const std::string index = dir.file("model.safetensors.index.json");
+  write_file_atomic(index, "{\"weight_map\":" + open_o + "\"x\"" + close_o + "}");
+  expect_error([&] { safetensors_index_files(index); }, "safetensors: " + index + ": ", {"index JSON", too_deep});
+}
+
+TEST_CASE("safetensors: a NUL byte or garbage inside the header length is an error") {
+  // nlohmann stops at a NUL: "{}\0garbage" used to load as an empty file.
+  expect_parse_error(st_file(std::string("{}\0garbage", 10)), {"header holds a NUL byte at header byte 2"});
+  expect_parse_error(st_file(std::string("{}      \0", 9)), {"NUL byte at header byte 8"});
+  expect_parse_error(st_file(std::string("\0{}", 3)), {"NUL byte at header byte 0"});
+  expect_parse_error(st_file("{}  garbage"), {"header is not valid JSON"});
+  expect_parse_error(st_file("{}{}"), {"header is not valid JSON"});
+  // The header length counts exactly: a tensor JSON cut by a short length fails, the rest is data.
+  std::string hdr = "{\"w\":" + ent("U8", "[1]", 0, 1) + "}";
+  expect_parse_error(le64(hdr.size() - 1) + hdr + "x", {"header is not valid JSON"});
+  // Spaces (and other JSON whitespace) as padding stay valid.
+  SafeTensors st = parse_safetensors(st_file(hdr + "   \n", "x"), "pad");
+  CHECK(st.order == std::vector<std::string>{"w"});
+  // The index file too.
+  TempDir dir;
+  const std::string index = dir.file("model.safetensors.index.json");
+  write_file_atomic(index, std::string("{\"weight_map\":{}}\0{\"weight_map\":{\"x\":\"../y\"}}", 45));
+  expect_error([&] { safetensors_index_files(index); }, "safetensors: " + index + ": ",
+               {"index holds a NUL byte at index byte 17"});
+}
+
+TEST_CASE("safetensors: error messages quote a bounded excerpt of hostile text") {
+  const std::string big(1000000, 'x');
+  auto message = [](const std::string& bytes) -> std::string {
+    try {
+      parse_safetensors(bytes, "mem.st");
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  // An unterminated 1 MB string: nlohmann's message quotes the whole token.
+  std::string m = message(st_file("{\"" + big));
+  CHECK(m.find("header is not valid JSON") != std::string::npos);
+  CHECK(m.size() < 1000);
+  // A 1 MB name, a 1 MB value, a 100,000-element entry: all cut short.
+  m = message(st_file("{\"" + big + "\":5}"));
+  CHECK(m.find("entry must be an object") != std::string::npos);
+  CHECK(m.size() < 1000);
+  m = message(st_file("{\"w\":\"" + big + "\"}"));
+  CHECK(m.find("got string \"xxxx") != std::string::npos);
+  CHECK(m.size() < 1000);
+  std::string arr = "[0";
+  for (int i = 1; i < 100000; ++i) arr += ",0";
+  m = message(st_file("{\"w\":{\"dtype\":\"U8\",\"shape\":[-1],\"data_offsets\":" + arr + "]}}"));
+  CHECK(m.find("shape entry 0 must be a non-negative integer") != std::string::npos);
+  m = message(st_file("{\"w\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":" + arr + "]}}"));
+  CHECK(m.find("data_offsets must be two non-negative integers [begin, end], got [0,0,0,0") != std::string::npos);
+  CHECK(m.size() < 1000);
+}
+
+TEST_CASE("safetensors: a 200,000-tensor header parses (header parsing is not quadratic)") {
+  // 200k tensors of one U8 each, listed in reverse offset order; data byte i = i % 251.
+  const int n = 200000;
+  std::string hdr = "{\"__metadata__\":{\"k\":\"v\"}";
+  std::string data(n, '\0');
+  for (int i = n - 1; i >= 0; --i) {
+    hdr += ",\"t" + std::to_string(i) + "\":" + ent("U8", "[1]", i, i + 1);
+    data[i] = static_cast<char>(i % 251);
+  }
+  hdr += "}";
+  SafeTensors st = parse_safetensors(st_file(hdr, data), "many");
+  REQUIRE(st.order.size() == static_cast<size_t>(n));
+  REQUIRE(st.tensors.size() == static_cast<size_t>(n));
+  CHECK(st.metadata.at("k") == "v");
+  bool ok = true;
+  for (int i = 0; i < n && ok; i += 997) {
+    ok = st.order[i] == "t" + std::to_string(i) &&
+         to_vector<uint8_t>(st.tensors.at(st.order[i])) == std::vector<uint8_t>{static_cast<uint8_t>(i % 251)};
+  }
+  CHECK(ok);
+  CHECK(st.order.back() == "t" + std::to_string(n - 1));
+  // The writer is linear too: write them back in data order, read again, same bytes.
+  std::vector<std::pair<std::string, Tensor>> ts;
+  ts.reserve(n);
+  for (const std::string& name : st.order) ts.emplace_back(name, st.tensors.at(name));
+  std::string bytes = serialize_safetensors(ts, {{"k", "v"}});
+  SafeTensors back = parse_safetensors(bytes, "many2");
+  CHECK(back.order == st.order);
+  CHECK(bytes.substr(bytes.size() - n) == data);
+  // Duplicates among many names are still found.
+  expect_parse_error(st_file(hdr.substr(0, hdr.size() - 1) + ",\"t7\":" + ent("U8", "[0]", 0, 0) + "}", data),
+                     {"duplicate tensor name 't7'"});
+}
+
+TEST_CASE("checkpoint: malformed step counts in the metadata are hh::Error (found by fuzz_json)") {
+  TempDir dir;
+  const std::string path = dir.file("ckpt.safetensors");
+  Generator g(1);
+  nn::Linear model(2, 3, true, nn::Init{g});
+  train::CheckpointMeta meta;
+  meta.step = 12;
+  train::save_checkpoint(path, model, nullptr, meta);
+  SafeTensors st = load_safetensors(path);
+  std::vector<std::pair<std::string, Tensor>> ts;
+  for (const std::string& name : st.order) ts.emplace_back(name, st.tensors.at(name));
+  for (const char* step : {"twelve", "12abc", "-3", "", "99999999999999999999"}) {
+    INFO("hedgehog.step = '" << step << "'");
+    std::map<std::string, std::string> md = st.metadata;
+    md.erase("format");
+    md["hedgehog.step"] = step;
+    save_safetensors(path, ts, md);
+    train::CheckpointMeta back;
+    expect_error([&] { train::load_checkpoint(path, model, nullptr, back); }, "checkpoint " + path,
+                 {"metadata 'hedgehog.step' must be a non-negative integer"});
+  }
 }
 
 TEST_CASE("safetensors: sharded checkpoints via model.safetensors.index.json") {

@@ -1,5 +1,6 @@
 #include "train/checkpoint.h"
 
+#include <charconv>
 #include <sstream>
 
 #include "core/atomic_file.h"
@@ -30,6 +31,15 @@ void load_checkpoint(const std::string& path, nn::Module& model, Optimizer* opt,
     HH_CHECK(it != st.metadata.end(), "checkpoint ", path, ": metadata lacks '", key, "'");
     return it->second;
   };
+  // A non-negative integer (std::stoll threw std::invalid_argument on hostile files, and took "12abc" as 12).
+  auto get_count = [&](const std::string& key) -> int64_t {
+    const std::string& s = get(key);
+    int64_t v = -1;
+    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    HH_CHECK(ec == std::errc() && end == s.data() + s.size() && v >= 0, "checkpoint ", path, ": metadata '", key,
+             "' must be a non-negative integer, got '", s.substr(0, 40), s.size() > 40 ? "...'" : "'");
+    return v;
+  };
   HH_CHECK(get("hedgehog.format") == kCheckpointFormat, "checkpoint ", path, ": format '", get("hedgehog.format"),
            "', expected ", kCheckpointFormat);
   std::map<std::string, Tensor> model_state, optim_state;
@@ -44,8 +54,8 @@ void load_checkpoint(const std::string& path, nn::Module& model, Optimizer* opt,
       fail(str("checkpoint ", path, ": unexpected tensor '", name, "'"));
   }
   model.load_state_dict(model_state, true);
-  if (opt) opt->load_state(optim_state, std::stoll(get("hedgehog.optimizer_steps")));
-  meta.step = std::stoll(get("hedgehog.step"));
+  if (opt) opt->load_state(optim_state, get_count("hedgehog.optimizer_steps"));
+  meta.step = get_count("hedgehog.step");
   for (auto& [name, g] : meta.generators) {
     std::istringstream is(get("rng." + name));
     uint64_t seed = 0, offset = 0;

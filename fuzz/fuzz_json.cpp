@@ -1,0 +1,67 @@
+// libFuzzer harness: the JSON and metadata the project reads from files. The first byte picks the
+// reader, the rest is the file:
+//   even: a sharded-checkpoint index (model.safetensors.index.json), listed and then loaded
+//         against one real shard "a.safetensors" (tensors "x", "y") in the same private folder;
+//   odd:  a training checkpoint (safetensors whose __metadata__ holds the step, optimizer steps
+//         and generator states) restored into a Linear(2, 3) with AdamW.
+// Every reader must accept the file or reject it with hh::Error.
+#include <sys/stat.h>
+
+#include <cstdint>
+#include <string>
+
+#include "core/generator.h"
+#include "core/safetensors.h"
+#include "fuzz/fuzz_common.h"
+#include "nn/layers.h"
+#include "train/checkpoint.h"
+#include "train/optim.h"
+
+using namespace hh;
+
+namespace {
+
+// A folder of our own holding the shard the index files may name.
+const std::string& folder() {
+  static const std::string dir = [] {
+    std::string d = fuzz::scratch_path("json.d");
+    ::mkdir(d.c_str(), 0700);
+    Tensor x = from_vector(std::vector<double>{1, 2, 3}, {3}, {DType::f32});
+    Tensor y = from_vector(std::vector<int64_t>{4, 5}, {2}, {DType::i64});
+    save_safetensors(d + "/a.safetensors", {{"x", x}, {"y", y}});
+    return d + "/";
+  }();
+  return dir;
+}
+
+void read_index(const std::string& text) {
+  const std::string path = folder() + "model.safetensors.index.json";
+  fuzz::write_file(path, text);
+  if (!fuzz::accepted([&] { safetensors_index_files(path); })) return;
+  fuzz::accepted([&] { load_safetensors_sharded(path); });
+}
+
+void read_checkpoint(const std::string& bytes) {
+  const std::string path = folder() + "ckpt.safetensors";
+  fuzz::write_file(path, bytes);
+  Generator init_gen(1);
+  nn::Linear model(2, 3, /*bias=*/true, nn::Init{init_gen});
+  train::AdamW opt(train::single_group(model, 0.0), 1e-3);
+  Generator data_gen(7);
+  train::CheckpointMeta meta;
+  meta.generators["data"] = &data_gen;
+  fuzz::accepted([&] { train::load_checkpoint(path, model, &opt, meta); });
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size == 0) return 0;
+  const std::string rest(reinterpret_cast<const char*>(data) + 1, size - 1);
+  if (data[0] % 2 == 0) {
+    read_index(rest);
+  } else {
+    read_checkpoint(rest);
+  }
+  return 0;
+}
