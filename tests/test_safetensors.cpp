@@ -124,7 +124,8 @@ TEST_CASE("safetensors: round trip of every dtype, 0-d, zero-size and non-contig
     REQUIRE(st.tensors.size() == ts.size());
     REQUIRE(st.order.size() == ts.size());
     for (size_t i = 0; i < ts.size(); ++i) {
-      const auto& [name, src] = ts[i];
+      const std::string& name = ts[i].first;  // not a structured binding: clang 14 cannot capture one in INFO
+      const auto& src = ts[i].second;
       INFO("tensor " << name);
       CHECK(st.order[i] == name);
       const Tensor& got = st.tensors.at(name);

@@ -202,7 +202,8 @@ TEST_CASE("gemm: alpha/beta and broadcast batch stride through the backend") {
   // f64 (Eigen) and f32 at a size the packed engine takes (k > KC: beta applies once, not per block).
   for (auto [t, bt, m, k, n] : {std::tuple<DType, int64_t, int64_t, int64_t, int64_t>{DType::f64, 5, 9, 13, 7},
                                 {DType::f32, 5, 30, 270, 40}}) {
-    CAPTURE(dtype_name(t));
+    const char* tname = dtype_name(t);  // clang 14 cannot capture a structured binding in CAPTURE's lambda
+    CAPTURE(tname);
     Tensor a = randm({bt, m, k}, 3, t), b = randm({1, k, n}, 4, t), c0 = randm({bt, m, n}, 5, t);
     Tensor c = clone(c0);
     Tensor bb = b.as_strided({bt, k, n}, {0, n, 1}, 0);
