@@ -2,6 +2,7 @@
 // tensors its backward needs) and one edge per input: to the input's producing node, to a leaf
 // that accumulates a gradient, or nothing when the input needs no gradient.
 #pragma once
+#include <cstdint>
 #include <functional>
 #include <initializer_list>
 #include <memory>
