@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include <doctest/doctest.h>
+
 #include "autograd/ops.h"
 #include "core/backend.h"
 #include "tests/op_table.h"
@@ -51,6 +53,29 @@ inline void expect_close(const Tensor& got, const Tensor& want, double rtol, dou
   CHECK_MESSAGE(bad == 0, what, ": ", bad, " of ", g.size(), " elements differ; first at ", first, ": cuda ",
                 first >= 0 ? g[static_cast<size_t>(first)] : 0.0, " cpu ",
                 first >= 0 ? w[static_cast<size_t>(first)] : 0.0);
+}
+
+// scaled_dot_product_attention forward and backward on the device against the CPU, through
+// autograd, for q, k, v of `shape` (B,H,L,D), full and causal.
+inline void check_sdpa_autograd(const Shape& shape) {
+  const Device d = test_device();
+  for (bool causal : {false, true}) {
+    Generator g(11);
+    std::vector<Tensor> base = {uniform(shape, -1, 1, g), uniform(shape, -1, 1, g), uniform(shape, -1, 1, g)};
+    Tensor w = uniform(shape, -1, 1, g);
+    std::vector<Tensor> xc, xd;
+    for (const Tensor& x : base) {
+      xc.push_back(x.clone().requires_grad_(true));
+      xd.push_back(x.to(d).detach().requires_grad_(true));
+    }
+    Tensor yc = scaled_dot_product_attention(xc[0], xc[1], xc[2], causal);
+    Tensor yd = scaled_dot_product_attention(xd[0], xd[1], xd[2], causal);
+    const std::string what = std::string("sdpa ") + (causal ? "causal" : "full");
+    expect_close(yd, yc, 1e-4, 1e-5, what);
+    sum(mul(yc, w)).backward();
+    sum(mul(yd, w.to(d))).backward();
+    for (size_t i = 0; i < 3; ++i) expect_close(xd[i].grad(), xc[i].grad(), 1e-4, 1e-5, what + " grad " + std::to_string(i));
+  }
 }
 
 }  // namespace hh::test

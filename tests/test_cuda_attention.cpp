@@ -135,27 +135,7 @@ TEST_CASE("cuda: chunked causal linear attention forward and backward vs cpu" * 
   check_linear({2, 100, 4161, 64, 64}, DType::f32);
 }
 
-TEST_CASE("cuda: the attention ops on the device match the cpu through autograd" * doctest::skip(kSkipCuda)) {
-  const Device d = test_device();
-  for (bool causal : {false, true}) {
-    Generator g(11);
-    std::vector<Tensor> base = {uniform({2, 3, 77, 32}, -1, 1, g), uniform({2, 3, 77, 32}, -1, 1, g),
-                                uniform({2, 3, 77, 32}, -1, 1, g)};
-    Tensor w = uniform({2, 3, 77, 32}, -1, 1, g);
-    std::vector<Tensor> xc, xd;
-    for (const Tensor& x : base) {
-      xc.push_back(x.clone().requires_grad_(true));
-      xd.push_back(x.to(d).detach().requires_grad_(true));
-    }
-    Tensor yc = scaled_dot_product_attention(xc[0], xc[1], xc[2], causal);
-    Tensor yd = scaled_dot_product_attention(xd[0], xd[1], xd[2], causal);
-    expect_close(yd, yc, 1e-4, 1e-5, std::string("sdpa ") + (causal ? "causal" : "full"));
-    sum(mul(yc, w)).backward();
-    sum(mul(yd, w.to(d))).backward();
-    for (size_t i = 0; i < 3; ++i)
-      expect_close(xd[i].grad(), xc[i].grad(), 1e-4, 1e-5, "sdpa grad " + std::to_string(i));
-  }
-}
+TEST_CASE("cuda: the attention ops on the device match the cpu through autograd" * doctest::skip(kSkipCuda)) { check_sdpa_autograd({2, 3, 77, 32}); }
 
 TEST_CASE("cuda: flash attention gives zeros and zero gradients for a row whose scores are all -inf" *
           doctest::skip(kSkipCuda)) {

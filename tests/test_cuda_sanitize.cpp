@@ -126,27 +126,7 @@ TEST_CASE("cuda sanitize: flash attention forward and backward" * doctest::skip(
   check_flash({2, 7, 0, 16, 16, false});     // no keys: out 0, lse -inf, gq 0
 }
 
-TEST_CASE("cuda sanitize: attention through autograd" * doctest::skip(kSkipCuda)) {
-  const Device d = test_device();
-  for (bool causal : {false, true}) {
-    Generator g(11);
-    std::vector<Tensor> base = {uniform({1, 2, 70, 16}, -1, 1, g), uniform({1, 2, 70, 16}, -1, 1, g),
-                                uniform({1, 2, 70, 16}, -1, 1, g)};
-    Tensor w = uniform({1, 2, 70, 16}, -1, 1, g);
-    std::vector<Tensor> xc, xd;
-    for (const Tensor& x : base) {
-      xc.push_back(x.clone().requires_grad_(true));
-      xd.push_back(x.to(d).detach().requires_grad_(true));
-    }
-    Tensor yc = scaled_dot_product_attention(xc[0], xc[1], xc[2], causal);
-    Tensor yd = scaled_dot_product_attention(xd[0], xd[1], xd[2], causal);
-    const std::string what = std::string("sdpa ") + (causal ? "causal" : "full");
-    expect_close(yd, yc, 1e-4, 1e-5, what);
-    sum(mul(yc, w)).backward();
-    sum(mul(yd, w.to(d))).backward();
-    for (size_t i = 0; i < 3; ++i) expect_close(xd[i].grad(), xc[i].grad(), 1e-4, 1e-5, what + " grad " + std::to_string(i));
-  }
-}
+TEST_CASE("cuda sanitize: attention through autograd" * doctest::skip(kSkipCuda)) { check_sdpa_autograd({1, 2, 70, 16}); }
 
 TEST_CASE("cuda sanitize: softmax, norms, cross entropy, reductions and cumsum" * doctest::skip(kSkipCuda)) {
   for (DType t : {DType::f32, DType::f64}) {
