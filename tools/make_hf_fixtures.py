@@ -1,0 +1,186 @@
+#!/usr/bin/env python3
+"""Builds the tiny HF model fixtures in tests/fixtures/hf/ (tooling only; the C++ tests read the files).
+
+Each fixture folder is what `save_pretrained` writes (config.json, model.safetensors or a sharded
+model.safetensors.index.json + shards), plus `reference.safetensors`: the inputs fed to transformers
+and the outputs it produced (f32). The configurations exercise the awkward cases of issue 9:
+
+  bert-tiny       BertForSequenceClassification, token types, a padded attention mask
+  gpt2-tiny       GPT2LMHeadModel, 5 heads of 8 (an unusual head count), gelu_new, tied head
+  gpt2-tiny-bf16  the same family with bf16 weights (references from the bf16 weights upcast to f32)
+  vit-tiny        ViTForImageClassification at 40x40 (not 224) with 8x8 patches; image.png + pixel_values
+  llama-tiny      LlamaForCausalLM, GQA (4 heads, 2 KV heads), rope_theta 500000, untied head, sharded
+  llama-tiny-f16  f16 weights, tied head, rope_theta 25000 written the transformers-4 way (top-level
+                  "rope_theta", "rope_scaling": null), as Llama-2 folders on the hub have it
+
+Weights are random (initializer_range 0.1) plus noise on every parameter, so layer norms, biases and
+nonlinearities all matter. Decoder references also hold `generated_ids`: greedy generation of
+`max_new_tokens` tokens with transformers' own KV cache.
+
+Usage: python3 tools/make_hf_fixtures.py [out_dir]     (pip install torch transformers safetensors pillow numpy)
+"""
+import json
+import os
+import shutil
+import sys
+
+import numpy as np
+import torch
+import transformers as tf
+from safetensors.torch import save_file
+
+OUT = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "tests", "fixtures", "hf")
+
+
+def perturb(model, scale=0.05, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(scale * torch.randn(p.shape, generator=g))
+    return model
+
+
+def fresh(folder):
+    path = os.path.join(OUT, folder)
+    shutil.rmtree(path, ignore_errors=True)
+    os.makedirs(path)
+    return path
+
+
+def save(model, folder, refs, dtype=None, **kw):
+    """Saves the model (optionally cast to dtype); references are computed from the saved weights."""
+    path = fresh(folder)
+    if dtype is not None:
+        model = model.to(dtype)
+    model.save_pretrained(path, safe_serialization=True, **kw)
+    model = model.float()  # the reference runs in f32 on exactly the stored (rounded) weights
+    out = refs(model)
+    save_file({k: v.detach().clone().contiguous() for k, v in out.items()}, os.path.join(path, "reference.safetensors"),
+              metadata={"transformers": tf.__version__, "torch": torch.__version__})
+    return path
+
+
+def greedy(model, ids, new):
+    gen = model.generate(ids, max_new_tokens=new, min_new_tokens=new, do_sample=False, num_beams=1,
+                         pad_token_id=0, attention_mask=torch.ones_like(ids))
+    return gen
+
+
+def bert():
+    torch.manual_seed(1)
+    cfg = tf.BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                        intermediate_size=37, max_position_embeddings=64, type_vocab_size=2, num_labels=3,
+                        hidden_act="gelu", layer_norm_eps=1e-12, initializer_range=0.1,
+                        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, attn_implementation="eager")
+    model = perturb(tf.BertForSequenceClassification(cfg).eval(), seed=1)
+    ids = torch.tensor([[2, 17, 33, 4, 56, 71, 3], [2, 9, 88, 3, 45, 0, 0]], dtype=torch.int64)
+    types = torch.tensor([[0, 0, 0, 0, 1, 1, 1], [0, 0, 0, 0, 1, 0, 0]], dtype=torch.int64)
+    mask = torch.tensor([[1, 1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 0, 0]], dtype=torch.int64)
+
+    def refs(m):
+        with torch.no_grad():
+            o = m(input_ids=ids, token_type_ids=types, attention_mask=mask, output_hidden_states=True)
+        return {"input_ids": ids, "token_type_ids": types, "attention_mask": mask, "logits": o.logits,
+                "last_hidden_state": o.hidden_states[-1]}
+
+    save(model, "bert-tiny", refs)
+
+
+def gpt2():
+    for folder, dtype, seed in (("gpt2-tiny", None, 2), ("gpt2-tiny-bf16", torch.bfloat16, 3)):
+        torch.manual_seed(seed)
+        cfg = tf.GPT2Config(vocab_size=101, n_positions=32, n_embd=40, n_layer=2, n_head=5,
+                            activation_function="gelu_new", layer_norm_epsilon=1e-5, initializer_range=0.1,
+                            resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, attn_implementation="eager",
+                            bos_token_id=100, eos_token_id=100)
+        model = perturb(tf.GPT2LMHeadModel(cfg).eval(), seed=seed)
+        ids = torch.tensor([[5, 17, 99, 42, 3, 64, 8, 21, 77], [1, 2, 3, 4, 5, 6, 7, 8, 9]], dtype=torch.int64)
+
+        def refs(m):
+            with torch.no_grad():
+                o = m(input_ids=ids, output_hidden_states=True)
+                gen = greedy(m, ids[:1, :4], 12)
+            return {"input_ids": ids, "logits": o.logits, "last_hidden_state": o.hidden_states[-1],
+                    "prompt_ids": ids[:1, :4], "generated_ids": gen}
+
+        save(model, folder, refs, dtype=dtype)
+
+
+def vit():
+    from PIL import Image
+    torch.manual_seed(4)
+    cfg = tf.ViTConfig(image_size=40, patch_size=8, num_channels=3, hidden_size=32, num_hidden_layers=2,
+                       num_attention_heads=4, intermediate_size=37, hidden_act="gelu", layer_norm_eps=1e-12,
+                       initializer_range=0.1, num_labels=5, hidden_dropout_prob=0.0,
+                       attention_probs_dropout_prob=0.0, attn_implementation="eager")
+    model = perturb(tf.ViTForImageClassification(cfg).eval(), seed=4)
+    rng = np.random.default_rng(4)
+    # A smooth image with some noise (a real-looking input for the PNG path), 40x40 RGB.
+    yy, xx = np.mgrid[0:40, 0:40]
+    img = np.stack([(xx * 6) % 256, (yy * 6) % 256, ((xx + yy) * 3) % 256], axis=-1).astype(np.float64)
+    img = np.clip(img + rng.normal(0, 20, img.shape), 0, 255).astype(np.uint8)
+    proc = tf.ViTImageProcessor(size={"height": 40, "width": 40}, do_resize=True, image_mean=[0.5] * 3,
+                                image_std=[0.5] * 3)
+    pix_png = proc(images=Image.fromarray(img), return_tensors="pt")["pixel_values"]
+    pix_rand = torch.randn(1, 3, 40, 40)
+    pixels = torch.cat([pix_png, pix_rand], 0)
+
+    def refs(m):
+        with torch.no_grad():
+            o = m(pixel_values=pixels, output_hidden_states=True)
+        return {"pixel_values": pixels, "logits": o.logits, "last_hidden_state": o.hidden_states[-1]}
+
+    path = save(model, "vit-tiny", refs)
+    Image.fromarray(img).save(os.path.join(path, "image.png"))
+    proc.save_pretrained(path)
+
+
+def llama():
+    torch.manual_seed(5)
+    cfg = tf.LlamaConfig(vocab_size=97, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
+                         rms_norm_eps=1e-6, rope_theta=500000.0, tie_word_embeddings=False, initializer_range=0.1,
+                         hidden_act="silu", attn_implementation="eager", bos_token_id=1, eos_token_id=2)
+    model = perturb(tf.LlamaForCausalLM(cfg).eval(), seed=5)
+    ids = torch.tensor([[1, 15, 27, 88, 4, 61, 33, 9, 50, 12, 70], [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]],
+                       dtype=torch.int64)
+
+    def refs(m):
+        with torch.no_grad():
+            o = m(input_ids=ids, output_hidden_states=True)
+            gen = greedy(m, ids[:1, :5], 12)
+        return {"input_ids": ids, "logits": o.logits, "last_hidden_state": o.hidden_states[-1],
+                "prompt_ids": ids[:1, :5], "generated_ids": gen}
+
+    save(model, "llama-tiny", refs, max_shard_size="20KB")
+
+    torch.manual_seed(6)
+    cfg = tf.LlamaConfig(vocab_size=97, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=64,
+                         rms_norm_eps=1e-5, rope_theta=25000.0, tie_word_embeddings=True, initializer_range=0.1,
+                         hidden_act="silu", attn_implementation="eager", bos_token_id=1, eos_token_id=2)
+    model = perturb(tf.LlamaForCausalLM(cfg).eval(), seed=6)
+    path = save(model, "llama-tiny-f16", refs, dtype=torch.float16)
+    # The transformers-4 spelling of the same configuration (Llama-2 folders on the hub look like this).
+    cpath = os.path.join(path, "config.json")
+    with open(cpath) as f:
+        c = json.load(f)
+    rp = c.pop("rope_parameters", None) or {}
+    c["rope_theta"] = rp.get("rope_theta", 25000.0)
+    c["rope_scaling"] = None
+    with open(cpath, "w") as f:
+        json.dump(c, f, indent=2, sort_keys=True)
+
+
+if __name__ == "__main__":
+    torch.set_num_threads(1)
+    os.makedirs(OUT, exist_ok=True)
+    bert()
+    gpt2()
+    vit()
+    llama()
+    total = 0
+    for root, _, files in os.walk(OUT):
+        for name in files:
+            total += os.path.getsize(os.path.join(root, name))
+    print(f"fixtures in {OUT}: {total / 1024:.0f} KiB")
