@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <utility>
 
 #include "nn/rope.h"
 
@@ -116,6 +117,78 @@ Tensor linear_attention_recurrent(const Tensor& phi_q, const Tensor& phi_k, cons
   return cat(ys, 2);
 }
 
+AttentionMixer::AttentionMixer(MixerConfig c, std::shared_ptr<FeatureMap> fm) : cfg(std::move(c)), feature_map(std::move(fm)) {
+  HH_CHECK(cfg.chunk > 0, "attention: chunk must be positive, got ", cfg.chunk);
+  HH_CHECK((cfg.mixer == "softmax") == (feature_map == nullptr), "attention: mixer '", cfg.mixer,
+           "' needs ", feature_map ? "no feature map" : "a feature map");
+}
+
+std::shared_ptr<FeatureMap> make_mixer_feature_map(const std::string& mixer, FeatureMapConfig fc, int64_t heads,
+                                                   int64_t head_dim, Init init) {
+  if (mixer == "softmax") return nullptr;
+  fc.name = mixer;
+  fc.heads = heads;
+  fc.head_dim = head_dim;
+  return make_feature_map(fc, init);
+}
+
+Tensor AttentionMixer::forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
+                               TraceRequest* trace) const {
+  const int64_t L = q.size(2);
+  AttentionTrace tr;
+  Tensor y;  // (B,H,L,Dv)
+  if (!feature_map) {
+    y = softmax_attention(q, k, v, cfg.causal, key_mask, trace && trace->weights ? &tr.weights : nullptr);
+  } else {
+    FeatureContext ctx{0, L};
+    Tensor pq = feature_map->forward(q, true, ctx), pk = feature_map->forward(k, false, ctx);
+    bool need_weights = trace && (trace->weights || trace->teacher);
+    if (need_weights || cfg.form == LinearForm::quadratic) {
+      y = linear_attention_quadratic(pq, pk, v, cfg.causal, cfg.eps, key_mask, &tr.weights);
+    } else if (!cfg.causal || cfg.form == LinearForm::noncausal) {
+      HH_CHECK(!cfg.causal, "attention: the noncausal form cannot be used in a causal model");
+      y = linear_attention_noncausal(pq, pk, v, cfg.eps, key_mask);
+    } else if (cfg.form == LinearForm::recurrent) {
+      HH_CHECK(!key_mask.defined(), "attention: the recurrent form takes no key mask");
+      y = linear_attention_recurrent(pq, pk, v, cfg.eps);
+    } else {
+      Tensor pk_masked = key_mask.defined() ? mul(pk, transpose(key_mask_4d(key_mask, pk.dtype()), -1, -2)) : pk;
+      y = linear_attention_causal(pq, pk_masked, v, cfg.chunk, cfg.eps);
+    }
+  }
+  if (trace) {
+    NoGradGuard ng;
+    if (trace->teacher) {  // the softmax teacher sees the same q, k the student maps
+      tr.teacher = softmax_attention_weights(q.detach(), k.detach(), cfg.causal, key_mask);
+      tr.teacher_output = matmul(tr.teacher, v.detach());
+      tr.output = y;  // keeps its graph: the output-MSE term trains through it
+    }
+    if (trace->scores)
+      tr.scores = mul(matmul(q.detach(), transpose(k.detach(), -1, -2)), 1.0 / std::sqrt(double(q.size(-1))));
+    trace->layers.push_back(tr);
+  }
+  return y;
+}
+
+Tensor AttentionMixer::linear_step(const Tensor& q, const Tensor& k, const Tensor& v, RecurrentState& state) const {
+  HH_CHECK(feature_map != nullptr, "attention: recurrent decoding needs a linear (feature-map) mixer, not softmax");
+  HH_CHECK(cfg.causal, "attention: recurrent decoding needs a causal model");
+  FeatureContext ctx{state.pos, 0};
+  Tensor pq = feature_map->forward(q, true, ctx), pk = feature_map->forward(k, false, ctx);
+  return linear_attention_step(pq, pk, v, cfg.eps, state);
+}
+
+Tensor AttentionMixer::step(const Tensor& q, const Tensor& k, const Tensor& v, DecodeCache& cache) const {
+  HH_CHECK(q.dim() == 4 && q.size(2) == 1 && k.size(2) == 1 && v.size(2) == 1,
+           "attention step: expected one token q, k, v (B,H,1,D), got ", q.shape(), ", ", k.shape(), ", ", v.shape());
+  if (feature_map) return linear_step(q, k, v, cache.linear);
+  HH_CHECK(cfg.causal, "attention step: decoding needs a causal model");
+  cache.k = cache.k.defined() ? cat({cache.k, k}, 2) : k;  // (B,H,T,D)
+  cache.v = cache.v.defined() ? cat({cache.v, v}, 2) : v;
+  // The newest query sees every cached key: non-causal attention of one query over T keys.
+  return softmax_attention(q, cache.k, cache.v, false, Tensor());
+}
+
 Attention::Attention(const AttentionConfig& c, Init init) : cfg(c) {
   HH_CHECK(c.dim > 0 && c.heads > 0 && c.head_dim > 0, "Attention: dim, heads, head_dim must be positive, got ", c.dim,
            ", ", c.heads, ", ", c.head_dim);
@@ -125,13 +198,9 @@ Attention::Attention(const AttentionConfig& c, Init init) : cfg(c) {
   k_proj = register_module("k_proj", std::make_shared<Linear>(c.dim, inner, c.bias, init));
   v_proj = register_module("v_proj", std::make_shared<Linear>(c.dim, inner, c.bias, init));
   o_proj = register_module("o_proj", std::make_shared<Linear>(inner, c.dim, c.bias, init));
-  if (c.mixer != "softmax") {
-    FeatureMapConfig fc = c.feature_map;
-    fc.name = c.mixer;
-    fc.heads = c.heads;
-    fc.head_dim = c.head_dim;
-    feature_map = register_module("feature_map", make_feature_map(fc, init));
-  }
+  if (c.mixer != "softmax")
+    feature_map = register_module("feature_map", make_mixer_feature_map(c.mixer, c.feature_map, c.heads, c.head_dim, init));
+  mixer = AttentionMixer(MixerConfig{c.mixer, c.causal, c.form, c.chunk, c.eps}, feature_map);
 }
 
 void Attention::project(const Tensor& x, int64_t pos_offset, Tensor& q, Tensor& k, Tensor& v) const {
@@ -151,51 +220,16 @@ Tensor Attention::forward(const Tensor& x, const Tensor& key_mask, TraceRequest*
   Tensor q, k, v;
   project(x, 0, q, k, v);
   const int64_t B = x.size(0), L = x.size(1);
-  AttentionTrace tr;
-  Tensor y;  // (B,H,L,D)
-  if (!feature_map) {
-    y = softmax_attention(q, k, v, cfg.causal, key_mask, trace && trace->weights ? &tr.weights : nullptr);
-  } else {
-    FeatureContext ctx{0, L};
-    Tensor pq = feature_map->forward(q, true, ctx), pk = feature_map->forward(k, false, ctx);
-    bool need_weights = trace && (trace->weights || trace->teacher);
-    if (need_weights || cfg.form == LinearForm::quadratic) {
-      y = linear_attention_quadratic(pq, pk, v, cfg.causal, cfg.eps, key_mask, &tr.weights);
-    } else if (!cfg.causal || cfg.form == LinearForm::noncausal) {
-      HH_CHECK(!cfg.causal, "Attention: the noncausal form cannot be used in a causal model");
-      y = linear_attention_noncausal(pq, pk, v, cfg.eps, key_mask);
-    } else if (cfg.form == LinearForm::recurrent) {
-      HH_CHECK(!key_mask.defined(), "Attention: the recurrent form takes no key mask");
-      y = linear_attention_recurrent(pq, pk, v, cfg.eps);
-    } else {
-      Tensor pk_masked = key_mask.defined() ? mul(pk, transpose(key_mask_4d(key_mask, pk.dtype()), -1, -2)) : pk;
-      y = linear_attention_causal(pq, pk_masked, v, cfg.chunk, cfg.eps);
-    }
-  }
-  if (trace) {
-    NoGradGuard ng;
-    if (trace->teacher) {  // the softmax teacher sees the same q, k the student maps
-      tr.teacher = softmax_attention_weights(q.detach(), k.detach(), cfg.causal, key_mask);
-      tr.teacher_output = matmul(tr.teacher, v.detach());
-      tr.output = y;  // keeps its graph: the output-MSE term trains through it
-    }
-    if (trace->scores)
-      tr.scores = mul(matmul(q.detach(), transpose(k.detach(), -1, -2)), 1.0 / std::sqrt(double(cfg.head_dim)));
-    trace->layers.push_back(tr);
-  }
+  Tensor y = mixer.forward(q, k, v, key_mask, trace);  // (B,H,L,D)
   Tensor merged = reshape(transpose(y, 1, 2), {B, L, cfg.heads * cfg.head_dim});
   return o_proj->forward(merged);
 }
 
 Tensor Attention::step(const Tensor& x, RecurrentState& state) {
-  HH_CHECK(feature_map != nullptr, "Attention::step: recurrent decoding needs a linear (feature-map) mixer, not softmax");
-  HH_CHECK(cfg.causal, "Attention::step: recurrent decoding needs a causal model");
   HH_CHECK(x.dim() == 3 && x.size(1) == 1, "Attention::step: expected x (B,1,C), got ", x.shape());
   Tensor q, k, v;
   project(x, state.pos, q, k, v);
-  FeatureContext ctx{state.pos, 0};
-  Tensor pq = feature_map->forward(q, true, ctx), pk = feature_map->forward(k, false, ctx);
-  Tensor y = linear_attention_step(pq, pk, v, cfg.eps, state);
+  Tensor y = mixer.linear_step(q, k, v, state);
   return o_proj->forward(reshape(transpose(y, 1, 2), {x.size(0), 1, cfg.heads * cfg.head_dim}));
 }
 

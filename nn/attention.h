@@ -68,6 +68,50 @@ Tensor linear_attention_step(const Tensor& phi_q, const Tensor& phi_k, const Ten
 // The recurrent form over a whole sequence, token by token (reference for the other forms).
 Tensor linear_attention_recurrent(const Tensor& phi_q, const Tensor& phi_k, const Tensor& v, double eps);
 
+// The attention computation after the projections, shared by nn::Attention and the HF model
+// families (nn/models/): softmax (the fused kernel unless weights or a padding mask are asked for)
+// or a feature map in one of the linear forms, the distillation/diagnostic traces, and one-token
+// decoding. Not a Module: the owner registers the feature map under its own "feature_map" child,
+// so parameter paths stay the owner's (HF names plus ".feature_map." for the new weights).
+struct MixerConfig {
+  std::string mixer = "softmax";  // or a feature-map name
+  bool causal = true;
+  LinearForm form = LinearForm::chunked;  // linear mixers; causal=false uses noncausal/quadratic
+  int64_t chunk = 64;
+  double eps = 1e-6;
+};
+
+// Decoding state of one layer: softmax keeps its keys/values (a KV cache), a linear mixer its O(1)
+// recurrent state.
+struct DecodeCache {
+  Tensor k, v;           // (B,H,T,D) softmax: every key/value so far
+  RecurrentState linear; // linear mixers
+  int64_t pos() const { return k.defined() ? k.size(2) : linear.pos; }  // tokens seen
+};
+
+class AttentionMixer {
+ public:
+  AttentionMixer() = default;
+  // feature_map: null for softmax; for a linear mixer, built with make_mixer_feature_map.
+  AttentionMixer(MixerConfig cfg, std::shared_ptr<FeatureMap> feature_map);
+  // q, k (B,H,L,D), v (B,H,L,Dv) -> (B,H,L,Dv). key_mask (B,L) bool (true = real token) or undefined.
+  // trace (may be null) gets this layer's AttentionTrace appended.
+  Tensor forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
+                 TraceRequest* trace) const;
+  // One token per call (causal only): q, k, v (B,H,1,D) -> (B,H,1,Dv); the cache grows by one.
+  Tensor step(const Tensor& q, const Tensor& k, const Tensor& v, DecodeCache& cache) const;
+  // The linear recurrent step alone (what nn::Attention::step uses).
+  Tensor linear_step(const Tensor& q, const Tensor& k, const Tensor& v, RecurrentState& state) const;
+  bool is_linear() const { return feature_map != nullptr; }
+
+  MixerConfig cfg;
+  std::shared_ptr<FeatureMap> feature_map;
+};
+
+// The feature map of a mixer (null for "softmax"): fc with name/heads/head_dim set from the arguments.
+std::shared_ptr<FeatureMap> make_mixer_feature_map(const std::string& mixer, FeatureMapConfig fc, int64_t heads,
+                                                   int64_t head_dim, Init init);
+
 class Attention : public Module {
  public:
   Attention(const AttentionConfig& cfg, Init init);
@@ -83,6 +127,7 @@ class Attention : public Module {
   AttentionConfig cfg;
   std::shared_ptr<Linear> q_proj, k_proj, v_proj, o_proj;
   std::shared_ptr<FeatureMap> feature_map;  // null for softmax
+  AttentionMixer mixer;
 
  private:
   // x (B,L,C) -> q, k, v (B,H,L,D) with RoPE applied to q and k.

@@ -179,3 +179,29 @@ TEST_CASE("DecoderLM: recurrent decoding matches the full forward") {
       }(),
       doctest::Contains("recurrent decoding needs a linear"), hh::Error);
 }
+
+TEST_CASE("AttentionMixer: one-token decoding (KV cache for softmax, recurrent state for linear) matches the forward") {
+  Generator g(11);
+  const int64_t B = 2, H = 3, L = 6, D = 4;
+  Tensor q = randn({B, H, L, D}, g), k = randn({B, H, L, D}, g), v = randn({B, H, L, D}, g);
+  for (const std::string mixer : {"softmax", "hedgehog", "elu"}) {
+    CAPTURE(mixer);
+    Generator ig(3);
+    MixerConfig mc;
+    mc.mixer = mixer;
+    AttentionMixer m(mc, make_mixer_feature_map(mixer, FeatureMapConfig{}, H, D, {ig}));
+    Tensor full = m.forward(q, k, v, Tensor(), nullptr);  // (B,H,L,D) causal
+    DecodeCache cache;
+    std::vector<Tensor> ys;
+    for (int64_t t = 0; t < L; ++t)
+      ys.push_back(m.step(slice(q, 2, t, t + 1), slice(k, 2, t, t + 1), slice(v, 2, t, t + 1), cache));
+    CHECK(cache.pos() == L);
+    CHECK(rel_rms(cat(ys, 2), full) < 1e-5);
+  }
+  MixerConfig bad;
+  bad.causal = false;
+  AttentionMixer enc(bad, nullptr);
+  DecodeCache c;
+  CHECK_THROWS_WITH_AS(enc.step(slice(q, 2, 0, 1), slice(k, 2, 0, 1), slice(v, 2, 0, 1), c),
+                       doctest::Contains("decoding needs a causal model"), hh::Error);
+}
