@@ -1,0 +1,62 @@
+#include "nn/models/hf_weights.h"
+
+#include <filesystem>
+#include <map>
+#include <set>
+#include <sstream>
+#include <vector>
+
+#include "core/error.h"
+
+namespace hh::nn {
+
+SafeTensors read_hf_weights(const std::string& folder) {
+  namespace fs = std::filesystem;
+  const fs::path dir(folder), single = dir / "model.safetensors", index = dir / "model.safetensors.index.json";
+  std::error_code ec;
+  if (fs::exists(single, ec)) return load_safetensors(single.string());
+  if (fs::exists(index, ec)) return load_safetensors_sharded(index.string());
+  HH_CHECK(fs::is_directory(dir, ec), "hf: ", folder, " is not a folder");
+  fail(str("hf: ", folder, " has neither model.safetensors nor model.safetensors.index.json"));
+}
+
+namespace {
+std::string join(const std::vector<std::string>& v) {
+  std::ostringstream os;
+  for (size_t i = 0; i < v.size(); ++i) os << (i ? ", " : "") << v[i];
+  return os.str();
+}
+bool is_new_weight(const std::string& name) { return name.find(".feature_map.") != std::string::npos; }
+}  // namespace
+
+void load_hf_weights(Module& model, const SafeTensors& weights, const std::string& origin, const HFRename& rename,
+                     const HFTransform& transform) {
+  std::map<std::string, Tensor> state;
+  std::map<std::string, std::string> source;  // model name -> file name
+  for (const auto& [file_name, t] : weights.tensors) {
+    std::string name = rename ? rename(file_name) : file_name;
+    if (name.empty()) continue;
+    auto [it, fresh] = source.emplace(name, file_name);
+    HH_CHECK(fresh, "hf: ", origin, ": tensors '", it->second, "' and '", file_name, "' both load into '", name, "'");
+    state[name] = transform ? transform(name, t) : t;
+  }
+  std::set<std::string> mine;
+  std::vector<std::string> missing, unexpected, mismatched;
+  for (const auto& [name, t] : model.state_dict()) {
+    mine.insert(name);
+    auto it = state.find(name);
+    if (it == state.end()) {
+      if (!is_new_weight(name)) missing.push_back(name);
+    } else if (it->second.shape() != t.shape()) {
+      mismatched.push_back(str(source[name], " (file ", it->second.shape(), ", model ", t.shape(), ")"));
+    }
+  }
+  for (const auto& [name, t] : state)
+    if (!mine.count(name)) unexpected.push_back(source[name]);
+  HH_CHECK(missing.empty() && unexpected.empty(), "hf: ", origin, ": weights do not match the model: missing [",
+           join(missing), "], unexpected [", join(unexpected), "]");
+  HH_CHECK(mismatched.empty(), "hf: ", origin, ": wrong shape for ", join(mismatched));
+  model.load_state_dict(state, /*strict=*/false);
+}
+
+}  // namespace hh::nn

@@ -1,0 +1,44 @@
+// Weights of an HF model folder into a Module whose parameter names are HF's own.
+// The folder holds model.safetensors, or model.safetensors.index.json and its shards; f32, bf16
+// and f16 tensors are cast to each parameter's dtype. A family passes a rename (the few names
+// that differ: GPT-2's "transformer." prefix, old BERT "LayerNorm.gamma/beta"; "" drops a tensor,
+// e.g. GPT-2's attn.bias masks) and a transform (GPT-2's Conv1D weights are stored (in, out)).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "core/safetensors.h"
+#include "nn/attention.h"
+#include "nn/module.h"
+
+namespace hh::nn {
+
+// How an imported model is built: the attention every layer uses (softmax as trained, or a feature
+// map in one of the linear forms, whose new weights are drawn from `seed`), and where it lives.
+struct HFModelOptions {
+  std::string mixer = "softmax";
+  LinearForm form = LinearForm::chunked;
+  int64_t chunk = 64;
+  double eps = 1e-6;
+  FeatureMapConfig feature_map;  // name/heads/head_dim are filled in per layer
+  Device device = Device::cpu();
+  DType dtype = DType::f32;  // parameter dtype after loading (the file may hold bf16/f16)
+  uint64_t seed = 0;
+};
+
+// The weight file(s) of a folder: model.safetensors, else model.safetensors.index.json with shards.
+// Errors name the folder when neither exists.
+SafeTensors read_hf_weights(const std::string& folder);
+
+using HFRename = std::function<std::string(const std::string& file_name)>;          // "" = not a weight
+using HFTransform = std::function<Tensor(const std::string& model_name, const Tensor& t)>;  // may be empty
+
+// Copies the file's tensors into `model`. Every parameter and buffer of the model must be given,
+// except the attention feature maps' own (names containing ".feature_map.", new in conversion), and
+// every file tensor must be used: otherwise one error lists both sets (and any shape mismatch),
+// naming `origin`. Two file names renamed to the same model name are an error.
+void load_hf_weights(Module& model, const SafeTensors& weights, const std::string& origin, const HFRename& rename,
+                     const HFTransform& transform = nullptr);
+
+}  // namespace hh::nn
