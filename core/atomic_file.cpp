@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -229,6 +230,38 @@ std::string read_file(const std::string& path) {
   std::string out(static_cast<size_t>(f.size()), '\0');
   if (!out.empty()) f.read_at(0, &out[0], f.size());
   return out;
+}
+
+std::shared_ptr<MappedFile> MappedFile::open(const std::string& path) {
+  std::shared_ptr<MappedFile> m(new MappedFile());
+  m->path_ = path;
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  HH_CHECK(fd >= 0, "cannot open ", path, ": ", errno_str(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    int err = errno;
+    ::close(fd);
+    fail(str("cannot map ", path, ": ", errno_str(err)));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    fail(str("cannot map ", path, ": not a regular file"));
+  }
+  m->size_ = static_cast<uint64_t>(st.st_size);
+  if (m->size_ > 0) {
+    void* p = ::mmap(nullptr, m->size_, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+    int err = errno;
+    ::close(fd);
+    HH_CHECK(p != MAP_FAILED, "cannot map ", path, ": ", errno_str(err));
+    m->data_ = static_cast<unsigned char*>(p);
+  } else {
+    ::close(fd);
+  }
+  return m;
+}
+
+MappedFile::~MappedFile() {
+  if (data_) ::munmap(data_, size_);
 }
 
 }  // namespace hh

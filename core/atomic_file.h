@@ -4,6 +4,7 @@
 // (safetensors loads tensors straight into their storage without a second copy of the file).
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 
 namespace hh {
@@ -47,6 +48,28 @@ class InputFile {
  private:
   std::string path_;
   int fd_ = -1;
+  uint64_t size_ = 0;
+};
+
+// A whole file mapped copy-on-write (MAP_PRIVATE): tensors may view its bytes without a copy, and
+// a write into such a view stays private to this process (the file itself never changes). Errors
+// name the path and the OS error. (Another process truncating the file while it is mapped makes
+// reads of the lost pages fault, as with every mmap-based loader.)
+class MappedFile {
+ public:
+  static std::shared_ptr<MappedFile> open(const std::string& path);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  unsigned char* data() const { return data_; }
+  uint64_t size() const { return size_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  MappedFile() = default;
+  std::string path_;
+  unsigned char* data_ = nullptr;
   uint64_t size_ = 0;
 };
 

@@ -5,14 +5,17 @@
 #include "core/safetensors.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <set>
 
 #include <nlohmann/json.hpp>
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/storage.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors I/O assumes a little-endian host");
 
@@ -388,6 +391,27 @@ uint64_t check_prefix(const unsigned char* prefix, uint64_t file_size, const std
   return n;
 }
 
+// A bool byte other than 0/1 is undefined behaviour when read.
+void check_bool_bytes(const unsigned char* b, uint64_t nbytes, const std::string& name, const std::string& origin) {
+  for (uint64_t i = 0; i < nbytes; ++i) {
+    if (b[i] > 1) bad(origin, str("tensor ", quote(name), ": BOOL element ", i, " has byte value ", int(b[i]), " (must be 0 or 1)"));
+  }
+}
+
+// A contiguous CPU tensor over `nbytes` of existing memory (the shared_ptr keeps it alive).
+Tensor tensor_view_of(std::shared_ptr<void> data, uint64_t nbytes, const Shape& shape, DType dtype) {
+  auto storage = std::make_shared<Storage>();
+  storage->data = std::move(data);
+  storage->nbytes = static_cast<size_t>(nbytes);
+  storage->device = Device::cpu();
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::move(storage);
+  impl->shape = shape;
+  impl->strides = contiguous_strides(shape);
+  impl->dtype = dtype;
+  return Tensor(std::move(impl));
+}
+
 // Copies each tensor's bytes (read(data_offset, dst, nbytes)) into new CPU tensors.
 template <typename ReadFn>
 SafeTensors materialize(const Header& h, const std::string& origin, ReadFn&& read) {
@@ -397,14 +421,7 @@ SafeTensors materialize(const Header& h, const std::string& origin, ReadFn&& rea
     Tensor t = empty(e.shape, {e.dtype, Device::cpu()});
     uint64_t nbytes = e.end - e.begin;
     if (nbytes > 0) read(e.begin, t.raw_data(), nbytes);
-    if (e.dtype == DType::boolean) {  // a bool byte other than 0/1 is undefined behaviour when read
-      const auto* b = static_cast<const unsigned char*>(t.raw_data());
-      for (uint64_t i = 0; i < nbytes; ++i) {
-        if (b[i] > 1)
-          bad(origin,
-              str("tensor ", quote(e.name), ": BOOL element ", i, " has byte value ", int(b[i]), " (must be 0 or 1)"));
-      }
-    }
+    if (e.dtype == DType::boolean) check_bool_bytes(static_cast<const unsigned char*>(t.raw_data()), nbytes, e.name, origin);
     out.tensors.emplace(e.name, t);
     out.order.push_back(e.name);
   }
@@ -442,17 +459,31 @@ SafeTensors parse_safetensors(const std::string& bytes, const std::string& origi
 
 SafeTensors load_safetensors(const std::string& path, Device device) {
   return prefixed(path, [&] {
-    InputFile f(path);
-    const uint64_t size = f.size();
+    std::shared_ptr<MappedFile> file = MappedFile::open(path);
+    const uint64_t size = file->size();
     if (size < 8) bad(path, str("file is ", size, " bytes, shorter than the 8-byte header length"));
-    unsigned char prefix[8];
-    f.read_at(0, prefix, 8);
-    uint64_t n = check_prefix(prefix, size, path);  // before the header buffer is allocated
-    std::string header(static_cast<size_t>(n), '\0');
-    if (n > 0) f.read_at(8, &header[0], n);
-    Header h = parse_header(header.data(), header.size(), size - 8 - n, path);
-    SafeTensors st =
-        materialize(h, path, [&](uint64_t off, void* dst, uint64_t nb) { f.read_at(8 + n + off, dst, nb); });
+    const unsigned char* bytes = file->data();
+    uint64_t n = check_prefix(bytes, size, path);
+    Header h = parse_header(reinterpret_cast<const char*>(bytes) + 8, static_cast<size_t>(n), size - 8 - n, path);
+    unsigned char* data = file->data() + 8 + n;
+    // Tensors view the mapping (no copy) where the element alignment allows, else get a copy. The
+    // mapping lives as long as any view: each view's storage holds the MappedFile.
+    SafeTensors st;
+    st.metadata = h.metadata;
+    for (const Entry& e : h.entries) {
+      const uint64_t nbytes = e.end - e.begin;
+      unsigned char* p = data + e.begin;
+      if (e.dtype == DType::boolean) check_bool_bytes(p, nbytes, e.name, path);
+      Tensor t;
+      if (nbytes > 0 && reinterpret_cast<uintptr_t>(p) % itemsize(e.dtype) == 0) {
+        t = tensor_view_of(std::shared_ptr<void>(file, p), nbytes, e.shape, e.dtype);
+      } else {
+        t = empty(e.shape, {e.dtype, Device::cpu()});
+        if (nbytes > 0) std::memcpy(t.raw_data(), p, nbytes);
+      }
+      st.tensors.emplace(e.name, t);
+      st.order.push_back(e.name);
+    }
     move_to(st, device);
     return st;
   });

@@ -661,3 +661,31 @@ TEST_CASE("atomic_file: write, overwrite, read and clear errors") {
   expect_error([&] { read_file(dir.file("nope")); }, "read_file: ", {dir.file("nope"), "No such file or directory"});
   expect_error([&] { read_file(dir.path.string()); }, "read_file: ", {"not a regular file", "folder"});
 }
+
+TEST_CASE("safetensors: load maps the file; views stay private, outlive the result, and misaligned data is copied") {
+  TempDir dir;
+  const std::string path = dir.file("m.safetensors");
+  // u8 (1 byte) at 0, then an f32 at offset 1: misaligned for a view, so it must be copied.
+  std::string header = "{\"a\":" + ent("U8", "[1]", 0, 1) + ",\"b\":" + ent("F32", "[1]", 1, 5) + "}";
+  while ((header.size() + 8) % 8) header += ' ';
+  float one = 1.5f;
+  std::string data(1, '\x07');
+  data.append(reinterpret_cast<const char*>(&one), 4);
+  write_file_atomic(path, st_file(header, data));
+  Tensor b;
+  {
+    SafeTensors st = load_safetensors(path);
+    b = st.tensors.at("b");
+    CHECK(to_vector<double>(st.tensors.at("a")) == std::vector<double>{7});
+  }
+  CHECK(to_vector<double>(b) == std::vector<double>{1.5});
+
+  save_safetensors(path, {{"w", from_vector(std::vector<double>{1, 2, 3}, {3}, {DType::f32})}});
+  Tensor w = load_safetensors(path).tensors.at("w");  // the result is gone; the view keeps the mapping
+  copy_(w, from_vector(std::vector<double>{9, 9, 9}, {3}, {DType::f32}));
+  CHECK(to_vector<double>(w) == std::vector<double>{9, 9, 9});
+  // The write went to this process's private copy of the pages, never to the file.
+  CHECK(to_vector<double>(load_safetensors(path).tensors.at("w")) == std::vector<double>{1, 2, 3});
+  expect_error([&] { load_safetensors(dir.path.string()); }, "safetensors: " + dir.path.string() + ": ",
+               {"not a regular file"});
+}
