@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "nn/attention.h"
+#include "nn/layers.h"
 #include "nn/models/hf_config.h"
 #include "nn/models/hf_weights.h"
 #include "nn/module.h"
@@ -64,6 +65,14 @@ std::shared_ptr<HFModel> make_gpt2(const HFConfig& config, const HFModelOptions&
 std::shared_ptr<HFModel> make_llama(const HFConfig& config, const HFModelOptions& options, const std::string& folder);
 std::shared_ptr<HFModel> make_bert(const HFConfig& config, const HFModelOptions& options, const std::string& folder);
 std::shared_ptr<HFModel> make_vit(const HFConfig& config, const HFModelOptions& options, const std::string& folder);
+
+// Helpers shared by the families.
+// The activation named by config key `key` (`def` when not given); an unknown name is an error
+// naming the key, the value and the file.
+Activation hf_activation(const HFConfig& config, const std::string& key, const std::string& def);
+// ids must be (B,L) i64 with L >= 1 and pos + L <= max_positions (when max_positions >= 0);
+// errors start with `who`.
+void check_token_ids(const Tensor& ids, int64_t pos, int64_t max_positions, const std::string& who);
 
 // The "architectures" entries load_hf_model accepts (and the "model_type" fallbacks it maps).
 std::vector<std::string> supported_hf_architectures();
