@@ -135,8 +135,9 @@ DecodeState GPT2LMHeadModel::start_decoding() const {
 }
 
 Tensor GPT2LMHeadModel::step(const Tensor& ids, DecodeState& state) {
+  HH_CHECK(ids.defined() && ids.dim() == 2 && ids.size(1) == 1, "gpt2 step: expected ids (B,1), got ",
+           ids.defined() ? str(ids.shape()) : std::string("an undefined tensor"));
   check_token_ids(ids, state.pos, cfg.n_positions, "gpt2 step");
-  HH_CHECK(ids.size(1) == 1, "gpt2 step: expected ids (B,1), got ", ids.shape());
   HH_CHECK(state.layers.size() == transformer->h->size(), "gpt2 step: the DecodeState has ", state.layers.size(),
            " layers, the model ", transformer->h->size(), " (use start_decoding())");
   Tensor x = transformer->embed(ids, state.pos);

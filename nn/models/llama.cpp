@@ -167,8 +167,9 @@ DecodeState LlamaForCausalLM::start_decoding() const {
 }
 
 Tensor LlamaForCausalLM::step(const Tensor& ids, DecodeState& state) {
+  HH_CHECK(ids.defined() && ids.dim() == 2 && ids.size(1) == 1, "llama step: expected ids (B,1), got ",
+           ids.defined() ? str(ids.shape()) : std::string("an undefined tensor"));
   check_token_ids(ids, state.pos, cfg.max_position_embeddings, "llama step");
-  HH_CHECK(ids.size(1) == 1, "llama step: expected ids (B,1), got ", ids.shape());
   HH_CHECK(state.layers.size() == model->layers->size(), "llama step: the DecodeState has ", state.layers.size(),
            " layers, the model ", model->layers->size(), " (use start_decoding())");
   Tensor x = model->embed_tokens->forward(ids);
