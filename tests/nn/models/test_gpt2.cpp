@@ -12,6 +12,7 @@
 using namespace hh;
 using namespace hh::nn;
 using hh::test::hf_fixture;
+using hh::test::test_device;
 using hh::test::hf_reference;
 using hh::test::rel_err;
 
@@ -146,7 +147,7 @@ TEST_CASE("GPT-2: bad input and unsupported configurations are named") {
     hh::test::ScratchFolder dir("gpt2-tiny");
     dir.replace("config.json", c.from, c.to);
     CHECK_THROWS_WITH_AS(load_hf_model(dir.path()), doctest::Contains(c.message), Error);
-    CHECK_THROWS_WITH_AS(load_hf_model(dir.path()), doctest::Contains(dir.file("config.json")), Error);
+    CHECK_THROWS_WITH_AS(load_hf_model(dir.path()), doctest::Contains(dir.file("config.json").c_str()), Error);
   }
 }
 

@@ -15,6 +15,7 @@
 using namespace hh;
 using namespace hh::nn;
 using hh::test::hf_fixture;
+using hh::test::test_device;
 using hh::test::hf_reference;
 using hh::test::rel_err;
 
@@ -138,7 +139,7 @@ TEST_CASE("Llama: unsupported configurations are errors naming key and file") {
     hh::test::ScratchFolder dir(c.fixture);
     dir.replace("config.json", c.from, c.to);
     CHECK_THROWS_WITH_AS(load_hf_model(dir.path()), doctest::Contains(c.message), Error);
-    CHECK_THROWS_WITH_AS(load_hf_model(dir.path()), doctest::Contains(dir.file("config.json")), Error);
+    CHECK_THROWS_WITH_AS(load_hf_model(dir.path()), doctest::Contains(dir.file("config.json").c_str()), Error);
   }
 }
 
