@@ -33,10 +33,10 @@ Dropout::Dropout(double prob, uint64_t seed) : p(prob), gen(seed) {
 
 Activation parse_activation(const std::string& name) {
   if (name == "gelu") return Activation::gelu_erf;
-  if (name == "gelu_new" || name == "gelu_tanh") return Activation::gelu_tanh;
+  if (name == "gelu_new" || name == "gelu_tanh" || name == "gelu_pytorch_tanh") return Activation::gelu_tanh;
   if (name == "relu") return Activation::relu;
   if (name == "silu" || name == "swish") return Activation::silu;
-  fail(str("activation: unknown name '", name, "' (expected gelu, gelu_tanh, relu, silu)"));
+  fail(str("activation: unknown name '", name, "' (expected gelu, gelu_new, gelu_tanh, gelu_pytorch_tanh, relu, silu, swish)"));
 }
 
 Tensor activate(const Tensor& x, Activation a) {

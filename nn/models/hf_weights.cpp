@@ -33,11 +33,13 @@ void load_hf_weights(Module& model, const SafeTensors& weights, const std::strin
                      const HFTransform& transform) {
   std::map<std::string, Tensor> state;
   std::map<std::string, std::string> source;  // model name -> file name
+  std::map<std::string, Shape> file_shape;    // model name -> shape as stored (before the transform)
   for (const auto& [file_name, t] : weights.tensors) {
     std::string name = rename ? rename(file_name) : file_name;
     if (name.empty()) continue;
     auto [it, fresh] = source.emplace(name, file_name);
     HH_CHECK(fresh, "hf: ", origin, ": tensors '", it->second, "' and '", file_name, "' both load into '", name, "'");
+    file_shape[name] = t.shape();
     state[name] = transform ? transform(name, t) : t;
   }
   std::set<std::string> mine;
@@ -48,7 +50,9 @@ void load_hf_weights(Module& model, const SafeTensors& weights, const std::strin
     if (it == state.end()) {
       if (!is_new_weight(name)) missing.push_back(name);
     } else if (it->second.shape() != t.shape()) {
-      mismatched.push_back(str(source[name], " (file ", it->second.shape(), ", model ", t.shape(), ")"));
+      const Shape& stored = file_shape[name];
+      const std::string as_loaded = stored == it->second.shape() ? "" : str(", loaded as ", it->second.shape());
+      mismatched.push_back(str(source[name], " (file ", stored, as_loaded, ", model ", t.shape(), ")"));
     }
   }
   for (const auto& [name, t] : state)

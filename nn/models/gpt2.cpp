@@ -1,0 +1,173 @@
+#include "nn/models/gpt2.h"
+
+#include <utility>
+
+#include "core/error.h"
+
+namespace hh::nn {
+
+GPT2Config GPT2Config::from_hf(const HFConfig& config) {
+  GPT2Config c;
+  c.vocab_size = config.get_int("vocab_size");
+  c.n_positions = config.get_int("n_positions");
+  c.n_embd = config.get_int("n_embd");
+  c.n_layer = config.get_int("n_layer");
+  c.n_head = config.get_int("n_head");
+  c.n_inner = config.get_int("n_inner", 4 * c.n_embd);
+  c.layer_norm_epsilon = config.get_double("layer_norm_epsilon", 1e-5);
+  c.activation = hf_activation(config, "activation_function", "gelu_new");
+  const auto where = config.origin();
+  HH_CHECK(c.vocab_size > 0 && c.n_positions > 0 && c.n_embd > 0 && c.n_layer > 0 && c.n_head > 0 && c.n_inner > 0,
+           "gpt2: ", where, ": vocab_size, n_positions, n_embd, n_layer, n_head and n_inner must be positive");
+  HH_CHECK(c.n_embd % c.n_head == 0, "gpt2: ", where, ": n_embd ", c.n_embd, " is not a multiple of n_head ", c.n_head);
+  // Variants this implementation does not compute: refuse them rather than run something else.
+  HH_CHECK(config.get_bool("scale_attn_weights", true), "gpt2: ", where,
+           ": scale_attn_weights = false is not supported (scores are always scaled by 1/sqrt(head_dim))");
+  HH_CHECK(!config.get_bool("scale_attn_by_inverse_layer_idx", false), "gpt2: ", where,
+           ": scale_attn_by_inverse_layer_idx = true is not supported");
+  HH_CHECK(!config.get_bool("reorder_and_upcast_attn", false), "gpt2: ", where,
+           ": reorder_and_upcast_attn = true is not supported");
+  HH_CHECK(!config.get_bool("add_cross_attention", false), "gpt2: ", where,
+           ": add_cross_attention = true is not supported");
+  HH_CHECK(config.get_bool("tie_word_embeddings", true), "gpt2: ", where,
+           ": tie_word_embeddings = false is not supported (GPT2LMHeadModel ties lm_head to wte)");
+  return c;
+}
+
+namespace {
+MixerConfig mixer_config(const HFModelOptions& o) { return MixerConfig{o.mixer, true, o.form, o.chunk, o.eps}; }
+}  // namespace
+
+GPT2Attention::GPT2Attention(const GPT2Config& c, const HFModelOptions& o, Init init)
+    : heads_(c.n_head), head_dim_(c.n_embd / c.n_head) {
+  c_attn = register_module("c_attn", std::make_shared<Linear>(c.n_embd, 3 * c.n_embd, true, init));
+  c_proj = register_module("c_proj", std::make_shared<Linear>(c.n_embd, c.n_embd, true, init));
+  if (o.mixer != "softmax")
+    feature_map =
+        register_module("feature_map", make_mixer_feature_map(o.mixer, o.feature_map, heads_, head_dim_, init));
+  mixer = AttentionMixer(mixer_config(o), feature_map);
+}
+
+void GPT2Attention::split_heads(const Tensor& x, Tensor& q, Tensor& k, Tensor& v) const {
+  const int64_t B = x.size(0), L = x.size(1);
+  // (B,L,3C) -> (B,L,3,H,D) -> (3,B,H,L,D): one view, no per-head loop.
+  Tensor qkv = permute(reshape(c_attn->forward(x), {B, L, 3, heads_, head_dim_}), {2, 0, 3, 1, 4});
+  q = select(qkv, 0, 0);
+  k = select(qkv, 0, 1);
+  v = select(qkv, 0, 2);
+}
+
+Tensor GPT2Attention::merge_heads(const Tensor& y) const {
+  const int64_t B = y.size(0), L = y.size(2);
+  return c_proj->forward(reshape(transpose(y, 1, 2), {B, L, heads_ * head_dim_}));
+}
+
+Tensor GPT2Attention::forward(const Tensor& x, TraceRequest* trace) const {
+  Tensor q, k, v;
+  split_heads(x, q, k, v);
+  return merge_heads(mixer.forward(q, k, v, Tensor(), trace));
+}
+
+Tensor GPT2Attention::step(const Tensor& x, DecodeCache& cache) const {
+  Tensor q, k, v;
+  split_heads(x, q, k, v);
+  return merge_heads(mixer.step(q, k, v, cache));
+}
+
+GPT2MLP::GPT2MLP(const GPT2Config& c, Init init) : act(c.activation) {
+  c_fc = register_module("c_fc", std::make_shared<Linear>(c.n_embd, c.n_inner, true, init));
+  c_proj = register_module("c_proj", std::make_shared<Linear>(c.n_inner, c.n_embd, true, init));
+}
+
+GPT2Block::GPT2Block(const GPT2Config& c, const HFModelOptions& o, Init init) {
+  ln_1 = register_module("ln_1", std::make_shared<LayerNorm>(c.n_embd, c.layer_norm_epsilon, true, init));
+  attn = register_module("attn", std::make_shared<GPT2Attention>(c, o, init));
+  ln_2 = register_module("ln_2", std::make_shared<LayerNorm>(c.n_embd, c.layer_norm_epsilon, true, init));
+  mlp = register_module("mlp", std::make_shared<GPT2MLP>(c, init));
+}
+
+Tensor GPT2Block::forward(const Tensor& x, TraceRequest* trace) const {
+  Tensor h = add(x, attn->forward(ln_1->forward(x), trace));
+  return add(h, mlp->forward(ln_2->forward(h)));
+}
+
+Tensor GPT2Block::step(const Tensor& x, DecodeCache& cache) const {
+  Tensor h = add(x, attn->step(ln_1->forward(x), cache));
+  return add(h, mlp->forward(ln_2->forward(h)));
+}
+
+GPT2Model::GPT2Model(const GPT2Config& c, const HFModelOptions& o, Init init) {
+  wte = register_module("wte", std::make_shared<Embedding>(c.vocab_size, c.n_embd, init, 0.02));
+  wpe = register_module("wpe", std::make_shared<Embedding>(c.n_positions, c.n_embd, init, 0.01));
+  h = register_module("h", std::make_shared<ModuleList<GPT2Block>>());
+  for (int64_t i = 0; i < c.n_layer; ++i) h->push_back(std::make_shared<GPT2Block>(c, o, init));
+  ln_f = register_module("ln_f", std::make_shared<LayerNorm>(c.n_embd, c.layer_norm_epsilon, true, init));
+}
+
+Tensor GPT2Model::embed(const Tensor& ids, int64_t pos) const {
+  const int64_t L = ids.size(1);
+  Tensor positions = arange(static_cast<double>(pos), static_cast<double>(pos + L), 1.0,
+                            Options(DType::i64, ids.device()));
+  return add(wte->forward(ids), wpe->forward(positions));  // (B,L,C) + (L,C)
+}
+
+GPT2LMHeadModel::GPT2LMHeadModel(const HFConfig& config, const HFModelOptions& options)
+    : CausalLM("gpt2", "GPT2LMHeadModel", config, options), cfg(GPT2Config::from_hf(config)) {
+  Generator gen(options.seed);
+  transformer = register_module("transformer", std::make_shared<GPT2Model>(cfg, options, Init{gen}));
+}
+
+Tensor GPT2LMHeadModel::hidden(const Tensor& ids, TraceRequest* trace) {
+  check_token_ids(ids, 0, cfg.n_positions, "gpt2");
+  Tensor x = transformer->embed(ids, 0);
+  for (const auto& block : *transformer->h) x = block->forward(x, trace);
+  return transformer->ln_f->forward(x);
+}
+
+Tensor GPT2LMHeadModel::head(const Tensor& h) const { return linear(h, transformer->wte->weight); }
+
+Tensor GPT2LMHeadModel::forward(const Tensor& ids, TraceRequest* trace) { return head(hidden(ids, trace)); }
+
+DecodeState GPT2LMHeadModel::start_decoding() const {
+  DecodeState s;
+  s.layers.resize(static_cast<size_t>(cfg.n_layer));
+  return s;
+}
+
+Tensor GPT2LMHeadModel::step(const Tensor& ids, DecodeState& state) {
+  HH_CHECK(ids.defined() && ids.dim() == 2 && ids.size(1) == 1, "gpt2 step: expected ids (B,1), got ",
+           ids.defined() ? str(ids.shape()) : std::string("an undefined tensor"));
+  check_token_ids(ids, state.pos, cfg.n_positions, "gpt2 step");
+  HH_CHECK(state.layers.size() == transformer->h->size(), "gpt2 step: the DecodeState has ", state.layers.size(),
+           " layers, the model ", transformer->h->size(), " (use start_decoding())");
+  Tensor x = transformer->embed(ids, state.pos);
+  for (size_t i = 0; i < transformer->h->size(); ++i) x = (*transformer->h)[i]->step(x, state.layers[i]);
+  state.pos += 1;
+  return head(transformer->ln_f->forward(x));
+}
+
+namespace {
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+}  // namespace
+
+std::shared_ptr<HFModel> make_gpt2(const HFConfig& config, const HFModelOptions& options, const std::string& folder) {
+  auto model = std::make_shared<GPT2LMHeadModel>(config, options);
+  // Files name the body with or without "transformer."; the attention masks are not weights, and
+  // lm_head (when a file stores it) is the tied wte.
+  auto rename = [](const std::string& name) -> std::string {
+    if (ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias") || name == "lm_head.weight") return "";
+    return name.rfind("transformer.", 0) == 0 ? name : "transformer." + name;
+  };
+  // Conv1D stores (in, out); Linear wants (out, in). A tensor of another rank is left for the shape check.
+  auto transform = [](const std::string& name, const Tensor& t) -> Tensor {
+    const bool conv1d = ends_with(name, ".c_attn.weight") || ends_with(name, ".c_proj.weight") ||
+                        ends_with(name, ".c_fc.weight");
+    return conv1d && t.dim() == 2 ? contiguous(transpose(t, 0, 1)) : t;
+  };
+  load_hf_weights(*model, read_hf_weights(folder), folder, rename, transform);
+  return model;
+}
+
+}  // namespace hh::nn

@@ -1,0 +1,91 @@
+#include "nn/models/hf_model.h"
+
+#include <filesystem>
+#include <functional>
+#include <utility>
+
+#include "core/error.h"
+
+namespace hh::nn {
+
+Activation hf_activation(const HFConfig& config, const std::string& key, const std::string& def) {
+  const std::string name = config.get_string(key, def);
+  try {
+    return parse_activation(name);
+  } catch (const Error&) {
+    fail(str("hf: ", config.origin(), ": ", key, " '", name,
+             "' is not supported (supported: gelu, gelu_new, gelu_pytorch_tanh, relu, silu, swish)"));
+  }
+}
+
+void check_token_ids(const Tensor& ids, int64_t pos, int64_t max_positions, const std::string& who) {
+  HH_CHECK(ids.defined(), who, ": token ids are an undefined tensor");
+  HH_CHECK(ids.dtype() == DType::i64, who, ": token ids must be i64, got ", ids.dtype());
+  HH_CHECK(ids.dim() == 2 && ids.size(0) > 0 && ids.size(1) > 0, who, ": expected token ids (B,L) with B, L >= 1, got ",
+           ids.shape());
+  HH_CHECK(max_positions < 0 || pos + ids.size(1) <= max_positions, who, ": ", pos + ids.size(1),
+           " positions exceed the model's limit of ", max_positions);
+}
+
+namespace {
+using Factory = std::function<std::shared_ptr<HFModel>(const HFConfig&, const HFModelOptions&, const std::string&)>;
+struct Family {
+  const char* architecture;
+  const char* model_type;  // the "model_type" that falls back to this architecture ("" = none)
+  Factory make;
+};
+const std::vector<Family>& families() {
+  static const std::vector<Family> table = {
+      {"GPT2LMHeadModel", "gpt2", make_gpt2},
+      {"LlamaForCausalLM", "llama", make_llama},
+      {"BertForSequenceClassification", "", make_bert},
+      {"BertModel", "bert", make_bert},
+      {"ViTForImageClassification", "", make_vit},
+      {"ViTModel", "vit", make_vit},
+  };
+  return table;
+}
+}  // namespace
+
+std::vector<std::string> supported_hf_architectures() {
+  std::vector<std::string> out;
+  for (const auto& f : families()) out.emplace_back(f.architecture);
+  return out;
+}
+
+std::shared_ptr<HFModel> load_hf_model(const std::string& folder, const HFModelOptions& options) {
+  const std::string path = (std::filesystem::path(folder) / "config.json").string();
+  const HFConfig config = HFConfig::load(path);
+  std::string arch;
+  const Family* chosen = nullptr;
+  if (config.has("architectures")) {
+    const auto archs = config.get_strings("architectures");
+    HH_CHECK(!archs.empty(), "hf: ", path, ": \"architectures\" is empty");
+    arch = archs[0];
+    for (const auto& f : families())
+      if (arch == f.architecture) chosen = &f;
+  } else {
+    arch = "model_type '" + config.get_string("model_type") + "'";
+    for (const auto& f : families())
+      if (config.get_string("model_type") == f.model_type) chosen = &f;
+  }
+  if (!chosen) {
+    std::string list;
+    for (const auto& a : supported_hf_architectures()) list += (list.empty() ? "" : ", ") + a;
+    fail(str("hf: ", path, ": unsupported architecture ", arch, " (supported: ", list, ")"));
+  }
+  std::shared_ptr<HFModel> model = chosen->make(config, options, folder);
+  model->to(options.device);
+  model->to(options.dtype);
+  model->eval();
+  return model;
+}
+
+std::shared_ptr<CausalLM> load_causal_lm(const std::string& folder, const HFModelOptions& options) {
+  std::shared_ptr<HFModel> model = load_hf_model(folder, options);
+  auto lm = std::dynamic_pointer_cast<CausalLM>(model);
+  HH_CHECK(lm != nullptr, "hf: ", folder, ": ", model->architecture(), " is not a causal language model");
+  return lm;
+}
+
+}  // namespace hh::nn

@@ -1,0 +1,86 @@
+// The common face of every imported HF family, so apps drive a model without knowing which one:
+// HFModel (family, architecture, config, options) and CausalLM (logits, hidden states, one-token
+// decoding) for the decoders. load_hf_model reads a folder's config.json, picks the family from
+// "architectures"[0] (else "model_type"), builds it, loads its weights, moves/casts it, eval().
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "nn/attention.h"
+#include "nn/layers.h"
+#include "nn/models/hf_config.h"
+#include "nn/models/hf_weights.h"
+#include "nn/module.h"
+
+namespace hh::nn {
+
+class HFModel : public Module {
+ public:
+  HFModel(std::string family, std::string architecture, HFConfig config, HFModelOptions options)
+      : family_(std::move(family)),
+        architecture_(std::move(architecture)),
+        config_(std::move(config)),
+        options_(std::move(options)) {}
+
+  const std::string& family() const { return family_; }              // "gpt2", "llama", "bert", "vit"
+  const std::string& architecture() const { return architecture_; }  // e.g. "GPT2LMHeadModel"
+  const HFConfig& config() const { return config_; }
+  const HFModelOptions& options() const { return options_; }
+
+ private:
+  std::string family_, architecture_;
+  HFConfig config_;
+  HFModelOptions options_;
+};
+
+// Decoding state of a causal LM: one DecodeCache per layer (a KV cache for softmax, the O(1)
+// recurrent state for a linear mixer). pos = tokens fed so far.
+struct DecodeState {
+  std::vector<DecodeCache> layers;
+  int64_t pos = 0;
+};
+
+class CausalLM : public HFModel {
+ public:
+  using HFModel::HFModel;
+  // ids (B,L) i64 -> logits (B,L,V). trace (may be null) gets every attention layer's trace.
+  virtual Tensor forward(const Tensor& ids, TraceRequest* trace = nullptr) = 0;
+  // ids (B,L) i64 -> (B,L,C): the last hidden state (after the final norm), as HF's hidden_states[-1].
+  virtual Tensor hidden(const Tensor& ids, TraceRequest* trace = nullptr) = 0;
+  virtual DecodeState start_decoding() const = 0;
+  // ids (B,1) i64 at position state.pos -> logits (B,1,V); state advances by one token.
+  virtual Tensor step(const Tensor& ids, DecodeState& state) = 0;
+  virtual int64_t vocab_size() const = 0;
+  virtual int64_t max_positions() const = 0;  // longest sequence (forward or decoding); -1 = no limit
+};
+
+// Factories, one per family. Each builds its model from `config` (every field that changes the
+// computation is read; unsupported values are errors naming key and file) and loads its weights
+// from `folder` with its own rename/transform table. It may build directly on options.device in
+// options.dtype; load_hf_model moves/casts afterwards anyway (a no-op then) and calls eval().
+std::shared_ptr<HFModel> make_gpt2(const HFConfig& config, const HFModelOptions& options, const std::string& folder);
+std::shared_ptr<HFModel> make_llama(const HFConfig& config, const HFModelOptions& options, const std::string& folder);
+std::shared_ptr<HFModel> make_bert(const HFConfig& config, const HFModelOptions& options, const std::string& folder);
+std::shared_ptr<HFModel> make_vit(const HFConfig& config, const HFModelOptions& options, const std::string& folder);
+
+// Helpers shared by the families.
+// The activation named by config key `key` (`def` when not given); an unknown name is an error
+// naming the key, the value and the file.
+Activation hf_activation(const HFConfig& config, const std::string& key, const std::string& def);
+// ids must be (B,L) i64 with L >= 1 and pos + L <= max_positions (when max_positions >= 0);
+// errors start with `who`.
+void check_token_ids(const Tensor& ids, int64_t pos, int64_t max_positions, const std::string& who);
+
+// The "architectures" entries load_hf_model accepts (and the "model_type" fallbacks it maps).
+std::vector<std::string> supported_hf_architectures();
+
+// folder/config.json -> the model, weights loaded, on options.device in options.dtype, eval mode.
+// An unsupported architecture is an error naming it, the file, and the supported ones.
+std::shared_ptr<HFModel> load_hf_model(const std::string& folder, const HFModelOptions& options = {});
+// The same, for callers that need a decoder: an error naming the architecture when it is not one.
+std::shared_ptr<CausalLM> load_causal_lm(const std::string& folder, const HFModelOptions& options = {});
+
+}  // namespace hh::nn

@@ -1,0 +1,192 @@
+#include "nn/models/llama.h"
+
+#include <utility>
+
+#include "core/error.h"
+#include "nn/rope.h"
+
+namespace hh::nn {
+
+namespace {
+// rope_scaling (transformers 4) or rope_parameters (transformers 5): only the plain rotation is
+// implemented, so any other type (linear, dynamic, yarn, llama3, ...) is refused by name.
+void check_rope_kind(const HFConfig& config, const std::string& key) {
+  if (!config.has(key)) return;
+  const HFConfig rope = config.child(key);
+  for (const char* type_key : {"rope_type", "type"}) {
+    if (!rope.has(type_key)) continue;
+    const std::string type = rope.get_string(type_key);
+    HH_CHECK(type == "default", "llama: ", rope.origin(), ": ", type_key, " '", type,
+             "' is not supported (only \"default\" RoPE)");
+  }
+  HH_CHECK(rope.get_double("partial_rotary_factor", 1.0) == 1.0, "llama: ", rope.origin(),
+           ": partial_rotary_factor other than 1 is not supported");
+}
+}  // namespace
+
+LlamaConfig LlamaConfig::from_hf(const HFConfig& config) {
+  LlamaConfig c;
+  const auto where = config.origin();
+  c.vocab_size = config.get_int("vocab_size");
+  c.hidden_size = config.get_int("hidden_size");
+  c.intermediate_size = config.get_int("intermediate_size");
+  c.num_hidden_layers = config.get_int("num_hidden_layers");
+  c.num_attention_heads = config.get_int("num_attention_heads");
+  c.num_key_value_heads = config.get_int("num_key_value_heads", c.num_attention_heads);
+  c.max_position_embeddings = config.get_int("max_position_embeddings");
+  HH_CHECK(c.vocab_size > 0 && c.hidden_size > 0 && c.intermediate_size > 0 && c.num_hidden_layers > 0 &&
+               c.num_attention_heads > 0 && c.num_key_value_heads > 0 && c.max_position_embeddings > 0,
+           "llama: ", where, ": sizes, layer and head counts must be positive");
+  HH_CHECK(c.num_attention_heads % c.num_key_value_heads == 0, "llama: ", where, ": num_attention_heads ",
+           c.num_attention_heads, " is not a multiple of num_key_value_heads ", c.num_key_value_heads);
+  if (config.has("head_dim")) {
+    c.head_dim = config.get_int("head_dim");
+  } else {
+    HH_CHECK(c.hidden_size % c.num_attention_heads == 0, "llama: ", where, ": hidden_size ", c.hidden_size,
+             " is not a multiple of num_attention_heads ", c.num_attention_heads, " (and no head_dim is given)");
+    c.head_dim = c.hidden_size / c.num_attention_heads;
+  }
+  HH_CHECK(c.head_dim > 0 && c.head_dim % 2 == 0, "llama: ", where, ": head_dim must be positive and even, got ",
+           c.head_dim);
+  c.rms_norm_eps = config.get_double("rms_norm_eps", 1e-6);
+  c.hidden_act = hf_activation(config, "hidden_act", "silu");
+  c.attention_bias = config.get_bool("attention_bias", false);
+  c.mlp_bias = config.get_bool("mlp_bias", false);
+  c.tie_word_embeddings = config.get_bool("tie_word_embeddings", false);
+  check_rope_kind(config, "rope_scaling");
+  check_rope_kind(config, "rope_parameters");
+  if (config.has("rope_theta"))
+    c.rope_theta = config.get_double("rope_theta");
+  else if (config.has("rope_parameters"))
+    c.rope_theta = config.child("rope_parameters").get_double("rope_theta", 10000.0);
+  HH_CHECK(c.rope_theta > 0, "llama: ", where, ": rope_theta must be positive, got ", c.rope_theta);
+  return c;
+}
+
+LlamaAttention::LlamaAttention(const LlamaConfig& c, const HFModelOptions& o, Init init)
+    : heads_(c.num_attention_heads), kv_heads_(c.num_key_value_heads), head_dim_(c.head_dim), theta_(c.rope_theta) {
+  const int64_t C = c.hidden_size;
+  const bool bias = c.attention_bias;
+  q_proj = register_module("q_proj", std::make_shared<Linear>(C, heads_ * head_dim_, bias, init));
+  k_proj = register_module("k_proj", std::make_shared<Linear>(C, kv_heads_ * head_dim_, bias, init));
+  v_proj = register_module("v_proj", std::make_shared<Linear>(C, kv_heads_ * head_dim_, bias, init));
+  o_proj = register_module("o_proj", std::make_shared<Linear>(heads_ * head_dim_, C, bias, init));
+  if (o.mixer != "softmax")
+    feature_map =
+        register_module("feature_map", make_mixer_feature_map(o.mixer, o.feature_map, heads_, head_dim_, init));
+  mixer = AttentionMixer(MixerConfig{o.mixer, true, o.form, o.chunk, o.eps}, feature_map);
+}
+
+void LlamaAttention::project(const Tensor& x, int64_t pos, Tensor& q, Tensor& k, Tensor& v) const {
+  const int64_t B = x.size(0), L = x.size(1), rep = heads_ / kv_heads_;
+  auto heads = [&](const Tensor& t, int64_t h) { return transpose(reshape(t, {B, L, h, head_dim_}), 1, 2); };
+  // (B,Hkv,L,D) -> (B,H,L,D): query head i reads kv head i / rep, as HF's repeat_kv.
+  auto repeat = [&](const Tensor& t) {
+    if (rep == 1) return t;
+    return reshape(expand(unsqueeze(t, 2), {B, kv_heads_, rep, L, head_dim_}), {B, heads_, L, head_dim_});
+  };
+  q = apply_rope(heads(q_proj->forward(x), heads_), pos, theta_);
+  k = repeat(apply_rope(heads(k_proj->forward(x), kv_heads_), pos, theta_));
+  v = repeat(heads(v_proj->forward(x), kv_heads_));
+}
+
+Tensor LlamaAttention::merge(const Tensor& y) const {
+  const int64_t B = y.size(0), L = y.size(2);
+  return o_proj->forward(reshape(transpose(y, 1, 2), {B, L, heads_ * head_dim_}));
+}
+
+Tensor LlamaAttention::forward(const Tensor& x, TraceRequest* trace) const {
+  Tensor q, k, v;
+  project(x, 0, q, k, v);
+  return merge(mixer.forward(q, k, v, Tensor(), trace));
+}
+
+Tensor LlamaAttention::step(const Tensor& x, DecodeCache& cache) const {
+  Tensor q, k, v;
+  project(x, cache.pos(), q, k, v);
+  return merge(mixer.step(q, k, v, cache));
+}
+
+LlamaMLP::LlamaMLP(const LlamaConfig& c, Init init) : act(c.hidden_act) {
+  gate_proj = register_module("gate_proj", std::make_shared<Linear>(c.hidden_size, c.intermediate_size, c.mlp_bias, init));
+  up_proj = register_module("up_proj", std::make_shared<Linear>(c.hidden_size, c.intermediate_size, c.mlp_bias, init));
+  down_proj = register_module("down_proj", std::make_shared<Linear>(c.intermediate_size, c.hidden_size, c.mlp_bias, init));
+}
+
+LlamaDecoderLayer::LlamaDecoderLayer(const LlamaConfig& c, const HFModelOptions& o, Init init) {
+  input_layernorm = register_module("input_layernorm", std::make_shared<RMSNorm>(c.hidden_size, c.rms_norm_eps, init));
+  self_attn = register_module("self_attn", std::make_shared<LlamaAttention>(c, o, init));
+  post_attention_layernorm =
+      register_module("post_attention_layernorm", std::make_shared<RMSNorm>(c.hidden_size, c.rms_norm_eps, init));
+  mlp = register_module("mlp", std::make_shared<LlamaMLP>(c, init));
+}
+
+Tensor LlamaDecoderLayer::forward(const Tensor& x, TraceRequest* trace) const {
+  Tensor h = add(x, self_attn->forward(input_layernorm->forward(x), trace));
+  return add(h, mlp->forward(post_attention_layernorm->forward(h)));
+}
+
+Tensor LlamaDecoderLayer::step(const Tensor& x, DecodeCache& cache) const {
+  Tensor h = add(x, self_attn->step(input_layernorm->forward(x), cache));
+  return add(h, mlp->forward(post_attention_layernorm->forward(h)));
+}
+
+LlamaModel::LlamaModel(const LlamaConfig& c, const HFModelOptions& o, Init init) {
+  embed_tokens = register_module("embed_tokens", std::make_shared<Embedding>(c.vocab_size, c.hidden_size, init, 0.02));
+  layers = register_module("layers", std::make_shared<ModuleList<LlamaDecoderLayer>>());
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) layers->push_back(std::make_shared<LlamaDecoderLayer>(c, o, init));
+  norm = register_module("norm", std::make_shared<RMSNorm>(c.hidden_size, c.rms_norm_eps, init));
+}
+
+LlamaForCausalLM::LlamaForCausalLM(const HFConfig& config, const HFModelOptions& options)
+    : CausalLM("llama", "LlamaForCausalLM", config, options), cfg(LlamaConfig::from_hf(config)) {
+  Generator gen(options.seed);
+  Init init{gen};
+  model = register_module("model", std::make_shared<LlamaModel>(cfg, options, init));
+  if (!cfg.tie_word_embeddings)
+    lm_head = register_module("lm_head", std::make_shared<Linear>(cfg.hidden_size, cfg.vocab_size, false, init));
+}
+
+Tensor LlamaForCausalLM::head(const Tensor& h) const {
+  return lm_head ? lm_head->forward(h) : linear(h, model->embed_tokens->weight);
+}
+
+Tensor LlamaForCausalLM::hidden(const Tensor& ids, TraceRequest* trace) {
+  check_token_ids(ids, 0, cfg.max_position_embeddings, "llama");
+  Tensor x = model->embed_tokens->forward(ids);
+  for (const auto& layer : *model->layers) x = layer->forward(x, trace);
+  return model->norm->forward(x);
+}
+
+Tensor LlamaForCausalLM::forward(const Tensor& ids, TraceRequest* trace) { return head(hidden(ids, trace)); }
+
+DecodeState LlamaForCausalLM::start_decoding() const {
+  DecodeState s;
+  s.layers.resize(static_cast<size_t>(cfg.num_hidden_layers));
+  return s;
+}
+
+Tensor LlamaForCausalLM::step(const Tensor& ids, DecodeState& state) {
+  HH_CHECK(ids.defined() && ids.dim() == 2 && ids.size(1) == 1, "llama step: expected ids (B,1), got ",
+           ids.defined() ? str(ids.shape()) : std::string("an undefined tensor"));
+  check_token_ids(ids, state.pos, cfg.max_position_embeddings, "llama step");
+  HH_CHECK(state.layers.size() == model->layers->size(), "llama step: the DecodeState has ", state.layers.size(),
+           " layers, the model ", model->layers->size(), " (use start_decoding())");
+  Tensor x = model->embed_tokens->forward(ids);
+  for (size_t i = 0; i < model->layers->size(); ++i) x = (*model->layers)[i]->step(x, state.layers[i]);
+  state.pos += 1;
+  return head(model->norm->forward(x));
+}
+
+std::shared_ptr<HFModel> make_llama(const HFConfig& config, const HFModelOptions& options, const std::string& folder) {
+  auto m = std::make_shared<LlamaForCausalLM>(config, options);
+  const bool tied = m->cfg.tie_word_embeddings;
+  // A tied folder may still store lm_head (a copy of embed_tokens): it is not a separate weight.
+  auto rename = [tied](const std::string& name) -> std::string {
+    return tied && name == "lm_head.weight" ? "" : name;
+  };
+  load_hf_weights(*m, read_hf_weights(folder), folder, rename);
+  return m;
+}
+
+}  // namespace hh::nn

@@ -1,0 +1,91 @@
+// Llama (LlamaForCausalLM) with HF's module tree: model.{embed_tokens, layers.N.{input_layernorm,
+// self_attn.{q,k,v,o}_proj, post_attention_layernorm, mlp.{gate,up,down}_proj}, norm}, lm_head
+// (absent when tie_word_embeddings). RMSNorm, SwiGLU, half-split RoPE with rope_theta, grouped-query
+// attention: k and v are repeated to the query heads before the mixer, so a feature map is per
+// query head.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "nn/layers.h"
+#include "nn/models/hf_model.h"
+
+namespace hh::nn {
+
+struct LlamaConfig {
+  int64_t vocab_size = 0, hidden_size = 0, intermediate_size = 0, num_hidden_layers = 0;
+  int64_t num_attention_heads = 0, num_key_value_heads = 0, head_dim = 0, max_position_embeddings = 0;
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  Activation hidden_act = Activation::silu;
+  bool attention_bias = false, mlp_bias = false, tie_word_embeddings = false;
+  // Reads every field that changes the computation; unsupported values (a rope_scaling type other
+  // than "default", an unknown activation) are errors naming the key and the file.
+  static LlamaConfig from_hf(const HFConfig& config);
+};
+
+class LlamaAttention : public Module {
+ public:
+  LlamaAttention(const LlamaConfig& c, const HFModelOptions& o, Init init);
+  Tensor forward(const Tensor& x, TraceRequest* trace) const;  // x (B,L,C) -> (B,L,C)
+  Tensor step(const Tensor& x, DecodeCache& cache) const;      // x (B,1,C) at position cache.pos()
+  std::shared_ptr<Linear> q_proj, k_proj, v_proj, o_proj;
+  std::shared_ptr<FeatureMap> feature_map;
+  AttentionMixer mixer;
+
+ private:
+  // x (B,L,C) at positions pos.. -> q, k, v (B,H,L,D) with RoPE on q, k and k, v repeated to H heads.
+  void project(const Tensor& x, int64_t pos, Tensor& q, Tensor& k, Tensor& v) const;
+  Tensor merge(const Tensor& y) const;  // (B,H,L,D) -> o_proj(B,L,H·D)
+  int64_t heads_, kv_heads_, head_dim_;
+  double theta_;
+};
+
+class LlamaMLP : public Module {
+ public:
+  LlamaMLP(const LlamaConfig& c, Init init);
+  Tensor forward(const Tensor& x) const {
+    return down_proj->forward(mul(activate(gate_proj->forward(x), act), up_proj->forward(x)));
+  }
+  std::shared_ptr<Linear> gate_proj, up_proj, down_proj;
+  Activation act;
+};
+
+class LlamaDecoderLayer : public Module {
+ public:
+  LlamaDecoderLayer(const LlamaConfig& c, const HFModelOptions& o, Init init);
+  Tensor forward(const Tensor& x, TraceRequest* trace) const;
+  Tensor step(const Tensor& x, DecodeCache& cache) const;
+  std::shared_ptr<RMSNorm> input_layernorm, post_attention_layernorm;
+  std::shared_ptr<LlamaAttention> self_attn;
+  std::shared_ptr<LlamaMLP> mlp;
+};
+
+class LlamaModel : public Module {
+ public:
+  LlamaModel(const LlamaConfig& c, const HFModelOptions& o, Init init);
+  std::shared_ptr<Embedding> embed_tokens;
+  std::shared_ptr<ModuleList<LlamaDecoderLayer>> layers;
+  std::shared_ptr<RMSNorm> norm;
+};
+
+class LlamaForCausalLM : public CausalLM {
+ public:
+  LlamaForCausalLM(const HFConfig& config, const HFModelOptions& options);
+  Tensor forward(const Tensor& ids, TraceRequest* trace = nullptr) override;
+  Tensor hidden(const Tensor& ids, TraceRequest* trace = nullptr) override;
+  DecodeState start_decoding() const override;
+  Tensor step(const Tensor& ids, DecodeState& state) override;
+  int64_t vocab_size() const override { return cfg.vocab_size; }
+  int64_t max_positions() const override { return cfg.max_position_embeddings; }
+
+  LlamaConfig cfg;
+  std::shared_ptr<LlamaModel> model;
+  std::shared_ptr<Linear> lm_head;  // null when tied to model.embed_tokens
+
+ private:
+  Tensor head(const Tensor& h) const;  // (B,L,C) -> (B,L,V)
+};
+
+}  // namespace hh::nn
