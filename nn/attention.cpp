@@ -126,6 +126,7 @@ AttentionMixer::AttentionMixer(MixerConfig c, std::shared_ptr<FeatureMap> fm) : 
 std::shared_ptr<FeatureMap> make_mixer_feature_map(const std::string& mixer, FeatureMapConfig fc, int64_t heads,
                                                    int64_t head_dim, Init init) {
   if (mixer == "softmax") return nullptr;
+  init.draw = true;  // new weights, never loaded from an HF file
   fc.name = mixer;
   fc.heads = heads;
   fc.head_dim = head_dim;

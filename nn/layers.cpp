@@ -7,13 +7,18 @@ namespace hh::nn {
 Linear::Linear(int64_t in, int64_t out, bool use_bias, Init init) : in_features(in), out_features(out) {
   HH_CHECK(in > 0 && out > 0, "Linear: sizes must be positive, got in=", in, " out=", out);
   double bound = 1.0 / std::sqrt(static_cast<double>(in));
-  register_parameter("weight", &weight, uniform({out, in}, -bound, bound, init.gen, {init.dtype, init.device}));
-  if (use_bias) register_parameter("bias", &bias, uniform({out}, -bound, bound, init.gen, {init.dtype, init.device}));
+  auto draw = [&](const Shape& s) {
+    return init.draw ? uniform(s, -bound, bound, init.gen, {init.dtype, init.device}) : empty(s, {init.dtype, init.device});
+  };
+  register_parameter("weight", &weight, draw({out, in}));
+  if (use_bias) register_parameter("bias", &bias, draw({out}));
 }
 
 Embedding::Embedding(int64_t num, int64_t dim, Init init, double std) {
   HH_CHECK(num > 0 && dim > 0, "Embedding: sizes must be positive, got ", num, "x", dim);
-  register_parameter("weight", &weight, mul(randn({num, dim}, init.gen, {init.dtype, init.device}), std));
+  register_parameter("weight", &weight,
+                     init.draw ? mul(randn({num, dim}, init.gen, {init.dtype, init.device}), std)
+                               : empty({num, dim}, {init.dtype, init.device}));
 }
 
 LayerNorm::LayerNorm(int64_t dim, double e, bool affine, Init init) : eps(e) {

@@ -14,6 +14,9 @@ struct Init {
   Generator& gen;
   Device device = Device::cpu();
   DType dtype = DType::f32;
+  // false: weights are allocated but not drawn (they are about to be overwritten, e.g. by an HF
+  // import); layer-norm ones/zeros are still set. Feature maps always draw (their weights are new).
+  bool draw = true;
 };
 
 class Linear : public Module {

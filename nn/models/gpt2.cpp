@@ -114,7 +114,7 @@ Tensor GPT2Model::embed(const Tensor& ids, int64_t pos) const {
 GPT2LMHeadModel::GPT2LMHeadModel(const HFConfig& config, const HFModelOptions& options)
     : CausalLM("gpt2", "GPT2LMHeadModel", config, options), cfg(GPT2Config::from_hf(config)) {
   Generator gen(options.seed);
-  transformer = register_module("transformer", std::make_shared<GPT2Model>(cfg, options, Init{gen}));
+  transformer = register_module("transformer", std::make_shared<GPT2Model>(cfg, options, Init{gen, Device::cpu(), DType::f32, options.draw_weights}));
 }
 
 Tensor GPT2LMHeadModel::hidden(const Tensor& ids, TraceRequest* trace) {

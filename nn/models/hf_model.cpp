@@ -74,7 +74,9 @@ std::shared_ptr<HFModel> load_hf_model(const std::string& folder, const HFModelO
     for (const auto& a : supported_hf_architectures()) list += (list.empty() ? "" : ", ") + a;
     fail(str("hf: ", path, ": unsupported architecture ", arch, " (supported: ", list, ")"));
   }
-  std::shared_ptr<HFModel> model = chosen->make(config, options, folder);
+  HFModelOptions build = options;
+  build.draw_weights = false;  // every HF weight is loaded right after construction
+  std::shared_ptr<HFModel> model = chosen->make(config, build, folder);
   model->to(options.device);
   model->to(options.dtype);
   model->eval();

@@ -60,7 +60,26 @@ void load_hf_weights(Module& model, const SafeTensors& weights, const std::strin
   HH_CHECK(missing.empty() && unexpected.empty(), "hf: ", origin, ": weights do not match the model: missing [",
            join(missing), "], unexpected [", join(unexpected), "]");
   HH_CHECK(mismatched.empty(), "hf: ", origin, ": wrong shape for ", join(mismatched));
-  model.load_state_dict(state, /*strict=*/false);
+  // A parameter whose file tensor already has its dtype, device and a contiguous layout takes that
+  // tensor as is (on the CPU a view of the mapped file: no copy, pages read on first use); the rest
+  // are copied and cast by load_state_dict.
+  std::map<std::string, Tensor> rest;
+  for (const auto& [name, current] : model.named_parameters()) {
+    auto it = state.find(name);
+    if (it == state.end()) continue;
+    const Tensor& t = it->second;
+    if (t.dtype() == current.dtype() && t.device() == current.device() && t.is_contiguous()) {
+      Tensor& slot = model.parameter(name);
+      const bool rg = slot.requires_grad();
+      slot = t.detach();
+      slot.requires_grad_(rg);
+    } else {
+      rest.emplace(name, t);
+    }
+    state.erase(it);
+  }
+  for (auto& kv : state) rest.emplace(kv.first, kv.second);  // buffers
+  model.load_state_dict(rest, /*strict=*/false);
 }
 
 }  // namespace hh::nn

@@ -25,6 +25,10 @@ struct HFModelOptions {
   Device device = Device::cpu();
   DType dtype = DType::f32;  // parameter dtype after loading (the file may hold bf16/f16)
   uint64_t seed = 0;
+  // false: the HF weights are allocated but not drawn, because they are loaded next (load_hf_model
+  // sets this; drawing 124M random numbers took longer than reading the file). New feature-map
+  // weights are always drawn.
+  bool draw_weights = true;
 };
 
 // The weight file(s) of a folder: model.safetensors, else model.safetensors.index.json with shards.
@@ -37,7 +41,10 @@ using HFTransform = std::function<Tensor(const std::string& model_name, const Te
 // Copies the file's tensors into `model`. Every parameter and buffer of the model must be given,
 // except the attention feature maps' own (names containing ".feature_map.", new in conversion), and
 // every file tensor must be used: otherwise one error lists both sets (and any shape mismatch),
-// naming `origin`. Two file names renamed to the same model name are an error.
+// naming `origin`. Two file names renamed to the same model name are an error. Meant for a model
+// just built: a parameter whose file tensor already has its dtype, device and a contiguous layout
+// is REPLACED by that tensor (a view of the mapped file, no copy), so handles to the old parameter
+// tensors taken before the call do not see the loaded values.
 void load_hf_weights(Module& model, const SafeTensors& weights, const std::string& origin, const HFRename& rename,
                      const HFTransform& transform = nullptr);
 

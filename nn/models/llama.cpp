@@ -141,7 +141,7 @@ LlamaModel::LlamaModel(const LlamaConfig& c, const HFModelOptions& o, Init init)
 LlamaForCausalLM::LlamaForCausalLM(const HFConfig& config, const HFModelOptions& options)
     : CausalLM("llama", "LlamaForCausalLM", config, options), cfg(LlamaConfig::from_hf(config)) {
   Generator gen(options.seed);
-  Init init{gen};
+  Init init{gen, Device::cpu(), DType::f32, options.draw_weights};
   model = register_module("model", std::make_shared<LlamaModel>(cfg, options, init));
   if (!cfg.tie_word_embeddings)
     lm_head = register_module("lm_head", std::make_shared<Linear>(cfg.hidden_size, cfg.vocab_size, false, init));
