@@ -290,7 +290,7 @@ BatchEncoding encode_batch(const Tokenizer& tok, const std::vector<std::string>&
   return encode_rows(tok, first, nullptr, options);
 }
 
-BatchEncoding encode_batch(const Tokenizer& tok, const std::vector<std::pair<std::string, std::string>>& pairs,
+BatchEncoding encode_batch_pairs(const Tokenizer& tok, const std::vector<std::pair<std::string, std::string>>& pairs,
                            const BatchOptions& options) {
   std::vector<std::string_view> first, second;
   for (const auto& p : pairs) {

@@ -128,9 +128,11 @@ struct BatchEncoding {
   std::vector<int64_t> lengths;  // real tokens per row
 };
 
+// One text per row.
 BatchEncoding encode_batch(const Tokenizer& tok, const std::vector<std::string>& texts,
                            const BatchOptions& options = {});
-BatchEncoding encode_batch(const Tokenizer& tok, const std::vector<std::pair<std::string, std::string>>& pairs,
+// Pairs (BERT: [CLS] a [SEP] b [SEP], token types 0 then 1).
+BatchEncoding encode_batch_pairs(const Tokenizer& tok, const std::vector<std::pair<std::string, std::string>>& pairs,
                            const BatchOptions& options = {});
 
 namespace detail {
