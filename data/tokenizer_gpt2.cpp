@@ -252,9 +252,23 @@ std::unique_ptr<Gpt2Tokenizer> Gpt2Tokenizer::from_tokenizer_json_unchecked(cons
     HH_CHECK(s.value("use_regex", true), path, ": pre_tokenizer ByteLevel with use_regex=false is not supported");
     t->add_prefix_space_ = s.value("add_prefix_space", false);
   }
+  // What this class does not implement is refused, never ignored.
+  HH_CHECK(j.value("normalizer", nlohmann::json()).is_null(), path, ": normalizer ", j["normalizer"].dump(),
+           " is not supported for a byte-level BPE (null only)");
+  const nlohmann::json dec = j.value("decoder", nlohmann::json());
+  HH_CHECK(dec.is_null() || (dec.is_object() && dec.value("type", "") == "ByteLevel"), path, ": decoder ", dec.dump(),
+           " is not supported for a byte-level BPE (ByteLevel)");
+  HH_CHECK(model.value("dropout", nlohmann::json()).is_null(), path, ": model.dropout is not supported");
+  HH_CHECK(!model.value("ignore_merges", false), path, ": model.ignore_merges=true is not supported");
+  HH_CHECK(!model.value("byte_fallback", false), path, ": model.byte_fallback=true is not supported for a byte-level BPE");
+  for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
+    const auto v = model.value(key, nlohmann::json());
+    HH_CHECK(v.is_null() || (v.is_string() && v.get<std::string>().empty()), path, ": model.", key, " is not supported");
+  }
   for (const auto& [content, special] : added) t->add_added_token(content, special);
   const int32_t eot = t->token_to_id("<|endoftext|>");
   if (eot >= 0) t->special_ids().bos = t->special_ids().eos = t->special_ids().unk = eot;
+  t->set_post_processor_json(j.value("post_processor", nlohmann::json()).dump(), path);
   return t;
 }
 

@@ -253,6 +253,17 @@ TEST_CASE("load_tokenizer: unreadable or malformed files give errors naming the 
   CHECK(contains(load_error({{"tokenizer.json", R"({"model": {"type": "WordPiece", "vocab": {"[UNK]": 0}},
                                                      "pre_tokenizer": {"type": "Whitespace"}})"}}),
                  "pre_tokenizer {\"type\":\"Whitespace\"} is not supported"));
+  {  // a byte-level tokenizer.json with a normalizer it would otherwise ignore
+    nlohmann::json j;
+    j["model"] = {{"type", "BPE"}, {"vocab", nlohmann::json::parse(byte_vocab_json({}))}, {"merges", nlohmann::json::array()}};
+    j["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", false}};
+    CHECK(load_error({{"tokenizer.json", j.dump()}}).empty());
+    j["normalizer"] = {{"type", "NFC"}};
+    CHECK(contains(load_error({{"tokenizer.json", j.dump()}}), "normalizer {\"type\":\"NFC\"} is not supported for a byte-level BPE"));
+    j["normalizer"] = nullptr;
+    j["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", {{{"type", "Split"}}, {{"type", "ByteLevel"}}}}};
+    CHECK(contains(load_error({{"tokenizer.json", j.dump()}}), "pre_tokenizer {\"type\":\"Split\"} is not supported"));
+  }
   // vocab.txt
   CHECK(contains(load_error({{"vocab.txt", "[UNK]\na\na\n"}}), "vocab.txt:3: token 'a' repeats line 2"));
   CHECK(contains(load_error({{"vocab.txt", "[UNK]\n\na\n"}}), "vocab.txt:2: empty token"));
