@@ -1,0 +1,379 @@
+#include "data/tokenizer_gpt2.h"
+
+#include <algorithm>
+#include <queue>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "data/unicode.h"
+
+namespace hh::data {
+
+// ---- BpeMerges ----
+
+void BpeMerges::add(int32_t left, int32_t right, int32_t merged) {
+  const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
+  table_[key] = Merge{next_rank_++, merged};
+}
+
+const BpeMerges::Merge* BpeMerges::find(int32_t left, int32_t right) const {
+  const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
+  const auto it = table_.find(key);
+  return it == table_.end() ? nullptr : &it->second;
+}
+
+void BpeMerges::apply(std::vector<int32_t>& sym) const {
+  const int32_t n = static_cast<int32_t>(sym.size());
+  if (n < 2) return;
+  struct Candidate {
+    int32_t rank, pos, merged;
+    bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+  };
+  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> heap;
+  std::vector<int32_t> prev(static_cast<size_t>(n)), next(static_cast<size_t>(n));
+  for (int32_t i = 0; i < n; ++i) {
+    prev[static_cast<size_t>(i)] = i - 1;
+    next[static_cast<size_t>(i)] = i + 1 < n ? i + 1 : -1;
+    if (i + 1 < n)
+      if (const Merge* m = find(sym[static_cast<size_t>(i)], sym[static_cast<size_t>(i) + 1]))
+        heap.push({m->rank, i, m->merged});
+  }
+  const auto at = [](std::vector<int32_t>& v, int32_t i) -> int32_t& { return v[static_cast<size_t>(i)]; };
+  while (!heap.empty()) {
+    const Candidate c = heap.top();
+    heap.pop();
+    if (at(sym, c.pos) < 0) continue;  // merged into its left neighbour meanwhile
+    const int32_t right = at(next, c.pos);
+    if (right < 0) continue;
+    const Merge* m = find(at(sym, c.pos), at(sym, right));
+    if (!m || m->merged != c.merged || m->rank != c.rank) continue;  // the pair there changed
+    at(sym, c.pos) = c.merged;
+    at(sym, right) = -1;
+    at(next, c.pos) = at(next, right);
+    if (at(next, c.pos) >= 0) at(prev, at(next, c.pos)) = c.pos;
+    const int32_t p = at(prev, c.pos), q = at(next, c.pos);
+    if (p >= 0)
+      if (const Merge* pm = find(at(sym, p), at(sym, c.pos))) heap.push({pm->rank, p, pm->merged});
+    if (q >= 0)
+      if (const Merge* qm = find(at(sym, c.pos), at(sym, q))) heap.push({qm->rank, c.pos, qm->merged});
+  }
+  sym.erase(std::remove(sym.begin(), sym.end(), -1), sym.end());
+}
+
+// ---- byte <-> printable stand-in ----
+
+char32_t gpt2_byte_to_char(uint8_t b) {
+  // Printable ASCII and Latin-1 (except soft hyphen) stand for themselves; the other 68 bytes map,
+  // in byte order, to U+0100, U+0101, ...
+  const auto kept = [](unsigned v) { return (v >= 0x21 && v <= 0x7E) || (v >= 0xA1 && v <= 0xAC) || (v >= 0xAE); };
+  if (kept(b)) return b;
+  unsigned shifted = 0;
+  for (unsigned v = 0; v < b; ++v) shifted += kept(v) ? 0 : 1;
+  return 0x100 + shifted;
+}
+
+namespace {
+
+// The raw bytes a vocabulary token stands for; a token with a character outside the table (an
+// added token such as "<|endoftext|>" is all ASCII, so inside it) keeps its own UTF-8 bytes.
+std::string token_bytes(const std::string& token, const std::unordered_map<char32_t, uint8_t>& char_to_byte) {
+  std::string out;
+  out.reserve(token.size());
+  for (size_t i = 0; i < token.size();) {
+    const auto it = char_to_byte.find(unicode::next_code_point(token, i));
+    if (it == char_to_byte.end()) return token;
+    out += static_cast<char>(it->second);
+  }
+  return out;
+}
+
+// Classes of the pre-tokenizer pattern.
+enum : uint8_t { kOther = 0, kLetter = 1, kNumber = 2, kSpace = 3 };
+
+uint8_t char_class(char32_t c) {
+  if (unicode::is_letter(c)) return kLetter;
+  if (unicode::is_number(c)) return kNumber;
+  if (unicode::is_whitespace(c)) return kSpace;
+  return kOther;
+}
+
+std::vector<std::string> dense_vocab(const std::vector<std::pair<std::string, int64_t>>& entries, const std::string& where) {
+  int64_t max_id = -1;
+  for (const auto& e : entries) {
+    HH_CHECK(e.second >= 0 && e.second < (int64_t{1} << 30), where, ": token '", e.first, "' has id ", e.second,
+             ", outside [0, 2^30)");
+    max_id = std::max(max_id, e.second);
+  }
+  std::vector<std::string> vocab(static_cast<size_t>(max_id + 1));
+  std::vector<bool> seen(vocab.size(), false);
+  for (const auto& e : entries) {
+    const size_t id = static_cast<size_t>(e.second);
+    HH_CHECK(!seen[id], where, ": id ", id, " is given to both '", vocab[id], "' and '", e.first, "'");
+    seen[id] = true;
+    vocab[id] = e.first;
+  }
+  for (size_t id = 0; id < vocab.size(); ++id) HH_CHECK(seen[id], where, ": no token has id ", id, " (ids must be 0..N-1)");
+  return vocab;
+}
+
+nlohmann::json parse_json(const std::string& path) {
+  try {
+    return nlohmann::json::parse(detail::read_file(path));
+  } catch (const nlohmann::json::exception& e) {
+    fail(str(path, ": not valid JSON: ", e.what()));
+  }
+}
+
+}  // namespace
+
+// ---- loading ----
+
+void Gpt2Tokenizer::build(std::vector<std::string> vocab, const std::vector<std::pair<std::string, std::string>>& merges,
+                          const std::string& merges_where) {
+  set_vocab(std::move(vocab));
+  std::unordered_map<char32_t, uint8_t> char_to_byte;
+  for (unsigned b = 0; b < 256; ++b) char_to_byte[gpt2_byte_to_char(static_cast<uint8_t>(b))] = static_cast<uint8_t>(b);
+  raw_.resize(vocab_.size());
+  for (size_t i = 0; i < vocab_.size(); ++i) raw_[i] = token_bytes(vocab_[i], char_to_byte);
+  for (unsigned b = 0; b < 256; ++b) {
+    std::string s;
+    unicode::append_utf8(s, gpt2_byte_to_char(static_cast<uint8_t>(b)));
+    byte_id_[b] = token_to_id(s);
+    HH_CHECK(byte_id_[b] >= 0, merges_where, ": the vocabulary has no token for byte 0x", std::hex, b, " ('", s, "')");
+  }
+  for (size_t k = 0; k < merges.size(); ++k) {
+    const auto& [a, b] = merges[k];
+    const int32_t ia = token_to_id(a), ib = token_to_id(b), im = token_to_id(a + b);
+    HH_CHECK(ia >= 0 && ib >= 0 && im >= 0, merges_where, ": merge ", k + 1, " '", a, " ", b, "': '",
+             ia < 0 ? a : ib < 0 ? b : a + b, "' is not in the vocabulary");
+    merges_.add(ia, ib, im);
+  }
+}
+
+std::unique_ptr<Gpt2Tokenizer> Gpt2Tokenizer::from_files(const std::string& vocab_json, const std::string& merges_txt) {
+  const nlohmann::json j = parse_json(vocab_json);
+  HH_CHECK(j.is_object(), vocab_json, ": expected a JSON object {\"token\": id, ...}");
+  std::vector<std::pair<std::string, int64_t>> entries;
+  for (const auto& [k, v] : j.items()) {
+    HH_CHECK(v.is_number_integer(), vocab_json, ": the id of '", k, "' is not an integer");
+    entries.emplace_back(k, v.get<int64_t>());
+  }
+  std::vector<std::pair<std::string, std::string>> merges;
+  const std::string text = detail::read_file(merges_txt);
+  size_t line_no = 0;
+  for (size_t pos = 0; pos < text.size();) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    std::string line = text.substr(pos, end - pos);
+    pos = end + 1;
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty() || (line_no == 1 && line.rfind("#version", 0) == 0)) continue;
+    const size_t sp = line.find(' ');
+    HH_CHECK(sp != std::string::npos && sp > 0 && sp + 1 < line.size() && line.find(' ', sp + 1) == std::string::npos,
+             merges_txt, ":", line_no, ": expected two tokens separated by one space, got '", line, "'");
+    merges.emplace_back(line.substr(0, sp), line.substr(sp + 1));
+  }
+  std::unique_ptr<Gpt2Tokenizer> t(new Gpt2Tokenizer());
+  t->build(dense_vocab(entries, vocab_json), merges, merges_txt);
+  const int32_t eot = t->token_to_id("<|endoftext|>");
+  if (eot >= 0) {
+    t->add_added_token("<|endoftext|>", true);
+    t->special_ids().bos = t->special_ids().eos = t->special_ids().unk = eot;
+  }
+  return t;
+}
+
+std::unique_ptr<Gpt2Tokenizer> Gpt2Tokenizer::from_tokenizer_json(const std::string& path) {
+  try {
+    return from_tokenizer_json_unchecked(path);
+  } catch (const nlohmann::json::exception& e) {  // a key of the wrong type
+    fail(str(path, ": ", e.what()));
+  }
+}
+
+std::unique_ptr<Gpt2Tokenizer> Gpt2Tokenizer::from_tokenizer_json_unchecked(const std::string& path) {
+  const nlohmann::json j = parse_json(path);
+  const auto need = [&](const nlohmann::json& obj, const char* key, const char* where) -> const nlohmann::json& {
+    HH_CHECK(obj.is_object() && obj.contains(key), path, ": missing key \"", where, "\"");
+    return obj[key];
+  };
+  const nlohmann::json& model = need(j, "model", "model");
+  const nlohmann::json& vocab = need(model, "vocab", "model.vocab");
+  const nlohmann::json& merges_j = need(model, "merges", "model.merges");
+  HH_CHECK(vocab.is_object(), path, ": \"model.vocab\" is not an object");
+  HH_CHECK(merges_j.is_array(), path, ": \"model.merges\" is not an array");
+  std::vector<std::pair<std::string, int64_t>> entries;
+  for (const auto& [k, v] : vocab.items()) {
+    HH_CHECK(v.is_number_integer(), path, ": model.vocab: the id of '", k, "' is not an integer");
+    entries.emplace_back(k, v.get<int64_t>());
+  }
+  std::vector<std::pair<std::string, bool>> added;  // content, special
+  if (j.contains("added_tokens") && !j["added_tokens"].is_null()) {
+    HH_CHECK(j["added_tokens"].is_array(), path, ": \"added_tokens\" is not an array");
+    for (const auto& a : j["added_tokens"]) {
+      HH_CHECK(a.is_object() && a.contains("id") && a["id"].is_number_integer() && a.contains("content") &&
+                   a["content"].is_string(),
+               path, ": an entry of \"added_tokens\" lacks an integer \"id\" or a string \"content\"");
+      const std::string content = a["content"].get<std::string>();
+      const int64_t id = a["id"].get<int64_t>();
+      if (!vocab.contains(content)) entries.emplace_back(content, id);
+      added.emplace_back(content, a.value("special", false) == true);
+    }
+  }
+  std::vector<std::pair<std::string, std::string>> merges;
+  for (size_t k = 0; k < merges_j.size(); ++k) {
+    const auto& m = merges_j[k];
+    if (m.is_string()) {
+      const std::string s = m.get<std::string>();
+      const size_t sp = s.find(' ');
+      HH_CHECK(sp != std::string::npos && sp > 0 && sp + 1 < s.size() && s.find(' ', sp + 1) == std::string::npos, path,
+               ": model.merges[", k, "]: expected \"a b\", got \"", s, "\"");
+      merges.emplace_back(s.substr(0, sp), s.substr(sp + 1));
+    } else {
+      HH_CHECK(m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string(), path, ": model.merges[", k,
+               "]: expected \"a b\" or [\"a\", \"b\"]");
+      merges.emplace_back(m[0].get<std::string>(), m[1].get<std::string>());
+    }
+  }
+  std::unique_ptr<Gpt2Tokenizer> t(new Gpt2Tokenizer());
+  t->build(dense_vocab(entries, path + " (model.vocab + added_tokens)"), merges, path);
+  // The ByteLevel pre-tokenizer's options (alone or in a Sequence).
+  const nlohmann::json pre = j.value("pre_tokenizer", nlohmann::json());
+  std::vector<nlohmann::json> steps;
+  if (pre.is_object() && pre.value("type", "") == "Sequence" && pre.contains("pretokenizers"))
+    steps.assign(pre["pretokenizers"].begin(), pre["pretokenizers"].end());
+  else
+    steps.push_back(pre);
+  for (const auto& s : steps) {
+    HH_CHECK(s.is_object() && s.value("type", "") == "ByteLevel", path, ": pre_tokenizer ", s.dump(),
+             " is not supported for a byte-level BPE (ByteLevel only)");
+    HH_CHECK(s.value("use_regex", true), path, ": pre_tokenizer ByteLevel with use_regex=false is not supported");
+    t->add_prefix_space_ = s.value("add_prefix_space", false);
+  }
+  // What this class does not implement is refused, never ignored.
+  HH_CHECK(j.value("normalizer", nlohmann::json()).is_null(), path, ": normalizer ", j["normalizer"].dump(),
+           " is not supported for a byte-level BPE (null only)");
+  const nlohmann::json dec = j.value("decoder", nlohmann::json());
+  HH_CHECK(dec.is_null() || (dec.is_object() && dec.value("type", "") == "ByteLevel"), path, ": decoder ", dec.dump(),
+           " is not supported for a byte-level BPE (ByteLevel)");
+  HH_CHECK(model.value("dropout", nlohmann::json()).is_null(), path, ": model.dropout is not supported");
+  HH_CHECK(!model.value("ignore_merges", false), path, ": model.ignore_merges=true is not supported");
+  HH_CHECK(!model.value("byte_fallback", false), path, ": model.byte_fallback=true is not supported for a byte-level BPE");
+  for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
+    const auto v = model.value(key, nlohmann::json());
+    HH_CHECK(v.is_null() || (v.is_string() && v.get<std::string>().empty()), path, ": model.", key, " is not supported");
+  }
+  for (const auto& [content, special] : added) t->add_added_token(content, special);
+  const int32_t eot = t->token_to_id("<|endoftext|>");
+  if (eot >= 0) t->special_ids().bos = t->special_ids().eos = t->special_ids().unk = eot;
+  t->set_post_processor_json(j.value("post_processor", nlohmann::json()).dump(), path);
+  return t;
+}
+
+// ---- encode / decode ----
+
+std::vector<std::pair<size_t, size_t>> Gpt2Tokenizer::pre_tokenize(std::string_view text) {
+  std::vector<uint32_t> off;  // byte offset of each code point, then text.size()
+  std::vector<uint8_t> cls;
+  off.reserve(text.size() + 1);
+  cls.reserve(text.size());
+  for (size_t i = 0; i < text.size();) {
+    off.push_back(static_cast<uint32_t>(i));
+    const unsigned char b = static_cast<unsigned char>(text[i]);
+    if (b < 0x80) {  // ASCII without a table lookup
+      ++i;
+      cls.push_back((b >= 'a' && b <= 'z') || (b >= 'A' && b <= 'Z') ? kLetter
+                    : (b >= '0' && b <= '9')                         ? kNumber
+                    : (b == ' ' || (b >= 0x09 && b <= 0x0D))          ? kSpace
+                                                                      : kOther);
+    } else {
+      cls.push_back(char_class(unicode::next_code_point(text, i)));
+    }
+  }
+  const size_t n = cls.size();
+  off.push_back(static_cast<uint32_t>(text.size()));
+  const auto byte_at = [&](size_t k) { return k < n ? text[off[k]] : '\0'; };  // ASCII check of char k
+
+  std::vector<std::pair<size_t, size_t>> pieces;
+  size_t i = 0;
+  while (i < n) {
+    size_t end = i;
+    const char c = byte_at(i);
+    if (c == '\'') {  // 's 't 're 've 'm 'll 'd
+      const char a = byte_at(i + 1), b = byte_at(i + 2);
+      if (a == 's' || a == 't' || a == 'm' || a == 'd') end = i + 2;
+      else if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) end = i + 3;
+    }
+    if (end == i) {
+      const size_t j = (c == ' ' && i + 1 < n) ? i + 1 : i;  // " ?" before letters, numbers, others
+      const uint8_t k = cls[j];
+      if (k != kSpace) {
+        end = j + 1;
+        while (end < n && cls[end] == k) ++end;
+      } else {  // \s+(?!\S) | \s+ : a run before a non-space leaves its last character to it
+        end = i;
+        while (end < n && cls[end] == kSpace) ++end;
+        if (end < n && end - i >= 2) --end;
+      }
+    }
+    pieces.emplace_back(off[i], off[end]);
+    i = end;
+  }
+  return pieces;
+}
+
+void Gpt2Tokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& out) const {
+  // HF caches words too; the cache is bounded so that a stream of unique pieces cannot grow it.
+  constexpr size_t kMaxCached = 1 << 18, kMaxPiece = 256;
+  std::string key(piece);
+  if (piece.size() <= kMaxPiece) {
+    std::lock_guard<std::mutex> lock(cache_mutex_);
+    const auto it = cache_.find(key);
+    if (it != cache_.end()) {
+      out.insert(out.end(), it->second.begin(), it->second.end());
+      return;
+    }
+  }
+  std::vector<int32_t> sym(piece.size());
+  for (size_t k = 0; k < piece.size(); ++k) sym[k] = byte_id_[static_cast<unsigned char>(piece[k])];
+  merges_.apply(sym);
+  out.insert(out.end(), sym.begin(), sym.end());
+  if (piece.size() <= kMaxPiece) {
+    std::lock_guard<std::mutex> lock(cache_mutex_);
+    if (cache_.size() < kMaxCached) cache_.emplace(std::move(key), std::move(sym));
+  }
+}
+
+std::vector<int32_t> Gpt2Tokenizer::encode(std::string_view text, bool /*add_special_tokens: GPT-2 adds none*/) const {
+  std::string clean;
+  if (!unicode::is_valid_utf8(text)) {
+    clean = unicode::sanitize_utf8(text);
+    text = clean;
+  }
+  std::vector<int32_t> ids;
+  ids.reserve(text.size() / 3 + 4);
+  split_on_added_tokens(
+      text,
+      [&](std::string_view part) {
+        std::string prefixed;
+        if (add_prefix_space_ && part[0] != ' ') {
+          prefixed = " " + std::string(part);
+          part = prefixed;
+        }
+        for (const auto& [b, e] : pre_tokenize(part)) encode_piece(part.substr(b, e - b), ids);
+      },
+      [&](int32_t id) { ids.push_back(id); });
+  return ids;
+}
+
+std::string Gpt2Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const {
+  check_ids(ids);
+  std::string bytes;
+  for (int32_t id : ids)
+    if (!(skip_special_tokens && is_special(id))) bytes += raw_[static_cast<size_t>(id)];
+  return unicode::sanitize_utf8(bytes);
+}
+
+}  // namespace hh::data

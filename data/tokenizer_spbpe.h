@@ -1,0 +1,52 @@
+// Llama-style SentencePiece BPE from an HF tokenizer.json (Llama-2's layout):
+//   normalizer: Prepend("▁") then Replace(" " -> "▁") (a Sequence of Prepend/Replace steps, or
+//               none; or instead a Metaspace pre-tokenizer with split=false);
+//   model:      BPE over the characters of the whole normalized text (no pre-tokenizer); a
+//               character outside the vocabulary becomes its UTF-8 bytes as "<0xNN>" tokens
+//               (byte_fallback), else the unknown token (consecutive ones fused with fuse_unk);
+//               merges as "a b" strings or ["a", "b"] pairs;
+//   decoder:    a Sequence of Replace("▁" -> " "), ByteFallback (a run of byte tokens that is
+//               not UTF-8 gives one U+FFFD per byte, as HF), Fuse and Strip steps;
+//   post_processor: TemplateProcessing (Llama: "<s> $A").
+// <s>, </s>, <unk> (and <pad> where present) are the bos, eos, unk (pad) ids.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "data/tokenizer.h"
+#include "data/tokenizer_gpt2.h"
+
+namespace hh::data {
+
+class SpBpeTokenizer : public Tokenizer {
+ public:
+  static std::unique_ptr<SpBpeTokenizer> from_tokenizer_json(const std::string& path);
+
+  std::vector<int32_t> encode(std::string_view text, bool add_special_tokens = true) const override;
+  std::string decode(const std::vector<int32_t>& ids, bool skip_special_tokens = false) const override;
+  int64_t vocab_size() const override { return static_cast<int64_t>(vocab_.size()); }
+
+ private:
+  SpBpeTokenizer() = default;
+  std::string normalize(std::string_view text) const;
+  void encode_word(const std::string& word, std::vector<int32_t>& out) const;
+
+  struct NormStep {
+    bool prepend;  // true: prepend `text` (non-empty input); false: replace `from` by `text`
+    std::string from, text;
+  };
+  struct DecodeStep {
+    enum Kind { replace, byte_fallback, fuse, strip } kind;
+    std::string from, to;  // replace
+    std::string content;   // strip: one character
+    int64_t start = 0, stop = 0;
+  };
+  std::vector<NormStep> norm_;
+  std::vector<DecodeStep> decoder_;
+  BpeMerges merges_;
+  bool byte_fallback_ = false, fuse_unk_ = false;
+  int32_t byte_ids_[256] = {};  // "<0xNN>" ids, -1 where absent
+};
+
+}  // namespace hh::data
