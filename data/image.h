@@ -19,6 +19,8 @@ struct RgbImage {
 // PNG (any bit depth / color type: gray and palette become RGB, alpha is dropped as PIL's
 // convert("RGB") does, 16-bit samples are reduced to 8) or binary PPM (P6) / PGM (P5), chosen by
 // the file's first bytes. Errors name the file and what is wrong with it.
+// One known difference from Pillow: a PNG whose gAMA chunk is far from sRGB is gamma-corrected to
+// sRGB by libpng (Pillow ignores gAMA); files without gAMA, or with the usual 1/2.2, read the same.
 RgbImage read_image(const std::string& path);
 
 // Resizes with PIL's BILINEAR filter (a triangle filter widened by the scale when shrinking, the

@@ -125,6 +125,18 @@ TEST_CASE("vit: image.png through the preprocessing path gives the reference pix
   }
 }
 
+TEST_CASE("vit: PNG colour types read as Pillow's convert(\"RGB\") (alpha dropped, gray and palette expanded)") {
+  // tests/fixtures/images (tools/make_image_fixtures.py): each PNG next to Pillow's RGB as a PPM.
+  const std::string dir = std::string(HH_SOURCE_DIR) + "/tests/fixtures/images/";
+  for (const std::string name : {"rgb8", "rgba8", "gray8", "gray_alpha8", "palette"}) {
+    CAPTURE(name);
+    RgbImage png = read_image(dir + name + ".png"), want = read_image(dir + name + ".ppm");
+    CHECK(png.height == 5);
+    CHECK(png.width == 6);
+    CHECK(png.rgb == want.rgb);
+  }
+}
+
 TEST_CASE("vit: PIL-style bilinear resize") {
   RgbImage img;
   img.height = 2;
