@@ -200,7 +200,7 @@ std::shared_ptr<HFModel> make_bert(const HFConfig& c, const HFModelOptions& opts
            "\" is not supported (expected BertModel, BertForSequenceClassification, BertForMaskedLM or BertForPreTraining)");
   const SafeTensors weights = read_hf_weights(folder);
   Generator gen(opts.seed);
-  Init init{gen, opts.device, opts.dtype};
+  Init init{gen, opts.device, opts.dtype, opts.draw_weights};
   std::shared_ptr<HFModel> model;
   if (bare) {
     const bool pooler = weights.tensors.count("pooler.dense.weight") || weights.tensors.count("bert.pooler.dense.weight");

@@ -1,0 +1,46 @@
+# hf_run end to end on the tiny HF fixtures (tests/fixtures/hf, made by tools/make_hf_fixtures.py):
+# the expected ids and logits are transformers' own (each fixture's reference.safetensors holds
+# them); bad input must give "error: " and a non-zero exit before any model is run.
+set(HF ${CMAKE_CURRENT_SOURCE_DIR}/tests/fixtures/hf)
+add_test(NAME hf_run_gpt2_greedy COMMAND hf_run --model ${HF}/gpt2-tiny --ids 5,17,99,42 --temperature 0
+         --max-new-tokens 12 --out ${CMAKE_CURRENT_BINARY_DIR}/hf_run_gpt2)
+set_tests_properties(hf_run_gpt2_greedy PROPERTIES PASS_REGULAR_EXPRESSION
+                     "generated ids: \\[37,37,37,56,56,56,56,56,56,56,56,56\\]")
+add_test(NAME hf_run_llama_greedy COMMAND hf_run --model ${HF}/llama-tiny --ids 1,15,27,88,4 --temperature 0
+         --max-new-tokens 12)
+set_tests_properties(hf_run_llama_greedy PROPERTIES PASS_REGULAR_EXPRESSION
+                     "generated ids: \\[19,80,95,95,95,95,95,95,95,95,95,95\\]")
+add_test(NAME hf_run_llama_linear COMMAND hf_run --model ${HF}/llama-tiny-f16 --ids 1,15,27 --mixer hedgehog
+         --form recurrent --max-new-tokens 5 --top-k 10 --top-p 0.9 --seed 3)
+set_tests_properties(hf_run_llama_linear PROPERTIES PASS_REGULAR_EXPRESSION "generated ids: \\[[0-9]+,[0-9]+,[0-9]+,[0-9]+,[0-9]+\\]")
+add_test(NAME hf_run_vit_image COMMAND hf_run --model ${HF}/vit-tiny --image ${HF}/vit-tiny/image.png
+         --out ${CMAKE_CURRENT_BINARY_DIR}/hf_run_vit)
+set_tests_properties(hf_run_vit_image PROPERTIES PASS_REGULAR_EXPRESSION "LABEL_4 +\\+0\\.5074")
+add_test(NAME hf_run_bert_ids COMMAND hf_run --model ${HF}/bert-tiny --ids 2,17,33,4,56,71,3
+         --token-types 0,0,0,0,1,1,1)
+set_tests_properties(hf_run_bert_ids PROPERTIES PASS_REGULAR_EXPRESSION "LABEL_2 +\\+0\\.31919")
+# Pairs: the arguments (one string, split like a shell line) and a fragment of the expected error.
+set(HF_RUN_BAD
+    "--ids 1" "no model folder"
+    "--model /nonexistent/hh --ids 1" "/nonexistent/hh"
+    "--model ${HF}/gpt2-tiny --ids 1 --mixer nope" "--mixer: unknown 'nope'"
+    "--model ${HF}/gpt2-tiny --ids 1,x" "'x' is not a token id"
+    "--model ${HF}/gpt2-tiny --ids 1 --max-new-tokens 40" "exceeds the model's 32 positions"
+    "--model ${HF}/gpt2-tiny --ids 500" "outside the model's vocabulary of 101"
+    "--model ${HF}/gpt2-tiny --image ${HF}/vit-tiny/image.png" "generates text"
+    "--model ${HF}/vit-tiny --image ${CMAKE_CURRENT_SOURCE_DIR}/CMakeLists.txt" "CMakeLists.txt"
+    "--model ${HF}/gpt2-tiny --ids 1 --out ${CMAKE_CURRENT_SOURCE_DIR}/CMakeLists.txt" "not a folder"
+    "--model ${HF}/gpt2-tiny --prompt hi --ids 1" "exactly one input")
+list(LENGTH HF_RUN_BAD n)
+math(EXPR last "${n} / 2 - 1")
+foreach(i RANGE ${last})
+  math(EXPR a "2 * ${i}")
+  math(EXPR b "2 * ${i} + 1")
+  list(GET HF_RUN_BAD ${a} args)
+  list(GET HF_RUN_BAD ${b} msg)
+  separate_arguments(args UNIX_COMMAND "${args}")
+  add_test(NAME hf_run_rejects_${i} COMMAND hf_run ${args})
+  string(REGEX REPLACE "([][().*+?^$|\\\\])" "\\\\\\1" msg_re "${msg}")
+  set_tests_properties(hf_run_rejects_${i} PROPERTIES PASS_REGULAR_EXPRESSION "error: .*${msg_re}"
+                       FAIL_REGULAR_EXPRESSION "generated ids|LABEL_")
+endforeach()
