@@ -65,6 +65,8 @@ class GPT2Model : public Module {
   std::shared_ptr<LayerNorm> ln_f;
 };
 
+// With options.draw_weights = false (load_hf_model) the HF weights are allocated, not drawn; a
+// linear mixer's feature maps are drawn from options.seed.
 class GPT2LMHeadModel : public CausalLM {
  public:
   GPT2LMHeadModel(const HFConfig& config, const HFModelOptions& options);

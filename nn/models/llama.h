@@ -70,6 +70,8 @@ class LlamaModel : public Module {
   std::shared_ptr<RMSNorm> norm;
 };
 
+// With options.draw_weights = false (load_hf_model) the HF weights are allocated, not drawn; a
+// linear mixer's feature maps are drawn from options.seed.
 class LlamaForCausalLM : public CausalLM {
  public:
   LlamaForCausalLM(const HFConfig& config, const HFModelOptions& options);
