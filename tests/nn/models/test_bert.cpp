@@ -223,3 +223,16 @@ TEST_CASE("bert: bad input names the culprit") {
                          doctest::Contains("attention_mask (2, 6) does not match"), hh::Error);
   }
 }
+
+TEST_CASE("bert: bf16 parameters (options.dtype) run and stay near the f32 reference") {
+  HFModelOptions o = on_test_device();
+  o.dtype = DType::bf16;
+  auto m = load_classifier(hf_fixture("bert-tiny"), o);
+  CHECK(m->parameter("bert.encoder.layer.0.attention.self.query.weight").dtype() == DType::bf16);
+  const BertRef r = bert_ref(o.device);
+  Tensor logits = m->forward(r.ids, r.types, r.mask);
+  CHECK(logits.dtype() == DType::bf16);
+  // bf16 keeps 8 significant bits (relative rounding 2^-9 ~ 2e-3 per value and per op), so this is
+  // a check that nothing breaks in bf16, not a parity target (the f32 test above is).
+  CHECK(rel_error(logits, r.logits) < 5e-2);
+}
