@@ -7,13 +7,19 @@ namespace hh::nn {
 Linear::Linear(int64_t in, int64_t out, bool use_bias, Init init) : in_features(in), out_features(out) {
   HH_CHECK(in > 0 && out > 0, "Linear: sizes must be positive, got in=", in, " out=", out);
   double bound = 1.0 / std::sqrt(static_cast<double>(in));
-  register_parameter("weight", &weight, uniform({out, in}, -bound, bound, init.gen, {init.dtype, init.device}));
-  if (use_bias) register_parameter("bias", &bias, uniform({out}, -bound, bound, init.gen, {init.dtype, init.device}));
+  auto draw = [&](const Shape& shape) {
+    return init.draw ? uniform(shape, -bound, bound, init.gen, {init.dtype, init.device})
+                     : zeros(shape, {init.dtype, init.device});
+  };
+  register_parameter("weight", &weight, draw({out, in}));
+  if (use_bias) register_parameter("bias", &bias, draw({out}));
 }
 
 Embedding::Embedding(int64_t num, int64_t dim, Init init, double std) {
   HH_CHECK(num > 0 && dim > 0, "Embedding: sizes must be positive, got ", num, "x", dim);
-  register_parameter("weight", &weight, mul(randn({num, dim}, init.gen, {init.dtype, init.device}), std));
+  register_parameter("weight", &weight,
+                     init.draw ? mul(randn({num, dim}, init.gen, {init.dtype, init.device}), std)
+                               : zeros({num, dim}, {init.dtype, init.device}));
 }
 
 LayerNorm::LayerNorm(int64_t dim, double e, bool affine, Init init) : eps(e) {
@@ -36,7 +42,8 @@ Activation parse_activation(const std::string& name) {
   if (name == "gelu_new" || name == "gelu_tanh" || name == "gelu_pytorch_tanh") return Activation::gelu_tanh;
   if (name == "relu") return Activation::relu;
   if (name == "silu" || name == "swish") return Activation::silu;
-  fail(str("activation: unknown name '", name, "' (expected gelu, gelu_new, gelu_tanh, gelu_pytorch_tanh, relu, silu, swish)"));
+  fail(str("activation: unknown name '", name,
+           "' (expected gelu, gelu_new, gelu_tanh, gelu_pytorch_tanh, relu, silu, swish)"));
 }
 
 Tensor activate(const Tensor& x, Activation a) {

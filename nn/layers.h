@@ -14,6 +14,9 @@ struct Init {
   Generator& gen;
   Device device = Device::cpu();
   DType dtype = DType::f32;
+  // false: Linear and Embedding weights are zeros, not drawn, for models whose weights are all
+  // loaded next (HF import: drawing 124M values cost most of the load time).
+  bool draw = true;
 };
 
 class Linear : public Module {

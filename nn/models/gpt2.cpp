@@ -43,8 +43,8 @@ GPT2Attention::GPT2Attention(const GPT2Config& c, const HFModelOptions& o, Init 
   c_attn = register_module("c_attn", std::make_shared<Linear>(c.n_embd, 3 * c.n_embd, true, init));
   c_proj = register_module("c_proj", std::make_shared<Linear>(c.n_embd, c.n_embd, true, init));
   if (o.mixer != "softmax")
-    feature_map =
-        register_module("feature_map", make_mixer_feature_map(o.mixer, o.feature_map, heads_, head_dim_, init));
+    feature_map = register_module("feature_map", make_mixer_feature_map(o.mixer, o.feature_map, heads_, head_dim_,
+                                                                         Init{init.gen, init.device, init.dtype}));
   mixer = AttentionMixer(mixer_config(o), feature_map);
 }
 
@@ -114,7 +114,9 @@ Tensor GPT2Model::embed(const Tensor& ids, int64_t pos) const {
 GPT2LMHeadModel::GPT2LMHeadModel(const HFConfig& config, const HFModelOptions& options)
     : CausalLM("gpt2", "GPT2LMHeadModel", config, options), cfg(GPT2Config::from_hf(config)) {
   Generator gen(options.seed);
-  transformer = register_module("transformer", std::make_shared<GPT2Model>(cfg, options, Init{gen}));
+  // The HF weights are all loaded next, so they are not drawn; the feature maps' new ones are.
+  transformer = register_module(
+      "transformer", std::make_shared<GPT2Model>(cfg, options, Init{gen, Device::cpu(), DType::f32, /*draw=*/false}));
 }
 
 Tensor GPT2LMHeadModel::hidden(const Tensor& ids, TraceRequest* trace) {

@@ -65,6 +65,8 @@ class GPT2Model : public Module {
   std::shared_ptr<LayerNorm> ln_f;
 };
 
+// Built with zero HF weights (they are not drawn: make_gpt2 / load_hf_model load them next); a
+// linear mixer's feature maps are drawn from options.seed.
 class GPT2LMHeadModel : public CausalLM {
  public:
   GPT2LMHeadModel(const HFConfig& config, const HFModelOptions& options);

@@ -72,8 +72,8 @@ LlamaAttention::LlamaAttention(const LlamaConfig& c, const HFModelOptions& o, In
   v_proj = register_module("v_proj", std::make_shared<Linear>(C, kv_heads_ * head_dim_, bias, init));
   o_proj = register_module("o_proj", std::make_shared<Linear>(heads_ * head_dim_, C, bias, init));
   if (o.mixer != "softmax")
-    feature_map =
-        register_module("feature_map", make_mixer_feature_map(o.mixer, o.feature_map, heads_, head_dim_, init));
+    feature_map = register_module("feature_map", make_mixer_feature_map(o.mixer, o.feature_map, heads_, head_dim_,
+                                                                         Init{init.gen, init.device, init.dtype}));
   mixer = AttentionMixer(MixerConfig{o.mixer, true, o.form, o.chunk, o.eps}, feature_map);
 }
 
@@ -108,9 +108,10 @@ Tensor LlamaAttention::step(const Tensor& x, DecodeCache& cache) const {
 }
 
 LlamaMLP::LlamaMLP(const LlamaConfig& c, Init init) : act(c.hidden_act) {
-  gate_proj = register_module("gate_proj", std::make_shared<Linear>(c.hidden_size, c.intermediate_size, c.mlp_bias, init));
-  up_proj = register_module("up_proj", std::make_shared<Linear>(c.hidden_size, c.intermediate_size, c.mlp_bias, init));
-  down_proj = register_module("down_proj", std::make_shared<Linear>(c.intermediate_size, c.hidden_size, c.mlp_bias, init));
+  const int64_t C = c.hidden_size, I = c.intermediate_size;
+  gate_proj = register_module("gate_proj", std::make_shared<Linear>(C, I, c.mlp_bias, init));
+  up_proj = register_module("up_proj", std::make_shared<Linear>(C, I, c.mlp_bias, init));
+  down_proj = register_module("down_proj", std::make_shared<Linear>(I, C, c.mlp_bias, init));
 }
 
 LlamaDecoderLayer::LlamaDecoderLayer(const LlamaConfig& c, const HFModelOptions& o, Init init) {
@@ -141,7 +142,7 @@ LlamaModel::LlamaModel(const LlamaConfig& c, const HFModelOptions& o, Init init)
 LlamaForCausalLM::LlamaForCausalLM(const HFConfig& config, const HFModelOptions& options)
     : CausalLM("llama", "LlamaForCausalLM", config, options), cfg(LlamaConfig::from_hf(config)) {
   Generator gen(options.seed);
-  Init init{gen};
+  Init init{gen, Device::cpu(), DType::f32, /*draw=*/false};  // the HF weights are all loaded next
   model = register_module("model", std::make_shared<LlamaModel>(cfg, options, init));
   if (!cfg.tie_word_embeddings)
     lm_head = register_module("lm_head", std::make_shared<Linear>(cfg.hidden_size, cfg.vocab_size, false, init));

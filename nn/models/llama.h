@@ -70,6 +70,8 @@ class LlamaModel : public Module {
   std::shared_ptr<RMSNorm> norm;
 };
 
+// Built with zero HF weights (they are not drawn: make_llama / load_hf_model load them next); a
+// linear mixer's feature maps are drawn from options.seed.
 class LlamaForCausalLM : public CausalLM {
  public:
   LlamaForCausalLM(const HFConfig& config, const HFModelOptions& options);

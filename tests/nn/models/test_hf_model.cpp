@@ -2,9 +2,12 @@
 // the errors for a malformed or unsupported folder.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 
 #include "core/error.h"
+#include "nn/models/gpt2.h"
 #include "nn/models/hf_model.h"
 #include "tests/nn/models/decoder_test_util.h"
 #include "tests/op_table.h"
@@ -85,7 +88,9 @@ TEST_CASE("load_hf_model: malformed folders are errors naming the key, file or t
   {
     hh::test::ScratchFolder dir("llama-tiny");
     dir.replace("config.json", "\"vocab_size\": 97", "\"vocab_size\": 98");  // embed_tokens/lm_head no longer fit
-    CHECK_THROWS_WITH_AS(load_hf_model(dir.path()), doctest::Contains("wrong shape for model.embed_tokens.weight (file (97, 32), model (98, 32))"), Error);
+    CHECK_THROWS_WITH_AS(load_hf_model(dir.path()),
+                         doctest::Contains("wrong shape for model.embed_tokens.weight (file (97, 32), model (98, 32))"),
+                         Error);
   }
   {
     hh::test::ScratchFolder dir("gpt2-tiny");
@@ -126,4 +131,23 @@ TEST_CASE("hf_activation: HF's names for the activations, and an error naming ke
   CHECK(hf_activation(c, "missing", "relu") == Activation::relu);
   CHECK_THROWS_WITH_AS(hf_activation(c, "d", "relu"), doctest::Contains("x.json: d 'quick_gelu' is not supported"),
                        Error);
+}
+
+TEST_CASE("HF models are built without drawing the weights they load; the new feature maps are drawn") {
+  HFConfig cfg = HFConfig::load(hf_fixture("gpt2-tiny") + "/config.json");
+  HFModelOptions o;
+  o.mixer = "hedgehog";
+  GPT2LMHeadModel m(cfg, o);
+  auto max_abs = [](const Tensor& t) {
+    double m = 0;
+    for (double v : to_vector<double>(t)) m = std::max(m, std::abs(v));
+    return m;
+  };
+  for (const char* name :
+       {"transformer.wte.weight", "transformer.h.0.attn.c_attn.weight", "transformer.h.1.mlp.c_fc.bias"})
+    CHECK(max_abs(m.parameter(name)) == 0);  // zeros, not drawn
+  double spread = 0;
+  for (const auto& entry : m.state_dict())
+    if (entry.first.find(".feature_map.") != std::string::npos) spread = std::max(spread, max_abs(entry.second));
+  CHECK(spread > 0);
 }
