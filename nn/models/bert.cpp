@@ -64,7 +64,9 @@ EncoderSelfAttention::EncoderSelfAttention(int64_t hidden, int64_t h, bool bias,
   key = register_module("key", std::make_shared<Linear>(hidden, hidden, bias, init));
   value = register_module("value", std::make_shared<Linear>(hidden, hidden, bias, init));
   if (opts.mixer != "softmax")
-    feature_map = register_module("feature_map", make_mixer_feature_map(opts.mixer, opts.feature_map, heads, head_dim, init));
+    feature_map = register_module("feature_map", make_mixer_feature_map(opts.mixer, opts.feature_map, heads, head_dim,
+                                                                         Init{init.gen, init.device, init.dtype}));
+  // (The feature map's new weights are always drawn, also when the HF ones are not.)
   // Bidirectional: a linear mixer runs its non-causal form (or the quadratic one when asked).
   mixer = AttentionMixer(MixerConfig{opts.mixer, false, opts.form, opts.chunk, opts.eps}, feature_map);
 }
@@ -200,7 +202,7 @@ std::shared_ptr<HFModel> make_bert(const HFConfig& c, const HFModelOptions& opts
            "\" is not supported (expected BertModel, BertForSequenceClassification, BertForMaskedLM or BertForPreTraining)");
   const SafeTensors weights = read_hf_weights(folder);
   Generator gen(opts.seed);
-  Init init{gen, opts.device, opts.dtype, opts.draw_weights};
+  Init init{gen, opts.device, opts.dtype, /*draw=*/false};  // the HF weights are all loaded next
   std::shared_ptr<HFModel> model;
   if (bare) {
     const bool pooler = weights.tensors.count("pooler.dense.weight") || weights.tensors.count("bert.pooler.dense.weight");

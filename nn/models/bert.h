@@ -3,7 +3,9 @@
 // bert.encoder.layer.N.attention.self.{query,key,value}, ...attention.output.{dense,LayerNorm},
 // ...intermediate.dense, ...output.{dense,LayerNorm}, bert.pooler.dense, classifier.
 // Post-LN encoder; every attention takes the mixer of HFModelOptions (softmax as trained, or any
-// feature map in a non-causal form), registered as the attention module's child "feature_map".
+// feature map), registered as the attention module's child "feature_map". A linear mixer runs the
+// quadratic form when options.form asks for it (or a trace wants weights), else the non-causal
+// form: the causal forms (chunked, recurrent) do not apply to a bidirectional encoder.
 #pragma once
 #include <cstdint>
 #include <memory>

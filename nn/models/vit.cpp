@@ -43,8 +43,12 @@ ViTConfig ViTConfig::from_hf(const HFConfig& c) {
 
 PatchProjection::PatchProjection(int64_t channels, int64_t hidden, int64_t p, Init init) : patch(p) {
   const double bound = 1.0 / std::sqrt(static_cast<double>(channels * p * p));  // torch's Conv2d default
-  register_parameter("weight", &weight, uniform({hidden, channels, p, p}, -bound, bound, init.gen, {init.dtype, init.device}));
-  register_parameter("bias", &bias, uniform({hidden}, -bound, bound, init.gen, {init.dtype, init.device}));
+  auto draw = [&](const Shape& shape) {
+    return init.draw ? uniform(shape, -bound, bound, init.gen, {init.dtype, init.device})
+                     : zeros(shape, {init.dtype, init.device});
+  };
+  register_parameter("weight", &weight, draw({hidden, channels, p, p}));
+  register_parameter("bias", &bias, draw({hidden}));
 }
 
 Tensor PatchProjection::forward(const Tensor& pixels) const {
@@ -62,8 +66,10 @@ PatchEmbeddings::PatchEmbeddings(int64_t channels, int64_t hidden, int64_t patch
 ViTEmbeddings::ViTEmbeddings(const ViTConfig& cfg, Init init) {
   const int64_t C = cfg.hidden_size;
   register_parameter("cls_token", &cls_token, zeros({1, 1, C}, {init.dtype, init.device}));
+  const Shape pos_shape{1, 1 + cfg.num_patches(), C};
   register_parameter("position_embeddings", &position_embeddings,
-                     mul(randn({1, 1 + cfg.num_patches(), C}, init.gen, {init.dtype, init.device}), 0.02));
+                     init.draw ? mul(randn(pos_shape, init.gen, {init.dtype, init.device}), 0.02)
+                               : zeros(pos_shape, {init.dtype, init.device}));
   patch_embeddings =
       register_module("patch_embeddings", std::make_shared<PatchEmbeddings>(cfg.num_channels, C, cfg.patch_size, init));
 }
@@ -148,7 +154,7 @@ std::shared_ptr<HFModel> make_vit(const HFConfig& c, const HFModelOptions& opts,
            "\" is not supported (expected ViTForImageClassification or ViTModel)");
   const SafeTensors weights = read_hf_weights(folder);
   Generator gen(opts.seed);
-  Init init{gen, opts.device, opts.dtype, opts.draw_weights};
+  Init init{gen, opts.device, opts.dtype, /*draw=*/false};  // the HF weights are all loaded next
   std::shared_ptr<HFModel> model;
   if (bare) {
     const bool pooler = weights.tensors.count("pooler.dense.weight") || weights.tensors.count("vit.pooler.dense.weight");

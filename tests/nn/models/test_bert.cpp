@@ -223,3 +223,36 @@ TEST_CASE("bert: bad input names the culprit") {
                          doctest::Contains("attention_mask (2, 6) does not match"), hh::Error);
   }
 }
+
+TEST_CASE("bert: bf16 parameters (options.dtype) run and stay near the f32 reference") {
+  HFModelOptions o = on_test_device();
+  o.dtype = DType::bf16;
+  auto m = load_classifier(hf_fixture("bert-tiny"), o);
+  CHECK(m->parameter("bert.encoder.layer.0.attention.self.query.weight").dtype() == DType::bf16);
+  const BertRef r = bert_ref(o.device);
+  Tensor logits = m->forward(r.ids, r.types, r.mask);
+  CHECK(logits.dtype() == DType::bf16);
+  // bf16 keeps 8 significant bits (relative rounding 2^-9 ~ 2e-3 per value and per op), so this is
+  // a check that nothing breaks in bf16, not a parity target (the f32 test above is).
+  CHECK(rel_error(logits, r.logits) < 5e-2);
+}
+
+TEST_CASE("bert: the loaded HF weights are not drawn; the first layer's feature map is the first draw of options.seed") {
+  // Nothing draws from the Generator before layer 0's feature map (the HF weights are allocated as
+  // zeros and then loaded), so it equals a feature map drawn alone from Generator(seed).
+  HFModelOptions o;
+  o.mixer = "t2r";  // drawn from the Generator (hedgehog starts at the identity)
+  o.seed = 11;
+  auto m = load_classifier(hf_fixture("bert-tiny"), o);
+  Generator gen(o.seed);
+  auto alone = make_mixer_feature_map("t2r", o.feature_map, 4, 8, Init{gen});
+  const NamedTensors mine = m->bert->encoder->layer->operator[](0)->attention->self->feature_map->named_parameters();
+  const NamedTensors want = alone->named_parameters();
+  REQUIRE(mine.size() == want.size());
+  REQUIRE(!mine.empty());
+  for (size_t i = 0; i < mine.size(); ++i) {
+    CAPTURE(mine[i].first);
+    CHECK(mine[i].first == want[i].first);
+    CHECK(rel_error(mine[i].second, want[i].second) == 0.0);
+  }
+}

@@ -234,3 +234,14 @@ TEST_CASE("vit: bad input names the culprit") {
     CHECK_THROWS_WITH_AS(ImagePreprocess::load(f.file("pre2.json"), 40), doctest::Contains("\"size\" must be"), hh::Error);
   }
 }
+
+TEST_CASE("vit: bf16 parameters (options.dtype) take f32 pixels and stay near the f32 reference") {
+  HFModelOptions o = on_test_device();
+  o.dtype = DType::bf16;
+  auto m = load_classifier(hf_fixture("vit-tiny"), o);
+  const VitRef r = vit_ref(o.device);
+  Tensor logits = m->forward(r.pixels);
+  CHECK(logits.dtype() == DType::bf16);
+  // bf16 keeps 8 significant bits: a check that nothing breaks, not a parity target.
+  CHECK(rel_error(logits, r.logits) < 5e-2);
+}
