@@ -40,6 +40,8 @@ const std::vector<Family>& families() {
       {"LlamaForCausalLM", "llama", make_llama},
       {"BertForSequenceClassification", "", make_bert},
       {"BertModel", "bert", make_bert},
+      {"BertForMaskedLM", "", make_bert},      // loaded as its BertModel (the MLM head is dropped)
+      {"BertForPreTraining", "", make_bert},
       {"ViTForImageClassification", "", make_vit},
       {"ViTModel", "vit", make_vit},
   };

@@ -65,10 +65,17 @@ TEST_CASE("load_hf_model: an unsupported architecture names it, the file and the
   dir.replace("config.json", "\"LlamaForCausalLM\"", "\"MistralForCausalLM\"");
   const std::string want = dir.file("config.json") +
                            ": unsupported architecture MistralForCausalLM (supported: GPT2LMHeadModel, "
-                           "LlamaForCausalLM, BertForSequenceClassification, BertModel, ViTForImageClassification, "
-                           "ViTModel)";
+                           "LlamaForCausalLM, BertForSequenceClassification, BertModel, BertForMaskedLM, "
+                           "BertForPreTraining, ViTForImageClassification, ViTModel)";
   CHECK_THROWS_WITH_AS(load_hf_model(dir.path()), doctest::Contains(want.c_str()), Error);
-  CHECK(supported_hf_architectures().size() == 6);
+  CHECK(supported_hf_architectures().size() == 8);
+}
+
+TEST_CASE("load_hf_model: a BertForMaskedLM folder loads as its BertModel") {
+  hh::test::ScratchFolder dir("bert-tiny");
+  dir.replace("config.json", "\"BertForSequenceClassification\"", "\"BertForMaskedLM\"");
+  // The fixture's classifier is no part of a BertModel: reaching the BERT loader shows in the error.
+  CHECK_THROWS_WITH_AS(load_hf_model(dir.path()), doctest::Contains("classifier.weight"), Error);
 }
 
 TEST_CASE("load_hf_model: malformed folders are errors naming the key, file or tensor") {
