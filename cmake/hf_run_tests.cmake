@@ -19,6 +19,15 @@ set_tests_properties(hf_run_vit_image PROPERTIES PASS_REGULAR_EXPRESSION "LABEL_
 add_test(NAME hf_run_bert_ids COMMAND hf_run --model ${HF}/bert-tiny --ids 2,17,33,4,56,71,3
          --token-types 0,0,0,0,1,1,1)
 set_tests_properties(hf_run_bert_ids PROPERTIES PASS_REGULAR_EXPRESSION "LABEL_2 +\\+0\\.31919")
+# Text in, text out through the folder's tokenizer (llama-tiny-tok: SentencePiece BPE; bert-tiny-tok:
+# WordPiece with a text pair); the ids, text and logits are transformers' (expected.json, reference).
+add_test(NAME hf_run_llama_text COMMAND hf_run --model ${HF}/llama-tiny-tok --prompt "The hedgehog is" --temperature 0
+         --max-new-tokens 8)
+set_tests_properties(hf_run_llama_text PROPERTIES PASS_REGULAR_EXPRESSION
+                     "prompt ids: +\\[1,705,330,500,329,327,1005,329,399,513\\]\ngenerated ids: \\[705,705,705,705,705,705,705,705\\]\ntext: The hedgehog is The  The  The  The  The  The  The  The \n")
+add_test(NAME hf_run_bert_text COMMAND hf_run --model ${HF}/bert-tiny-tok --text "A gripping, well-made film."
+         --text-pair "Les hérissons dorment l'hiver.")
+set_tests_properties(hf_run_bert_text PROPERTIES PASS_REGULAR_EXPRESSION "POSITIVE +\\+1\\.55881.*NEGATIVE +\\+0\\.15283")
 # Pairs: the arguments (one string, split like a shell line) and a fragment of the expected error.
 set(HF_RUN_BAD
     "--ids 1" "no model folder"

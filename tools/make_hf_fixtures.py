@@ -12,6 +12,9 @@ and the outputs it produced (f32). The configurations exercise the awkward cases
   llama-tiny      LlamaForCausalLM, GQA (4 heads, 2 KV heads), rope_theta 500000, untied head, sharded
   llama-tiny-f16  f16 weights, tied head, rope_theta 25000 written the transformers-4 way (top-level
                   "rope_theta", "rope_scaling": null), as Llama-2 folders on the hub have it
+  llama-tiny-tok  a 1-layer Llama over the SentencePiece-BPE tokenizer fixture (tokenizer.json in the
+                  folder): text in, text out (the references hold the prompt's ids and the greedy text)
+  bert-tiny-tok   a 1-layer BERT over the WordPiece fixture (vocab.txt, tokenizer.json): a text pair in
 
 Weights are random (initializer_range 0.1) plus noise on every parameter, so layer norms, biases and
 nonlinearities all matter. Decoder references also hold `generated_ids`: greedy generation of
@@ -172,6 +175,54 @@ def llama():
         json.dump(c, f, indent=2, sort_keys=True)
 
 
+def with_tokenizers():
+    """Tiny models whose vocabularies are the tokenizer fixtures (tools/make_tokenizer_fixtures.py)."""
+    tokdir = os.path.join(os.path.dirname(__file__), "..", "tests", "fixtures", "tokenizers")
+    torch.manual_seed(7)
+    tok = tf.PreTrainedTokenizerFast(tokenizer_file=os.path.join(tokdir, "llama", "tokenizer.json"))
+    cfg = tf.LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=24, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64,
+                         rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=True, initializer_range=0.3,
+                         hidden_act="silu", attn_implementation="eager", bos_token_id=1, eos_token_id=2)
+    model = perturb(tf.LlamaForCausalLM(cfg).eval(), seed=7)
+    prompt = "The hedgehog is"
+    ids = torch.tensor([[1] + tok.encode(prompt, add_special_tokens=False)], dtype=torch.int64)
+
+    def refs(m):
+        with torch.no_grad():
+            gen = greedy(m, ids, 8)
+        return {"prompt_ids": ids, "generated_ids": gen}
+
+    path = save(model, "llama-tiny-tok", refs)
+    shutil.copy(os.path.join(tokdir, "llama", "tokenizer.json"), path)
+    with torch.no_grad():
+        gen = greedy(model.float(), ids, 8)
+    with open(os.path.join(path, "expected.json"), "w") as f:
+        json.dump({"prompt": prompt, "prompt_ids": ids[0].tolist(), "generated_ids": gen[0, ids.shape[1]:].tolist(),
+                   "text": tok.decode(gen[0].tolist(), skip_special_tokens=True)}, f, indent=1, ensure_ascii=False)
+
+    torch.manual_seed(8)
+    btok = tf.PreTrainedTokenizerFast(tokenizer_file=os.path.join(tokdir, "bert", "tokenizer.json"))
+    cfg = tf.BertConfig(vocab_size=len(btok), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=24, max_position_embeddings=64, type_vocab_size=2, num_labels=2,
+                        initializer_range=0.3, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                        attn_implementation="eager", id2label={0: "NEGATIVE", 1: "POSITIVE"},
+                        label2id={"NEGATIVE": 0, "POSITIVE": 1})
+    model = perturb(tf.BertForSequenceClassification(cfg).eval(), seed=8)
+    enc = btok("A gripping, well-made film.", "Les hérissons dorment l'hiver.", return_tensors="pt",
+               return_token_type_ids=True)
+
+    def brefs(m):
+        with torch.no_grad():
+            o = m(**enc)
+        return {"input_ids": enc["input_ids"], "token_type_ids": enc["token_type_ids"],
+                "attention_mask": enc["attention_mask"], "logits": o.logits}
+
+    path = save(model, "bert-tiny-tok", brefs)
+    for name in ("vocab.txt", "tokenizer.json"):
+        shutil.copy(os.path.join(tokdir, "bert", name), path)
+
+
 if __name__ == "__main__":
     torch.set_num_threads(1)
     os.makedirs(OUT, exist_ok=True)
@@ -179,6 +230,7 @@ if __name__ == "__main__":
     gpt2()
     vit()
     llama()
+    with_tokenizers()
     total = 0
     for root, _, files in os.walk(OUT):
         for name in files:
