@@ -70,6 +70,10 @@ class Tokenizer {
   // Tokens matched in the raw text before the model runs ("<|endoftext|>", "[CLS]", ...).
   // special: skipped by decode(ids, true). The token must be in the vocabulary.
   void add_added_token(const std::string& token, bool special);
+  // Added tokens are matched on the raw text, as they are written: tokenizer.json options that
+  // would change the match (lstrip, rstrip, single_word) are refused with an error naming `where`.
+  static void check_added_token_options(const std::string& token, bool lstrip, bool rstrip, bool single_word,
+                                        const std::string& where);
   SpecialIds& special_ids() { return special_; }
   // The template add_special_tokens follows: each item is special ids or sequence 0 (a) / 1 (b),
   // with its type id. Without one, add_special_tokens gives a then b.

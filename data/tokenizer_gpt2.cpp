@@ -216,6 +216,8 @@ std::unique_ptr<Gpt2Tokenizer> Gpt2Tokenizer::from_tokenizer_json_unchecked(cons
       HH_CHECK(a.is_object() && a.contains("id") && a["id"].is_number_integer() && a.contains("content") &&
                    a["content"].is_string(),
                path, ": an entry of \"added_tokens\" lacks an integer \"id\" or a string \"content\"");
+      check_added_token_options(a["content"].get<std::string>(), a.value("lstrip", false), a.value("rstrip", false),
+                                a.value("single_word", false), path);
       const std::string content = a["content"].get<std::string>();
       const int64_t id = a["id"].get<int64_t>();
       if (!vocab.contains(content)) entries.emplace_back(content, id);

@@ -182,6 +182,8 @@ std::unique_ptr<SpBpeTokenizer> SpBpeTokenizer::from_tokenizer_json(const std::s
       HH_CHECK(a.is_object() && a.contains("id") && a["id"].is_number_integer() && a.contains("content") &&
                    a["content"].is_string(),
                path, ": an entry of \"added_tokens\" lacks an integer \"id\" or a string \"content\"");
+      check_added_token_options(a["content"].get<std::string>(), a.value("lstrip", false), a.value("rstrip", false),
+                                a.value("single_word", false), path);
       if (!model["vocab"].contains(a["content"].get<std::string>()))
         entries.emplace_back(a["content"].get<std::string>(), a["id"].get<int64_t>());
     }

@@ -264,6 +264,9 @@ TEST_CASE("load_tokenizer: unreadable or malformed files give errors naming the 
     j["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", {{{"type", "Split"}}, {{"type", "ByteLevel"}}}}};
     CHECK(contains(load_error({{"tokenizer.json", j.dump()}}), "pre_tokenizer {\"type\":\"Split\"} is not supported"));
   }
+  CHECK(contains(load_error({{"tokenizer.json", R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []},
+      "added_tokens": [{"id": 0, "content": "a", "special": true, "lstrip": true}]})"}}),
+                 "added token 'a': lstrip, rstrip and single_word are not supported"));
   // vocab.txt
   CHECK(contains(load_error({{"vocab.txt", "[UNK]\na\na\n"}}), "vocab.txt:3: token 'a' repeats line 2"));
   CHECK(contains(load_error({{"vocab.txt", "[UNK]\n\na\n"}}), "vocab.txt:2: empty token"));
