@@ -18,6 +18,7 @@
 // HF's "longest_first" strategy (the longer sequence is cut first; when both are long, each keeps
 // half, the longer one the odd token).
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>

@@ -10,6 +10,7 @@
 //   post_processor: TemplateProcessing (Llama: "<s> $A").
 // <s>, </s>, <unk> (and <pad> where present) are the bos, eos, unk (pad) ids.
 #pragma once
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
