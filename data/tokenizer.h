@@ -84,6 +84,7 @@ class Tokenizer {
     int32_t type_id = 0;
   };
   void set_template(std::vector<TemplateItem> single, std::vector<TemplateItem> pair);
+  bool has_template() const { return has_template_; }
   // From tokenizer.json's "post_processor" (its JSON text): null, ByteLevel (adds nothing),
   // TemplateProcessing or BertProcessing; anything else is an error naming `where`.
   void set_post_processor_json(const std::string& json_text, const std::string& where);

@@ -348,7 +348,7 @@ void Gpt2Tokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& o
   }
 }
 
-std::vector<int32_t> Gpt2Tokenizer::encode(std::string_view text, bool /*add_special_tokens: GPT-2 adds none*/) const {
+std::vector<int32_t> Gpt2Tokenizer::encode(std::string_view text, bool add_special_tokens) const {
   std::string clean;
   if (!unicode::is_valid_utf8(text)) {
     clean = unicode::sanitize_utf8(text);
@@ -367,7 +367,8 @@ std::vector<int32_t> Gpt2Tokenizer::encode(std::string_view text, bool /*add_spe
         for (const auto& [b, e] : pre_tokenize(part)) encode_piece(part.substr(b, e - b), ids);
       },
       [&](int32_t id) { ids.push_back(id); });
-  return ids;
+  // GPT-2 itself adds nothing; a tokenizer.json may bring a template (a BOS, say).
+  return add_special_tokens && has_template() ? this->add_special_tokens(ids, nullptr, nullptr) : ids;
 }
 
 std::string Gpt2Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const {

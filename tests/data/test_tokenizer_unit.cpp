@@ -258,6 +258,17 @@ TEST_CASE("load_tokenizer: unreadable or malformed files give errors naming the 
     j["model"] = {{"type", "BPE"}, {"vocab", nlohmann::json::parse(byte_vocab_json({}))}, {"merges", nlohmann::json::array()}};
     j["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", false}};
     CHECK(load_error({{"tokenizer.json", j.dump()}}).empty());
+    {  // its post_processor is honoured: a template that adds a BOS
+      j["post_processor"] = nlohmann::json::parse(R"({"type": "TemplateProcessing",
+          "single": [{"SpecialToken": {"id": "!", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+          "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+          "special_tokens": {"!": {"id": "!", "ids": [33], "tokens": ["!"]}}})");
+      TempFolder dir({{"tokenizer.json", j.dump()}});
+      const auto tok = load_tokenizer(dir.str());
+      CHECK(tok->encode("a") == std::vector<int32_t>{33, 97});
+      CHECK(tok->encode("a", false) == std::vector<int32_t>{97});
+      j.erase("post_processor");
+    }
     j["normalizer"] = {{"type", "NFC"}};
     CHECK(contains(load_error({{"tokenizer.json", j.dump()}}), "normalizer {\"type\":\"NFC\"} is not supported for a byte-level BPE"));
     j["normalizer"] = nullptr;
