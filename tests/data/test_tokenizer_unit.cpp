@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -134,6 +135,20 @@ TEST_CASE("gpt2 tokenizer: pre-tokenizer pieces, special tokens, invalid bytes, 
   // A long word (the heap path) gives the same ids as HF's fixture does for repeated text.
   const std::string longword(5000, 'x');
   CHECK(tok->decode(tok->encode(longword)) == longword);
+}
+
+TEST_CASE("gpt2 tokenizer: concurrent encodes share the word cache safely and agree") {
+  const auto tok = load_tokenizer(kDir + "gpt2");
+  std::vector<std::string> texts;
+  for (int i = 0; i < 400; ++i) texts.push_back("word" + std::to_string(i * 7919) + " shared text, again " + std::to_string(i));
+  std::vector<std::vector<int32_t>> a(texts.size()), b(texts.size());
+  std::thread t1([&] { for (size_t i = 0; i < texts.size(); ++i) a[i] = tok->encode(texts[i]); });
+  std::thread t2([&] { for (size_t i = texts.size(); i-- > 0;) b[i] = tok->encode(texts[i]); });
+  t1.join();
+  t2.join();
+  CHECK(a == b);
+  const auto fresh = load_tokenizer(kDir + "gpt2");  // empty cache
+  for (size_t i = 0; i < texts.size(); i += 37) CHECK(fresh->encode(texts[i]) == a[i]);
 }
 
 TEST_CASE("wordpiece tokenizer: basic-tokenizer rules, [UNK], the pair template") {
