@@ -235,6 +235,32 @@ TEST_CASE("encode_batch: left padding, max_length padding and the errors") {
   CHECK_THROWS_AS(encode_batch(*bert, std::vector<std::string>{}), Error);
 }
 
+TEST_CASE("spbpe tokenizer: Metaspace with split=true and prepend_scheme always/never match HF") {
+  // Expected ids from HF tokenizers 0.23.3 on the llama_metaspace fixture with this pre-tokenizer.
+  std::ifstream in(kDir + "llama_metaspace/tokenizer.json");
+  REQUIRE(in);
+  nlohmann::json j = nlohmann::json::parse(in);
+  const std::vector<std::string> texts = {"the quick  brown fox", " leading space", "<s>after bos"};
+  const std::vector<std::pair<std::string, std::vector<std::vector<int32_t>>>> cases = {
+      {"always",
+       {{1, 399, 568, 399, 749, 453, 333, 399, 672, 467, 345, 336, 399, 328, 337, 346},
+        {1, 399, 470, 502, 439, 1192, 440, 327},
+        {1, 1, 399, 323, 328, 866, 672, 337, 341}}},
+      {"never",
+       {{1, 568, 399, 749, 453, 333, 399, 672, 467, 345, 336, 399, 328, 337, 346},
+        {1, 399, 470, 502, 439, 1192, 440, 327},
+        {1, 1, 323, 328, 866, 672, 337, 341}}}};
+  for (const auto& [scheme, want] : cases) {
+    j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\xE2\x96\x81"}, {"prepend_scheme", scheme}, {"split", true}};
+    TempFolder dir({{"tokenizer.json", j.dump()}});
+    const auto tok = load_tokenizer(dir.str());
+    for (size_t i = 0; i < texts.size(); ++i) {
+      INFO(scheme, ": '", texts[i], "'");
+      CHECK(tok->encode(texts[i]) == want[i]);
+    }
+  }
+}
+
 TEST_CASE("load_tokenizer: unreadable or malformed files give errors naming the file and key/line") {
   CHECK(contains(load_error({}), "has no tokenizer.json"));
   CHECK_THROWS_WITH_AS(load_tokenizer("/nonexistent/hh_tok"), doctest::Contains("/nonexistent/hh_tok"), Error);
