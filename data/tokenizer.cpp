@@ -145,6 +145,12 @@ void Tokenizer::set_post_processor_json(const std::string& json_text, const std:
   set_template(items("single"), items("pair"));
 }
 
+void Tokenizer::check_added_token_options(const std::string& token, bool lstrip, bool rstrip, bool single_word,
+                                          const std::string& where) {
+  HH_CHECK(!lstrip && !rstrip && !single_word, where, ": added token '", token,
+           "': lstrip, rstrip and single_word are not supported (the token is matched as written)");
+}
+
 // ---- load_tokenizer ----
 
 namespace {

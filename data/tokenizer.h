@@ -18,6 +18,7 @@
 // HF's "longest_first" strategy (the longer sequence is cut first; when both are long, each keeps
 // half, the longer one the odd token).
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -70,6 +71,10 @@ class Tokenizer {
   // Tokens matched in the raw text before the model runs ("<|endoftext|>", "[CLS]", ...).
   // special: skipped by decode(ids, true). The token must be in the vocabulary.
   void add_added_token(const std::string& token, bool special);
+  // Added tokens are matched on the raw text, as they are written: tokenizer.json options that
+  // would change the match (lstrip, rstrip, single_word) are refused with an error naming `where`.
+  static void check_added_token_options(const std::string& token, bool lstrip, bool rstrip, bool single_word,
+                                        const std::string& where);
   SpecialIds& special_ids() { return special_; }
   // The template add_special_tokens follows: each item is special ids or sequence 0 (a) / 1 (b),
   // with its type id. Without one, add_special_tokens gives a then b.
@@ -79,6 +84,7 @@ class Tokenizer {
     int32_t type_id = 0;
   };
   void set_template(std::vector<TemplateItem> single, std::vector<TemplateItem> pair);
+  bool has_template() const { return has_template_; }
   // From tokenizer.json's "post_processor" (its JSON text): null, ByteLevel (adds nothing),
   // TemplateProcessing or BertProcessing; anything else is an error naming `where`.
   void set_post_processor_json(const std::string& json_text, const std::string& where);

@@ -216,6 +216,8 @@ std::unique_ptr<Gpt2Tokenizer> Gpt2Tokenizer::from_tokenizer_json_unchecked(cons
       HH_CHECK(a.is_object() && a.contains("id") && a["id"].is_number_integer() && a.contains("content") &&
                    a["content"].is_string(),
                path, ": an entry of \"added_tokens\" lacks an integer \"id\" or a string \"content\"");
+      check_added_token_options(a["content"].get<std::string>(), a.value("lstrip", false), a.value("rstrip", false),
+                                a.value("single_word", false), path);
       const std::string content = a["content"].get<std::string>();
       const int64_t id = a["id"].get<int64_t>();
       if (!vocab.contains(content)) entries.emplace_back(content, id);
@@ -346,7 +348,7 @@ void Gpt2Tokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& o
   }
 }
 
-std::vector<int32_t> Gpt2Tokenizer::encode(std::string_view text, bool /*add_special_tokens: GPT-2 adds none*/) const {
+std::vector<int32_t> Gpt2Tokenizer::encode(std::string_view text, bool add_special_tokens) const {
   std::string clean;
   if (!unicode::is_valid_utf8(text)) {
     clean = unicode::sanitize_utf8(text);
@@ -365,7 +367,8 @@ std::vector<int32_t> Gpt2Tokenizer::encode(std::string_view text, bool /*add_spe
         for (const auto& [b, e] : pre_tokenize(part)) encode_piece(part.substr(b, e - b), ids);
       },
       [&](int32_t id) { ids.push_back(id); });
-  return ids;
+  // GPT-2 itself adds nothing; a tokenizer.json may bring a template (a BOS, say).
+  return add_special_tokens && has_template() ? this->add_special_tokens(ids, nullptr, nullptr) : ids;
 }
 
 std::string Gpt2Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const {

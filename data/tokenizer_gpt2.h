@@ -8,6 +8,7 @@
 // (space = "Ġ"); internally every token is its raw bytes.
 // Decode: the tokens' bytes concatenated, then read as UTF-8 with replacement.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <mutex>

@@ -56,6 +56,23 @@ std::string SpBpeTokenizer::normalize(std::string_view text) const {
   return s;
 }
 
+std::vector<std::string> SpBpeTokenizer::metaspace(std::string s, bool first) const {
+  if (!meta_.on) return {std::move(s)};
+  replace_all(s, " ", meta_.replacement);
+  const bool starts = s.compare(0, meta_.replacement.size(), meta_.replacement) == 0;
+  if (!starts && (meta_.scheme == Metaspace::always || (meta_.scheme == Metaspace::first && first)))
+    s.insert(0, meta_.replacement);
+  if (!meta_.split) return {std::move(s)};
+  std::vector<std::string> pieces;  // each "▁" starts a piece (HF: MergedWithNext)
+  size_t start = 0;
+  for (size_t pos = s.find(meta_.replacement, 1); pos != std::string::npos; pos = s.find(meta_.replacement, pos + 1)) {
+    pieces.push_back(s.substr(start, pos - start));
+    start = pos;
+  }
+  pieces.push_back(s.substr(start));
+  return pieces;
+}
+
 void SpBpeTokenizer::encode_word(const std::string& word, std::vector<int32_t>& out) const {
   std::vector<int32_t> sym;
   sym.reserve(word.size());
@@ -96,7 +113,11 @@ std::vector<int32_t> SpBpeTokenizer::encode(std::string_view text, bool add_spec
   }
   std::vector<int32_t> ids;
   split_on_added_tokens(
-      text, [&](std::string_view part) { encode_word(normalize(part), ids); }, [&](int32_t id) { ids.push_back(id); });
+      text,
+      [&](std::string_view part) {
+        for (const std::string& piece : metaspace(normalize(part), part.data() == text.data())) encode_word(piece, ids);
+      },
+      [&](int32_t id) { ids.push_back(id); });
   return add_special_tokens ? this->add_special_tokens(ids, nullptr, nullptr) : ids;
 }
 
@@ -182,6 +203,8 @@ std::unique_ptr<SpBpeTokenizer> SpBpeTokenizer::from_tokenizer_json(const std::s
       HH_CHECK(a.is_object() && a.contains("id") && a["id"].is_number_integer() && a.contains("content") &&
                    a["content"].is_string(),
                path, ": an entry of \"added_tokens\" lacks an integer \"id\" or a string \"content\"");
+      check_added_token_options(a["content"].get<std::string>(), a.value("lstrip", false), a.value("rstrip", false),
+                                a.value("single_word", false), path);
       if (!model["vocab"].contains(a["content"].get<std::string>()))
         entries.emplace_back(a["content"].get<std::string>(), a["id"].get<int64_t>());
     }
@@ -255,7 +278,19 @@ std::unique_ptr<SpBpeTokenizer> SpBpeTokenizer::from_tokenizer_json(const std::s
       }
     }
     const nlohmann::json pre = j.value("pre_tokenizer", nlohmann::json());
-    HH_CHECK(pre.is_null(), path, ": pre_tokenizer ", pre.dump(), " is not supported for SentencePiece BPE (null only)");
+    if (pre.is_object() && pre.value("type", "") == "Metaspace") {
+      t->meta_.on = true;
+      t->meta_.replacement = pre.value("replacement", std::string("\xE2\x96\x81"));
+      HH_CHECK(!t->meta_.replacement.empty(), path, ": pre_tokenizer Metaspace: empty replacement");
+      const std::string scheme = pre.value("prepend_scheme", std::string(pre.value("add_prefix_space", true) ? "always" : "never"));
+      HH_CHECK(scheme == "always" || scheme == "first" || scheme == "never", path,
+               ": pre_tokenizer Metaspace: prepend_scheme \"", scheme, "\" (always, first or never)");
+      t->meta_.scheme = scheme == "always" ? Metaspace::always : scheme == "first" ? Metaspace::first : Metaspace::never;
+      t->meta_.split = pre.value("split", true);
+    } else {
+      HH_CHECK(pre.is_null(), path, ": pre_tokenizer ", pre.dump(),
+               " is not supported for SentencePiece BPE (null or Metaspace)");
+    }
 
     // decoder
     const nlohmann::json dec = j.value("decoder", nlohmann::json());

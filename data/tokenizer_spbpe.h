@@ -1,6 +1,10 @@
 // Llama-style SentencePiece BPE from an HF tokenizer.json (Llama-2's layout):
 //   normalizer: Prepend("▁") then Replace(" " -> "▁") (a Sequence of Prepend/Replace steps, or
-//               none; or instead a Metaspace pre-tokenizer with split=false);
+//               none);
+//   pre_tokenizer: none, or Metaspace (newer conversions, with no normalizer): spaces become "▁",
+//               and "▁" is prepended unless the text starts with one (prepend_scheme "always"),
+//               only for the part at the start of the text ("first"), or never; split=true cuts
+//               before every "▁";
 //   model:      BPE over the characters of the whole normalized text (no pre-tokenizer); a
 //               character outside the vocabulary becomes its UTF-8 bytes as "<0xNN>" tokens
 //               (byte_fallback), else the unknown token (consecutive ones fused with fuse_unk);
@@ -10,6 +14,7 @@
 //   post_processor: TemplateProcessing (Llama: "<s> $A").
 // <s>, </s>, <unk> (and <pad> where present) are the bos, eos, unk (pad) ids.
 #pragma once
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -30,6 +35,9 @@ class SpBpeTokenizer : public Tokenizer {
  private:
   SpBpeTokenizer() = default;
   std::string normalize(std::string_view text) const;
+  // The Metaspace step (when there is one): the pieces of a normalized part; `first`: the part
+  // starts the text.
+  std::vector<std::string> metaspace(std::string s, bool first) const;
   void encode_word(const std::string& word, std::vector<int32_t>& out) const;
 
   struct NormStep {
@@ -43,6 +51,12 @@ class SpBpeTokenizer : public Tokenizer {
     int64_t start = 0, stop = 0;
   };
   std::vector<NormStep> norm_;
+  struct Metaspace {
+    bool on = false;
+    std::string replacement;
+    enum Scheme { always, first, never } scheme = always;
+    bool split = false;
+  } meta_;
   std::vector<DecodeStep> decoder_;
   BpeMerges merges_;
   bool byte_fallback_ = false, fuse_unk_ = false;

@@ -255,6 +255,8 @@ std::unique_ptr<WordPieceTokenizer> WordPieceTokenizer::from_tokenizer_json(cons
       for (const auto& a : j["added_tokens"]) {
         HH_CHECK(a.is_object() && a.contains("content") && a["content"].is_string(), path,
                  ": an entry of \"added_tokens\" has no string \"content\"");
+      check_added_token_options(a["content"].get<std::string>(), a.value("lstrip", false), a.value("rstrip", false),
+                                a.value("single_word", false), path);
         const std::string c = a["content"].get<std::string>();
         HH_CHECK(t->token_to_id(c) >= 0, path, ": added token '", c, "' is not in model.vocab");
         t->add_added_token(c, a.value("special", false));

@@ -14,6 +14,7 @@
 // Decode: tokens joined by spaces, "##" continuations glued to the previous token, and HF's
 // clean-up of spaces before punctuation and contractions (" ." -> ".", " n't" -> "n't", ...).
 #pragma once
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>

@@ -18,12 +18,19 @@ Output (tests/fixtures/tokenizers/):
   bert/               vocab.txt and tokenizer.json: a small uncased WordPiece trained here
   llama/              tokenizer.json: a small Llama-2-style SentencePiece BPE (byte fallback,
                       merges as [a, b] pairs) trained here
+  llama_metaspace/    the same model with a Metaspace pre-tokenizer instead of the normalizer
+                      (the layout of newer transformers conversions)
   expected_<name>.jsonl  per corpus line {"ids": [...], "decoded": "..."}: HF encode with special
                       tokens, decode with skip_special_tokens=True ("decoded" is left out when it
                       equals the line), of the line decoded with
                       bytes.decode("utf-8", "replace") (HF takes Python str; the C++ side replaces
                       invalid bytes the same way).
   bert_batch.json     pair/batch encodings (padding, truncation) from HF for the batch API.
+
+The corpus and the GPT-2 files come out byte for byte the same on every run; the trained bert/ and
+llama/ vocabularies do not (HF's trainers break ties between equal counts in hash order), so a
+rerun rewrites them and their expected ids together. A regenerated set passed the C++ parity
+tests as well (0 mismatches) when this was written.
 """
 import argparse
 import base64
@@ -294,6 +301,20 @@ def train_llama(texts, outdir):
     return Tokenizer.from_file(path)
 
 
+def llama_metaspace(outdir_src, outdir):
+    """The same model in the newer layout transformers' Llama converter writes: no normalizer, a
+    Metaspace pre-tokenizer (prepend_scheme "first", split false)."""
+    with open(os.path.join(outdir_src, "tokenizer.json"), encoding="utf-8") as f:
+        j = json.load(f)
+    j["normalizer"] = None
+    j["pre_tokenizer"] = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": False}
+    os.makedirs(outdir, exist_ok=True)
+    path = os.path.join(outdir, "tokenizer.json")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(j, f, ensure_ascii=False, indent=1)
+    return Tokenizer.from_file(path)
+
+
 def write_expected(name, tok, texts, exact_roundtrip):
     with open(os.path.join(OUT, "expected_%s.jsonl" % name), "w", encoding="utf-8") as f:
         for t in texts:
@@ -346,6 +367,8 @@ def main():
     write_expected("bert", bert, texts, False)
     bert_batch(bert)
     write_expected("llama", train_llama(train_texts, os.path.join(OUT, "llama")), texts, True)
+    write_expected("llama_metaspace", llama_metaspace(os.path.join(OUT, "llama"), os.path.join(OUT, "llama_metaspace")),
+                   texts, False)
     print("corpus: %d lines, %d bytes" % (len(lines), sum(len(l) + 1 for l in lines)))
 
 

@@ -105,3 +105,13 @@ TEST_CASE("tokenizer parity: Llama-style SentencePiece BPE (byte fallback, merge
   CHECK(tok->unk_id() == 0);
   check_parity(*tok, "llama");
 }
+
+TEST_CASE("tokenizer parity: the same Llama model with a Metaspace pre-tokenizer (prepend_scheme first) matches HF") {
+  const auto tok = load_tokenizer(kDir + "llama_metaspace");
+  check_parity(*tok, "llama_metaspace");
+  // "first": only the part at the start of the text gets the "▁"; the one after "<s>" does not.
+  const std::vector<int32_t> a = tok->encode("<s>hello", false), b = tok->encode("hello", false);
+  REQUIRE(a.size() >= 2);
+  CHECK(a[0] == tok->bos_id());
+  CHECK(std::vector<int32_t>(a.begin() + 1, a.end()) != b);
+}
