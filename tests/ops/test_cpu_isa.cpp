@@ -1,7 +1,8 @@
 // Every CPU instruction-set path this machine supports, against the scalar one and an f64
 // reference: the packed f32 GEMM per ISA (core/cpu/sgemm_*.cpp) over storage orders, edge tiles,
-// depth blocks, panels wider than NC, alpha/beta, broadcast batches and threaded splits. A path
-// the machine lacks is reported and skipped (run this binary on such a machine to cover it).
+// depth blocks, panels wider than NC, alpha/beta, broadcast batches and threaded splits; and the
+// AVX2 copy of the Eigen-backed kernels (core/cpu/cpu_kernels.h) against the baseline copy. A
+// path the machine lacks is reported and skipped (run this binary on such a machine to cover it).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -81,6 +82,41 @@ struct Case {
   int threads;
 };
 
+
+// One result per op of the per-ISA kernel copies, with its inputs' gradients where it has any.
+std::vector<std::vector<double>> kernel_results() {
+  Generator g(7);
+  Tensor x = uniform({37, 300}, -4, 4, g, {DType::f32}).requires_grad_();
+  Tensor row = uniform({300}, -1, 1, g, {DType::f32});
+  Tensor w = uniform({300}, 0.5, 1.5, g, {DType::f32}).requires_grad_();
+  Tensor b = uniform({300}, -1, 1, g, {DType::f32}).requires_grad_();
+  Tensor target = from_vector(std::vector<int64_t>(37, 5), {37});
+  Tensor q = uniform({2, 3, 70, 16}, -1, 1, g, {DType::f32}).requires_grad_();
+  Tensor k = uniform({2, 3, 70, 16}, -1, 1, g, {DType::f32}).requires_grad_();
+  Tensor v = uniform({2, 3, 70, 16}, -1, 1, g, {DType::f32}).requires_grad_();
+  std::vector<std::vector<double>> out;
+  auto run = [&](const Tensor& y, std::vector<Tensor> inputs) {
+    out.push_back(to_vector<double>(y));
+    if (inputs.empty()) return;
+    for (Tensor& t : inputs) t.zero_grad();
+    sum(mul(y, uniform(y.shape(), -1, 1, g, {DType::f32}))).backward();
+    for (Tensor& t : inputs) out.push_back(to_vector<double>(t.grad()));
+  };
+  run(gelu(x), {x});
+  run(exp(x), {x});
+  run(mul(add(x, row), x), {x});
+  run(to_dtype(lt(x, row), DType::f32), {});
+  run(where(gt(x, 0.0), x, neg(x)), {x});
+  run(softmax(x, -1), {x});
+  run(log_softmax(x, -1), {x});
+  run(layer_norm(x, w, b), {x, w, b});
+  run(rms_norm(x, w), {x, w});
+  run(cross_entropy(x, target), {x});
+  run(scaled_dot_product_attention(q, k, v, true), {q, k, v});
+  run(linear_attention_causal(exp(q), exp(k), v, 16), {q, k, v});
+  return out;
+}
+
 }  // namespace
 
 TEST_CASE("cpu isa: names, parsing and the cap") {
@@ -131,6 +167,34 @@ TEST_CASE("cpu isa: the packed f32 GEMM of every supported path matches the f64 
       Tensor out = c.beta == 0 ? full({c.bt, c.m, c.n}, std::nan(""), {DType::f32}) : clone(c0);  // beta 0 never reads c
       backend_of(a).gemm(A, B, out, {c.alpha, c.beta});
       CHECK(err_in_ulps_of_k(out, gemm_ref(a, b, c0, c.alpha, c.beta), c.k) < 1.0);
+    }
+  }
+}
+
+TEST_CASE("cpu isa: the AVX2 copy of the Eigen-backed kernels matches the baseline copy") {
+  if (test_device().is_cuda()) return;  // CPU kernels only
+  IsaScope scope;
+  set_cpu_isa(CpuIsa::scalar);
+  const auto want = kernel_results();
+  for (CpuIsa isa : supported_isas()) {
+    if (isa == CpuIsa::scalar) continue;
+    const std::string isa_name = cpu_isa_name(isa);
+    CAPTURE(isa_name);
+    set_cpu_isa(isa);
+    const auto got = kernel_results();
+    REQUIRE(got.size() == want.size());
+    for (size_t r = 0; r < got.size(); ++r) {
+      CAPTURE(r);
+      REQUIRE(got[r].size() == want[r].size());
+      // f32 kernels that differ in vector width, summation order, FMA contraction and Eigen's
+      // exp/erf polynomials: a few ulp of the result's scale (relative to each element would
+      // fail where a value cancels to near zero, e.g. GELU far below 0).
+      double worst = 0, scale = 0;
+      for (size_t i = 0; i < got[r].size(); ++i) {
+        worst = std::max(worst, std::fabs(got[r][i] - want[r][i]));
+        scale = std::max(scale, std::fabs(want[r][i]));
+      }
+      CHECK(worst <= 1e-5 * scale);
     }
   }
 }

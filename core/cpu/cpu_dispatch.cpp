@@ -1,0 +1,71 @@
+// The CpuBackend methods whose kernels have a baseline and an AVX2+FMA copy
+// (core/cpu/cpu_kernels.h): each picks the copy on cpu_isa() at every call.
+#include "core/cpu/cpu_backend.h"
+#include "core/cpu/cpu_kernels.h"
+
+namespace hh {
+
+void CpuBackend::unary(UnaryOp op, const Tensor& x, const Tensor& y, const UnaryParams& p) {
+  with_cpu_kernels([&](auto kernels) { kernels.unary(op, x, y, p); });
+}
+void CpuBackend::unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& gy, const Tensor& gx,
+                                const UnaryParams& p) {
+  with_cpu_kernels([&](auto kernels) { kernels.unary_backward(op, x, y, gy, gx, p); });
+}
+void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
+  with_cpu_kernels([&](auto kernels) { kernels.binary(op, a, b, out); });
+}
+void CpuBackend::where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) {
+  with_cpu_kernels([&](auto kernels) { kernels.where(cond, a, b, out); });
+}
+void CpuBackend::softmax(const Tensor& x, const Tensor& y, bool log) {
+  with_cpu_kernels([&](auto kernels) { kernels.softmax(x, y, log); });
+}
+void CpuBackend::softmax_backward(const Tensor& y, const Tensor& gy, const Tensor& gx, bool log) {
+  with_cpu_kernels([&](auto kernels) { kernels.softmax_backward(y, gy, gx, log); });
+}
+void CpuBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, const Tensor& y,
+                            const Tensor& mean, const Tensor& rstd) {
+  with_cpu_kernels([&](auto kernels) { kernels.layer_norm(x, weight, bias, eps, y, mean, rstd); });
+}
+void CpuBackend::layer_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
+                                     const Tensor& gy, const Tensor& gx, const Tensor& gweight, const Tensor& gbias) {
+  with_cpu_kernels([&](auto kernels) { kernels.layer_norm_backward(x, weight, mean, rstd, gy, gx, gweight, gbias); });
+}
+void CpuBackend::rms_norm(const Tensor& x, const Tensor& weight, double eps, const Tensor& y, const Tensor& rstd) {
+  with_cpu_kernels([&](auto kernels) { kernels.rms_norm(x, weight, eps, y, rstd); });
+}
+void CpuBackend::rms_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& rstd, const Tensor& gy,
+                                   const Tensor& gx, const Tensor& gweight) {
+  with_cpu_kernels([&](auto kernels) { kernels.rms_norm_backward(x, weight, rstd, gy, gx, gweight); });
+}
+void CpuBackend::cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyParams& p,
+                               const Tensor& loss, const Tensor& lse) {
+  with_cpu_kernels([&](auto kernels) { kernels.cross_entropy(logits, target, p, loss, lse); });
+}
+void CpuBackend::cross_entropy_backward(const Tensor& logits, const Tensor& target, const Tensor& lse,
+                                        const Tensor& gloss, const CrossEntropyParams& p, const Tensor& glogits) {
+  with_cpu_kernels([&](auto kernels) { kernels.cross_entropy_backward(logits, target, lse, gloss, p, glogits); });
+}
+void CpuBackend::linear_attention_causal(const Tensor& q, const Tensor& k, const Tensor& v, int64_t chunk, double eps,
+                                         const Tensor& y, const Tensor& den) {
+  with_cpu_kernels([&](auto kernels) { kernels.linear_attention_causal(q, k, v, chunk, eps, y, den); });
+}
+void CpuBackend::linear_attention_causal_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& y,
+                                                  const Tensor& den, const Tensor& gy, int64_t chunk, const Tensor& gq,
+                                                  const Tensor& gk, const Tensor& gv) {
+  with_cpu_kernels(
+      [&](auto kernels) { kernels.linear_attention_causal_backward(q, k, v, y, den, gy, chunk, gq, gk, gv); });
+}
+void CpuBackend::flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale,
+                                 const Tensor& out, const Tensor& lse) {
+  with_cpu_kernels([&](auto kernels) { kernels.flash_attention(q, k, v, causal, scale, out, lse); });
+}
+void CpuBackend::flash_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                                          const Tensor& lse, const Tensor& gout, bool causal, double scale,
+                                          const Tensor& gq, const Tensor& gk, const Tensor& gv) {
+  with_cpu_kernels(
+      [&](auto kernels) { kernels.flash_attention_backward(q, k, v, out, lse, gout, causal, scale, gq, gk, gv); });
+}
+
+}  // namespace hh
