@@ -23,6 +23,8 @@ foreach(h ${HH_CHECKED_HEADERS})
 endforeach()
 add_library(hh_header_check OBJECT EXCLUDE_FROM_ALL ${hh_header_tus})
 target_include_directories(hh_header_check PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+# The test helper headers locate fixtures through it, as hh_tests does.
+target_compile_definitions(hh_header_check PRIVATE HH_SOURCE_DIR="${CMAKE_CURRENT_SOURCE_DIR}")
 target_compile_options(hh_header_check PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${HH_WARNINGS}>)
 target_link_libraries(hh_header_check PRIVATE Eigen3::Eigen nlohmann_json::nlohmann_json OpenMP::OpenMP_CXX)
 if(HH_BUILD_TESTS)
