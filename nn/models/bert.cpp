@@ -10,12 +10,6 @@ namespace hh::nn {
 
 namespace {
 
-int64_t positive(const HFConfig& c, const std::string& key) {
-  const int64_t v = c.get_int(key);
-  HH_CHECK(v > 0, c.origin(), ": \"", key, "\" must be positive, got ", v);
-  return v;
-}
-
 bool ends_with(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
@@ -35,13 +29,13 @@ void check_ids(const Tensor& ids, int64_t n, const char* what, const char* limit
 
 BertConfig BertConfig::from_hf(const HFConfig& c) {
   BertConfig b;
-  b.vocab_size = positive(c, "vocab_size");
-  b.hidden_size = positive(c, "hidden_size");
-  b.num_hidden_layers = positive(c, "num_hidden_layers");
-  b.num_attention_heads = positive(c, "num_attention_heads");
-  b.intermediate_size = positive(c, "intermediate_size");
-  b.max_position_embeddings = positive(c, "max_position_embeddings");
-  b.type_vocab_size = positive(c, "type_vocab_size");
+  b.vocab_size = c.get_positive_int("vocab_size");
+  b.hidden_size = c.get_positive_int("hidden_size");
+  b.num_hidden_layers = c.get_positive_int("num_hidden_layers");
+  b.num_attention_heads = c.get_positive_int("num_attention_heads");
+  b.intermediate_size = c.get_positive_int("intermediate_size");
+  b.max_position_embeddings = c.get_positive_int("max_position_embeddings");
+  b.type_vocab_size = c.get_positive_int("type_vocab_size");
   b.layer_norm_eps = c.get_double("layer_norm_eps", 1e-12);
   b.hidden_act = hf_activation(c, "hidden_act", "gelu");
   HH_CHECK(b.hidden_size % b.num_attention_heads == 0, c.origin(), ": \"hidden_size\" (", b.hidden_size,

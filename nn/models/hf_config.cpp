@@ -66,6 +66,11 @@ int64_t HFConfig::get_int(const std::string& key) const {
   HH_CHECK(v.is_number_integer(), "config: ", origin_, ": \"", key, "\" must be an integer, got ", type_name(v));
   return v.get<int64_t>();
 }
+int64_t HFConfig::get_positive_int(const std::string& key) const {
+  const int64_t v = get_int(key);
+  HH_CHECK(v > 0, "config: ", origin_, ": \"", key, "\" must be positive, got ", v);
+  return v;
+}
 double HFConfig::get_double(const std::string& key) const {
   const nlohmann::json& v = required(impl_->j, key, origin_);
   HH_CHECK(v.is_number(), "config: ", origin_, ": \"", key, "\" must be a number, got ", type_name(v));

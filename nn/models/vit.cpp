@@ -8,25 +8,15 @@
 
 namespace hh::nn {
 
-namespace {
-
-int64_t positive(const HFConfig& c, const std::string& key) {
-  const int64_t v = c.get_int(key);
-  HH_CHECK(v > 0, c.origin(), ": \"", key, "\" must be positive, got ", v);
-  return v;
-}
-
-}  // namespace
-
 ViTConfig ViTConfig::from_hf(const HFConfig& c) {
   ViTConfig v;
-  v.hidden_size = positive(c, "hidden_size");
-  v.num_hidden_layers = positive(c, "num_hidden_layers");
-  v.num_attention_heads = positive(c, "num_attention_heads");
-  v.intermediate_size = positive(c, "intermediate_size");
-  v.image_size = positive(c, "image_size");
-  v.patch_size = positive(c, "patch_size");
-  v.num_channels = positive(c, "num_channels");
+  v.hidden_size = c.get_positive_int("hidden_size");
+  v.num_hidden_layers = c.get_positive_int("num_hidden_layers");
+  v.num_attention_heads = c.get_positive_int("num_attention_heads");
+  v.intermediate_size = c.get_positive_int("intermediate_size");
+  v.image_size = c.get_positive_int("image_size");
+  v.patch_size = c.get_positive_int("patch_size");
+  v.num_channels = c.get_positive_int("num_channels");
   v.qkv_bias = c.get_bool("qkv_bias", true);
   v.layer_norm_eps = c.get_double("layer_norm_eps", 1e-12);
   v.hidden_act = hf_activation(c, "hidden_act", "gelu");

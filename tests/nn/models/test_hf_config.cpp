@@ -28,6 +28,10 @@ TEST_CASE("HFConfig: errors name the file and the key") {
   CHECK_THROWS_WITH_AS(c.get_int("hidden_size"), doctest::Contains("m/config.json: \"hidden_size\" must be an integer"),
                        hh::Error);
   CHECK_THROWS_WITH_AS(c.get_int("n"), doctest::Contains("\"n\" must be an integer"), hh::Error);
+  HFConfig z = HFConfig::parse(R"({"heads": 0, "layers": 2})", "z.json");
+  CHECK(z.get_positive_int("layers") == 2);
+  CHECK_THROWS_WITH_AS(z.get_positive_int("heads"), doctest::Contains("z.json: \"heads\" must be positive, got 0"),
+                       hh::Error);
   CHECK_THROWS_WITH_AS(c.get_int("vocab_size"), doctest::Contains("m/config.json: missing key \"vocab_size\""), hh::Error);
   CHECK_THROWS_WITH_AS(c.get_int("hidden_size", 3), doctest::Contains("must be an integer"), hh::Error);  // present: no default
   CHECK_THROWS_WITH_AS(c.child("rope_scaling"), doctest::Contains("missing key \"rope_scaling\""), hh::Error);
