@@ -1,6 +1,7 @@
 #include "nn/layers.h"
 
 #include <cmath>
+#include <utility>
 
 namespace hh::nn {
 
@@ -12,6 +13,35 @@ Linear::Linear(int64_t in, int64_t out, bool use_bias, Init init) : in_features(
   };
   register_parameter("weight", &weight, draw({out, in}));
   if (use_bias) register_parameter("bias", &bias, draw({out}));
+}
+
+Tensor Linear::forward(const Tensor& x) const {
+  Tensor y = linear(x, weight, bias);
+  if (!lora_A) return y;
+  return add(y, mul(lora_B->forward(lora_A->forward(lora_dropout ? lora_dropout->forward(x) : x)), lora_scaling));
+}
+
+void Linear::attach_lora(std::shared_ptr<Linear> a, std::shared_ptr<Linear> b, std::shared_ptr<Dropout> dropout,
+                         double scaling) {
+  HH_CHECK(!lora_A, "Linear: a LoRA adapter is already attached");
+  HH_CHECK(a && b && a->in_features == in_features && b->out_features == out_features &&
+               a->out_features == b->in_features,
+           "Linear::attach_lora: adapter shapes do not fit a Linear ", in_features, " -> ", out_features);
+  lora_A = register_module("lora_A", std::move(a));
+  lora_B = register_module("lora_B", std::move(b));
+  if (dropout) lora_dropout = register_module("lora_dropout", std::move(dropout));
+  lora_scaling = scaling;
+}
+
+void Linear::detach_lora() {
+  HH_CHECK(lora_A, "Linear::detach_lora: no LoRA adapter attached");
+  unregister_module("lora_A");
+  unregister_module("lora_B");
+  if (lora_dropout) unregister_module("lora_dropout");
+  lora_A.reset();
+  lora_B.reset();
+  lora_dropout.reset();
+  lora_scaling = 0;
 }
 
 Embedding::Embedding(int64_t num, int64_t dim, Init init, double std) {

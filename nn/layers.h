@@ -19,14 +19,28 @@ struct Init {
   bool draw = true;
 };
 
+class Dropout;
+
 class Linear : public Module {
  public:
   // torch default init: U(-1/sqrt(in), 1/sqrt(in)) for weight and bias.
   Linear(int64_t in, int64_t out, bool bias, Init init);
-  Tensor forward(const Tensor& x) const { return linear(x, weight, bias); }  // x (..., in) -> (..., out)
+  // x (..., in) -> (..., out): linear(x, weight, bias), plus lora_scaling·lora_B(lora_A(dropout(x)))
+  // when a LoRA adapter is attached.
+  Tensor forward(const Tensor& x) const;
   int64_t in_features, out_features;
   Tensor weight;  // (out, in)
   Tensor bias;    // (out) or undefined
+
+  // LoRA adapter, attached by apply_lora and removed by merge_lora (nn/lora.h). The parts are
+  // registered as the children lora_A (weight (r, in)), lora_B (weight (out, r)) and, when given,
+  // lora_dropout (no parameters), so their names are PEFT's: "<linear>.lora_A.weight".
+  void attach_lora(std::shared_ptr<Linear> a, std::shared_ptr<Linear> b, std::shared_ptr<Dropout> dropout,
+                   double scaling);
+  void detach_lora();
+  std::shared_ptr<Linear> lora_A, lora_B;  // null without an adapter
+  std::shared_ptr<Dropout> lora_dropout;   // null when the adapter has no dropout
+  double lora_scaling = 0;                 // alpha / r
 };
 
 class Embedding : public Module {

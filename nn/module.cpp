@@ -57,6 +57,12 @@ void Module::add_child(const std::string& name, std::shared_ptr<Module> m) {
   children_.emplace_back(name, std::move(m));
 }
 
+void Module::unregister_module(const std::string& name) {
+  auto it = std::find_if(children_.begin(), children_.end(), [&](const auto& c) { return c.first == name; });
+  HH_CHECK(it != children_.end(), "Module: no submodule named '", name, "' to remove");
+  children_.erase(it);
+}
+
 std::vector<std::pair<std::string, std::shared_ptr<Module>>> Module::named_modules() const {
   // Pre-order, registration order, iterative. Self comes first as ("", nullptr).
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> out;

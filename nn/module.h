@@ -61,6 +61,8 @@ class Module {
     add_child(name, m);
     return m;
   }
+  // Removes a registered submodule (and with it its parameters from state_dict); throws when absent.
+  void unregister_module(const std::string& name);
   virtual void on_train(bool) {}
 
  private:

@@ -15,7 +15,8 @@ double accuracy(const std::vector<int64_t>& pred, const std::vector<int64_t>& la
 
 // F1 of class `positive` (sklearn f1_score, average="binary"): 2·TP / (2·TP + FP + FN). When
 // nothing is predicted positive and nothing is labelled positive the ratio is 0/0; we return 0,
-// as sklearn does with zero_division=0 (its default "warn" also returns 0, with a warning).
+// as sklearn does with zero_division=0 (its default "warn" also returns 0, with a warning). Any
+// value other than `positive` counts as negative (sklearn refuses more than two classes here).
 double f1_binary(const std::vector<int64_t>& pred, const std::vector<int64_t>& label, int64_t positive = 1);
 
 // Matthews correlation for any number of classes (sklearn matthews_corrcoef's formula on the
