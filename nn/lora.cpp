@@ -39,17 +39,19 @@ void check_config(const LoraConfig& cfg) {
 int64_t apply_lora(Module& root, const LoraConfig& cfg, Init init) {
   check_config(cfg);
   std::vector<std::pair<std::string, std::shared_ptr<Linear>>> matched;
-  std::vector<std::string> linear_names;
+  std::vector<std::string> linear_names, linear_lasts;  // full names; distinct last components
   for (auto& [name, m] : root.named_modules()) {
     auto lin = std::dynamic_pointer_cast<Linear>(m);
     std::string last = last_component(name);
     if (!lin || reserved(last)) continue;
     linear_names.push_back(name);
+    if (std::find(linear_lasts.begin(), linear_lasts.end(), last) == linear_lasts.end()) linear_lasts.push_back(last);
     if (std::find(cfg.target_modules.begin(), cfg.target_modules.end(), last) != cfg.target_modules.end())
       matched.emplace_back(name, lin);
   }
   HH_CHECK(!matched.empty(), "apply_lora: target modules [", join(cfg.target_modules, 100),
-           "] match no Linear; the Linear layers here are [", join(linear_names, 8), "]");
+           "] match no Linear; the Linear names here end in [", join(linear_lasts, 20), "] (",
+           linear_names.empty() ? std::string("there is no Linear") : "e.g. " + join(linear_names, 3), ")");
   for (auto& [name, lin] : matched)
     HH_CHECK(!lin->lora_A, "apply_lora: '", name, "' already has a LoRA adapter (merge_lora it first)");
 

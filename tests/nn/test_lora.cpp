@@ -232,7 +232,7 @@ TEST_CASE("lora: BERT-style names, dropout, and the errors") {
   // The default targets are Llama's: nothing here matches, and the error says what exists.
   hh::test::check_throws([&] { apply_lora(bert, LoraConfig{}, {g}); },
                          {"apply_lora", "q_proj, k_proj, v_proj, o_proj", "match no Linear",
-                          "encoder.layer.0.attention.self.query", "encoder.layer.0.output.dense"});
+                          "end in [query, key, value, dense]", "e.g. encoder.layer.0.attention.self.query"});
   CHECK(names_of(bert) == base_names);
 
   LoraConfig cfg;
