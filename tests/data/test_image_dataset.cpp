@@ -189,4 +189,18 @@ TEST_CASE("image dataset: bad class folders") {
   dir.write("root/dog/broken.ppm", "P6\n2 2\n255\nxx");
   const ImageDataset d = read_image_folder(dir.file("root"));
   CHECK_THROWS_WITH_AS(d.batch({1}, ImagePreprocess::defaults(2)), doctest::Contains("broken.ppm"), Error);
+  // Rows are decoded in parallel; the error is the first failing row's, every time.
+  dir.write("root/dog/also_broken.ppm", "P6\n0 2\n255\n");
+  const ImageDataset e = read_image_folder(dir.file("root"));
+  REQUIRE(e.files[1] == dir.file("root/dog/also_broken.ppm"));
+  for (int i = 0; i < 5; ++i) {
+    std::string msg;
+    try {
+      e.batch({0, 0, 2, 0, 1, 0}, ImagePreprocess::defaults(2));
+    } catch (const Error& err) {
+      msg = err.what();
+    }
+    CHECK(msg.find(dir.file("root/dog/broken.ppm")) != std::string::npos);
+    CHECK(msg.find("also_broken") == std::string::npos);
+  }
 }
