@@ -60,18 +60,36 @@ int64_t Batcher::batches_per_epoch() const {
   return options_.drop_last ? num_rows_ / b : (num_rows_ + b - 1) / b;
 }
 
-std::vector<int64_t> Batcher::epoch_order(int64_t epoch) const {
-  HH_CHECK(epoch >= 0, "Batcher::epoch_order: negative epoch ", epoch);
-  std::vector<int64_t> order(static_cast<size_t>(num_rows_));
+std::vector<int64_t> epoch_order(int64_t n, bool shuffle, uint64_t seed, int64_t epoch) {
+  HH_CHECK(epoch >= 0 && n >= 0, "epoch_order: negative epoch ", epoch, " or row count ", n);
+  std::vector<int64_t> order(static_cast<size_t>(n));
   std::iota(order.begin(), order.end(), int64_t{0});
-  if (!options_.shuffle) return order;
+  if (!shuffle) return order;
   // Fisher-Yates with N - 1 draws from the epoch's own stream [e*N, (e+1)*N).
-  Generator gen(options_.seed, static_cast<uint64_t>(epoch) * static_cast<uint64_t>(num_rows_));
-  for (int64_t i = num_rows_ - 1; i > 0; --i) {
+  Generator gen(seed, static_cast<uint64_t>(epoch) * static_cast<uint64_t>(n));
+  for (int64_t i = n - 1; i > 0; --i) {
     const int64_t j = gen.next_int(0, i + 1);
     std::swap(order[static_cast<size_t>(i)], order[static_cast<size_t>(j)]);
   }
   return order;
+}
+
+std::vector<int64_t> Batcher::epoch_order(int64_t epoch) const {
+  HH_CHECK(epoch >= 0, "Batcher::epoch_order: negative epoch ", epoch);
+  return hh::epoch_order(num_rows_, options_.shuffle, options_.seed, epoch);
+}
+
+RowBatches::RowBatches(int64_t rows, int64_t batch_size, bool shuffle, uint64_t seed)
+    : rows_(rows), batch_(batch_size), shuffle_(shuffle), seed_(seed) {
+  HH_CHECK(rows >= 0 && batch_size >= 1, "RowBatches: need rows >= 0 and batch size >= 1, got ", rows, " and ",
+           batch_size);
+  set_epoch(0);
+}
+
+std::vector<int64_t> RowBatches::rows(int64_t i) const {
+  HH_CHECK(i >= 0 && i < size(), "RowBatches: batch ", i, " outside [0, ", size(), ")");
+  const auto b = order_.begin() + i * batch_;
+  return std::vector<int64_t>(b, b + std::min(batch_, rows_ - i * batch_));
 }
 
 void Batcher::ensure_order() {

@@ -45,6 +45,28 @@ struct BatcherOptions {
   uint64_t seed = 0;
 };
 
+// The row order of epoch `epoch` of an n-row dataset: 0..n-1, or a Fisher-Yates shuffle drawing
+// n - 1 numbers from the epoch's own Philox stream [epoch·n, (epoch+1)·n) of `seed` (so every
+// platform and a resumed run see the same order).
+std::vector<int64_t> epoch_order(int64_t n, bool shuffle, uint64_t seed, int64_t epoch);
+
+// Batches of row indices with random access: batch i of the current epoch is rows(i). What
+// tasks that build their own batch tensors (padding, tokenization, images) iterate over.
+class RowBatches {
+ public:
+  RowBatches() = default;
+  RowBatches(int64_t rows, int64_t batch_size, bool shuffle, uint64_t seed);
+  int64_t size() const { return rows_ == 0 ? 0 : (rows_ + batch_ - 1) / batch_; }  // batches per epoch (last may be short)
+  void set_epoch(int64_t epoch) { order_ = epoch_order(rows_, shuffle_, seed_, epoch); }
+  std::vector<int64_t> rows(int64_t i) const;  // i in [0, size())
+
+ private:
+  int64_t rows_ = 0, batch_ = 1;
+  bool shuffle_ = false;
+  uint64_t seed_ = 0;
+  std::vector<int64_t> order_;
+};
+
 // Copies rows `rows` of a host tensor x (N, ...) into a new contiguous tensor (len(rows), ...) of
 // the same dtype. Any dtype; x may be non-contiguous (it is made contiguous first).
 Tensor gather_rows(const Tensor& x, const std::vector<int64_t>& rows);

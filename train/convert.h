@@ -1,0 +1,135 @@
+// The two-stage conversion of a trained softmax model into a linear-attention one (paper §4,
+// App. A.3; REFERENCE.md §3): the student is the teacher's weights with a feature map in every
+// attention. Stage 1 freezes every original weight and trains only the feature maps to mimic the
+// softmax weights (distillation loss, early stop on its validation value); stage 2 finetunes on the
+// task loss, every weight or LoRA adapters. The joint variant trains both losses in one stage.
+//
+// The driver knows nothing of the task: a ConversionTask gives it the student model, batches, the
+// task loss and the task metric (GLUE, perplexity, top-1, ROUGE, associative recall).
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "nn/diagnostics.h"
+#include "nn/lora.h"
+#include "nn/module.h"
+
+namespace hh::train {
+
+enum class Split { train, val, test };  // the driver uses train and val; apps report test
+using Metrics = std::vector<std::pair<std::string, double>>;  // the first entry is the primary metric
+
+class ConversionTask {
+ public:
+  virtual ~ConversionTask() = default;
+  virtual nn::Module& model() = 0;  // the student
+  virtual int64_t batches(Split s) const = 0;  // batches in one pass over a split
+  // Reorders the training batches for an epoch (deterministic in `epoch`).
+  virtual void shuffle(int64_t epoch) { (void)epoch; }
+  // Runs the model on batch i of split s and returns the scalar task loss. When trace is not null
+  // every attention layer appends its trace to it (the driver asks for teacher weights).
+  virtual Tensor loss(Split s, int64_t i, nn::TraceRequest* trace) = 0;
+  // Tokens (or positions) in batch i of split s, for throughput figures.
+  virtual int64_t tokens(Split s, int64_t i) const = 0;
+  // The task's metrics on a split, no grad, eval mode; the first is the primary one.
+  virtual Metrics evaluate(Split s) = 0;
+  virtual bool higher_is_better() const { return true; }  // of the primary metric (false: perplexity)
+};
+
+struct DistillStage {
+  int64_t epochs = 5;           // 0 = skip stage 1 (the "swap + finetune" baselines)
+  int64_t max_steps = 0;        // stop after this many steps in all (0 = epochs only)
+  double lr = 1e-2;             // paper App. A.3: AdamW, lr 1e-2, wd 0
+  double weight_decay = 0.0;
+  int64_t patience = 1;         // epochs without a lower validation loss before stopping
+  int64_t val_batches = 0;      // validation batches per evaluation (0 = all)
+  nn::DistillOptions loss;      // soft cross-entropy or KL, sum or mean over heads, output MSE
+};
+
+struct FinetuneStage {
+  int64_t epochs = 5;           // 0 = no finetuning
+  int64_t max_steps = 0;
+  double lr = 1e-5;
+  double weight_decay = 0.0;
+  std::string schedule = "cosine";
+  double warmup_fraction = 0.0;  // of the stage's steps
+  double grad_clip = 1.0;        // 0 = off
+  int64_t patience = 0;          // epochs without a better validation metric before stopping (0 = never)
+  bool keep_best = true;         // restore the weights of the best validation metric at the end
+  double stop_at = 0.0;          // stop once the validation metric reaches this (higher-is-better tasks; 0 = never)
+  std::string mode = "full";     // "full": every weight; "lora": LoRA adapters (merged at the end)
+  int64_t lora_rank = 8;         // paper (Llama): rank 8, alpha 16 on q, k, v, o
+  double lora_alpha = 16.0;
+  double lora_dropout = 0.0;
+  std::vector<std::string> lora_targets = {"q_proj", "k_proj", "v_proj", "o_proj"};  // Linear names
+  bool train_feature_maps = true;  // with mode lora: also train the feature maps (LoLCATs: no)
+  bool merge_lora = true;
+  // Joint variant (paper): task loss + joint_weight × distillation loss, every weight, in this stage.
+  double joint_weight = 0.0;
+  nn::DistillOptions joint_loss;
+};
+
+struct ConvertConfig {
+  DistillStage distill;
+  FinetuneStage finetune;
+  uint64_t seed = 0;            // LoRA init
+  bool quiet = false;           // plain progress lines instead of a bar
+  // Checkpoint after every epoch of either stage; resume continues from the last one written.
+  std::string checkpoint_path;
+  bool resume = false;
+  std::string fingerprint;      // the caller's description of model + data; resuming refuses another
+  // For tests of resuming: after this many epochs (of either stage) in this call, write the
+  // checkpoint and return with `interrupted` set (0 = never).
+  int64_t stop_after_epochs = 0;
+};
+
+struct StageLog {
+  std::vector<double> train_loss;  // per epoch
+  std::vector<double> val;         // per epoch: distillation loss (stage 1) or primary metric (stage 2)
+  int64_t steps = 0;
+  int64_t tokens = 0;
+  double seconds = 0;
+  std::string stopped;             // why the stage ended ("epochs", "early stop", "max steps", "skipped: ...")
+  double tokens_per_second() const { return seconds > 0 ? static_cast<double>(tokens) / seconds : 0.0; }
+};
+
+struct ConvertResult {
+  Metrics swapped;      // the student right after the swap (untrained maps), validation split
+  Metrics distilled;    // after stage 1 (empty when skipped)
+  Metrics finetuned;    // after stage 2 (empty when skipped)
+  StageLog distill, finetune;
+  int64_t trainable_distill = 0, trainable_finetune = 0;  // parameters trained in each stage
+  std::vector<std::string> lora_targets;  // Linear modules that got adapters
+  bool interrupted = false;               // stop_after_epochs ended the call; resume to go on
+};
+
+// Stage 1 then stage 2 on `task`. Parameters outside the feature maps are bit-for-bit unchanged by
+// stage 1 (they are frozen and the optimizer never sees them).
+ConvertResult convert(ConversionTask& task, const ConvertConfig& cfg);
+
+// Every feature-map parameter of a model: names containing ".feature_map." (or starting with it).
+bool is_feature_map_param(const std::string& name);
+
+// Copies every teacher tensor into the student (same names and shapes), leaving the student's
+// feature-map tensors as they are; any other missing or extra name is an error listing them.
+void load_teacher_weights(nn::Module& student, const nn::Module& teacher);
+
+// How faithfully the student's attention mimics the teacher's on a split (REFERENCE.md §3).
+struct Fidelity {
+  int64_t layers = 0, heads = 0;
+  std::vector<double> kl;                // (layers*heads) mean KL(P‖Q) over rows, per layer and head
+  double kl_mean = 0;
+  double entropy_student = 0, entropy_teacher = 0;
+  double monotonicity_student = 0, monotonicity_teacher = 0;
+  // Pictures (Figs. 7, 9): sample 0's weights of one (layer, head), teacher and student, L×L.
+  int64_t pic_layer = 0, pic_head = 0, pic_len = 0;
+  std::vector<double> pic_teacher, pic_student;
+};
+// batches <= 0: every batch of the split. pic_layer/pic_head pick the pictured head (clamped).
+Fidelity measure_fidelity(ConversionTask& task, Split s, int64_t batches, bool causal, int64_t pic_layer = 0,
+                          int64_t pic_head = 0);
+
+}  // namespace hh::train
