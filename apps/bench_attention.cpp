@@ -26,6 +26,10 @@
 // 2048): Taylor's F = 1 + D + D² (4161 at D=64) makes φ(q), φ(k) and the (B,H,L,D,D) outer product
 // huge, so it is slow by design; drop it with --maps. Default heads: 4 on the CPU, 12 on CUDA.
 //
+// --distill-step: the same model with a feature map (default hedgehog), one stage-1 step of a
+// conversion: only the feature maps train (AdamW lr 1e-2), the loss is the distillation soft
+// cross-entropy between each head's quadratic linear weights and the softmax weights of the same
+// q, k, summed over heads and layers (train/convert.h's stage 1).
 // --ar-step: one training step (forward, cross-entropy over all positions, backward, AdamW) of the
 // paper-preset AR decoder (apps/ar_probe --preset paper: vocab 40, 4 layers, 4 heads × 64, dim 256,
 // MLP 512, RoPE, pre-LN, GELU, chunked linear form, chunk 64), batch 32, length 128, per mixer;
@@ -47,6 +51,7 @@
 #include "core/memory.h"
 #include "core/parallel.h"
 #include "nn/attention.h"
+#include "nn/diagnostics.h"
 #include "nn/feature_maps.h"
 #include "nn/transformer.h"
 #include "train/optim.h"
@@ -343,12 +348,16 @@ int run_attention(const apps::Flags& f, Device device, json& out) {
 // ---------------------------------------------------------------- AR training step
 
 int run_ar_step(const apps::Flags& f, Device device, json& out) {
+  const bool distill = f.boolean("distill-step");
   const int64_t batch = f.integer("ar-batch", 1, 1 << 20), len = f.integer("ar-len", 2, 1 << 20);
   const int reps = static_cast<int>(f.integer("reps", 1, 1000));
-  const std::vector<std::string> mixers = parse_name_list("ar-mixers", f.str("ar-mixers"));
+  const std::vector<std::string> mixers =
+      parse_name_list("ar-mixers", distill && !f.given("ar-mixers") ? "hedgehog" : f.str("ar-mixers"));
   for (const std::string& m : mixers)
     HH_CHECK(m == "softmax" || nn::is_feature_map_name(m), "--ar-mixers: unknown mixer '", m, "'");
   constexpr int64_t kVocab = 40;
+  std::printf(distill ? "Stage-1 distillation step (feature maps only; quadratic weights vs the softmax teacher), "
+                       "AR model " : "");
   std::printf("AR training step (paper preset: 4 layers, 4 heads x 64, dim 256, MLP 512, RoPE, vocab %lld): %s, %d "
               "thread(s), batch %lld, length %lld, median of %d after 2 warm-up steps\n\n",
               (long long)kVocab, device.str().c_str(), num_threads(), (long long)batch, (long long)len, reps);
@@ -374,14 +383,22 @@ int run_ar_step(const apps::Flags& f, Device device, json& out) {
       Generator gen(0);
       nn::DecoderLM model(mc, {gen, device});
       model.train();
-      train::AdamW opt(train::decay_groups(model, 0.0), 1e-3);
+      if (distill) {  // stage 1 of a conversion: only the feature maps train
+        HH_CHECK(model.num_parameters(true) > 0 && mixer != "softmax", "--distill-step: mixer '", mixer,
+                 "' has no feature-map weights to distill");
+        model.freeze("*");
+        model.unfreeze("*feature_map.*");
+      }
+      train::AdamW opt(train::decay_groups(model, 0.0), distill ? 1e-2 : 1e-3);
       Generator data_gen(1);
       Tensor ids = randint(0, kVocab, {batch, len}, data_gen).to(device);
       Tensor targets = randint(0, kVocab, {batch * len}, data_gen).to(device);
       // Gradients are dropped untimed before each step (and before the memory baseline).
       auto step = [&]() {
-        Tensor logits = model.forward(ids);  // (B,L,V)
-        Tensor loss = cross_entropy(reshape(logits, {-1, kVocab}), targets);
+        nn::TraceRequest trace;
+        trace.weights = trace.teacher = distill;
+        Tensor logits = model.forward(ids, distill ? &trace : nullptr);  // (B,L,V)
+        Tensor loss = distill ? nn::distillation_loss(trace) : cross_entropy(reshape(logits, {-1, kVocab}), targets);
         loss.backward();
         opt.step();
         model.on_optimizer_step();
@@ -432,6 +449,8 @@ int run(int argc, char** argv) {
   f.add("max-taylor-len", "2048", "skip every taylor form above this L (F = 1+D+D^2)");
   f.add("json", "", "also write the results as JSON to this file");
   f.add("ar-step", "false", "benchmark the AR model's training step instead of the attention table", true);
+  f.add("distill-step", "false", "benchmark the stage-1 distillation step of a conversion on the AR model (implies\n"
+        "                       --ar-step; default mixer hedgehog)", true);
   f.add("ar-mixers", "softmax,hedgehog", "--ar-step: mixers to compare");
   f.add("ar-batch", "32", "--ar-step: batch size");
   f.add("ar-len", "128", "--ar-step: sequence length");
@@ -446,8 +465,8 @@ int run(int argc, char** argv) {
   if (!json_path.empty()) HH_CHECK(std::ofstream(json_path).good(), "--json: cannot write '", json_path, "'");
 
   json out = {{"library", "hedgehog"}, {"device", device.str()}, {"threads", num_threads()}, {"dtype", "f32"}};
-  const bool ar = f.boolean("ar-step");
-  out["benchmark"] = ar ? "ar_step" : "attention";
+  const bool ar = f.boolean("ar-step") || f.boolean("distill-step");
+  out["benchmark"] = f.boolean("distill-step") ? "distill_step" : ar ? "ar_step" : "attention";
   const int rc = ar ? run_ar_step(f, device, out) : run_attention(f, device, out);
   if (!json_path.empty()) {
     std::ofstream file(json_path);

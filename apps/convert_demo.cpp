@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <functional>
+#include <thread>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -171,6 +172,7 @@ int run(int argc, char** argv) {
   f.add("distill-epochs", "2", "stage 1: maximum epochs of attention distillation");
   f.add("finetune-epochs", "2", "stage 2: maximum epochs of finetuning");
   f.add("seed", "0", "seed for data, initialization and batch order");
+  f.add("jobs", "", "parts trained at once (default: 2 when the machine has 2 cores, else 1)");
   f.add("threads", "1", "CPU threads (0 = all cores; the demo models are too small to gain from more)");
   f.add("out", "out/convert_demo", "output folder: <out>/<part>/{results.json,results.csv,report.html,*.svg}");
   f.add("quiet", "false", "plain progress lines instead of a bar", true);
@@ -184,7 +186,9 @@ int run(int argc, char** argv) {
   c.distill_epochs = f.integer("distill-epochs", 0, 100000);
   c.finetune_epochs = f.integer("finetune-epochs", 0, 100000);
   const int64_t threads = f.integer("threads", 0, 4096);
-  set_num_threads(static_cast<int>(threads == 0 ? std::max(1, omp_get_num_procs()) : threads));
+  const int64_t per_job_threads = threads == 0 ? std::max(1, omp_get_num_procs()) : threads;
+  const int64_t jobs = f.given("jobs") ? f.integer("jobs", 1, 2) : std::min(2, std::max(1, omp_get_num_procs()));
+  set_num_threads(static_cast<int>(per_job_threads));
   const std::string parts = f.str("part");
   HH_CHECK(parts == "ar" || parts == "text" || parts == "ar,text" || parts == "text,ar", "--part: expected ar, text ",
            "or ar,text, got '", parts, "'");
@@ -196,9 +200,32 @@ int run(int argc, char** argv) {
     HH_CHECK(std::filesystem::is_regular_file(text_files[0]), "--text: '", text, "' is neither a folder nor a file");
   }
   ensure_writable_dir(c.out);
-  std::vector<std::pair<std::string, train::ConversionReport>> done;
-  if (parts.find("ar") != std::string::npos) done.emplace_back("ar", run_ar(c, ar_train));
-  if (!text_files.empty()) done.emplace_back("text", run_text(c, text_files));
+  // The two parts are independent: with --jobs 2 they train at once, one thread each.
+  std::vector<std::pair<std::string, std::function<train::ConversionReport()>>> todo;
+  if (parts.find("ar") != std::string::npos) todo.emplace_back("ar", [&] { return run_ar(c, ar_train); });
+  if (!text_files.empty()) todo.emplace_back("text", [&] { return run_text(c, text_files); });
+  std::vector<std::pair<std::string, train::ConversionReport>> done(todo.size());
+  std::vector<std::string> errors(todo.size());
+  auto work = [&](size_t i) {
+    try {
+      done[i] = {todo[i].first, todo[i].second()};
+    } catch (const std::exception& e) {
+      errors[i] = e.what();
+    }
+  };
+  if (jobs > 1 && todo.size() > 1) {
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < todo.size(); ++i)
+      threads.emplace_back([&, i] {
+        set_num_threads(static_cast<int>(per_job_threads));
+        work(i);
+      });
+    for (auto& t : threads) t.join();
+  } else {
+    for (size_t i = 0; i < todo.size(); ++i) work(i);
+  }
+  for (size_t i = 0; i < todo.size(); ++i)
+    HH_CHECK(errors[i].empty(), "part ", todo[i].first, ": ", errors[i]);
   for (const auto& [name, rep] : done) {
     train::write_conversion_report(c.out + "/" + name, rep);
     std::cout << "\n" << rep.title << "\n" << train::conversion_table(rep) << "report: " << c.out << "/" << name

@@ -161,8 +161,10 @@ Tensor AttentionMixer::forward(const Tensor& q, const Tensor& k, const Tensor& v
     NoGradGuard ng;
     if (trace->teacher) {  // the softmax teacher sees the same q, k the student maps
       tr.teacher = softmax_attention_weights(q.detach(), k.detach(), cfg.causal, key_mask);
-      tr.teacher_output = matmul(tr.teacher, v.detach());
-      tr.output = y;  // keeps its graph: the output-MSE term trains through it
+      if (trace->outputs) {
+        tr.teacher_output = matmul(tr.teacher, v.detach());
+        tr.output = y;  // keeps its graph: the output-MSE term trains through it
+      }
     }
     if (trace->scores)
       tr.scores = mul(matmul(q.detach(), transpose(k.detach(), -1, -2)), 1.0 / std::sqrt(double(q.size(-1))));

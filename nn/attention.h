@@ -40,7 +40,8 @@ struct AttentionTrace {
 };
 struct TraceRequest {
   bool weights = false;   // fill weights (forces the quadratic form for linear mixers)
-  bool teacher = false;   // fill teacher (+ teacher_output) and output
+  bool teacher = false;   // fill teacher
+  bool outputs = false;   // with teacher: also output and teacher_output (the output-MSE term)
   bool scores = false;
   std::vector<AttentionTrace> layers;  // appended in layer order by each Attention::forward
 };

@@ -34,7 +34,7 @@ Tensor distillation_loss(const TraceRequest& trace, const DistillOptions& o) {
     }
     Tensor layer = sum(per_head);
     if (o.output_mse > 0) {
-      HH_CHECK(t.output.defined() && t.teacher_output.defined(), "distillation_loss: outputs missing from the trace");
+      HH_CHECK(t.output.defined() && t.teacher_output.defined(), "distillation_loss: outputs missing from the trace (TraceRequest::outputs)");
       layer = add(layer, mul(mse_loss(t.output, t.teacher_output.detach()), o.output_mse));
     }
     heads += t.teacher.size(1);

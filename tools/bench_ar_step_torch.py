@@ -16,6 +16,12 @@ AdamW lr 1e-3, weight decay 0. zero_grad runs untimed before each step. Median o
 after two warm-up steps; peak memory as in bench_attention_torch.py (MiB above what was allocated
 before the step: parameters and optimizer state excluded, the step's gradients included).
 --compare reads `bench_attention --ar-step --json` output and adds the hh/torch step-time ratio.
+
+--distill-step: the twin of `bench_attention --distill-step`, stage 1 of a conversion on the same
+model with the hedgehog map: every weight but the maps frozen (requires_grad False), each attention
+computes its quadratic linear weights A = φ(q)φ(k)ᵀ (causal, rows / (sum + 1e-6)) and output A v,
+and, without grad, the softmax weights P of the same q, k; the loss is Σ_layers Σ_heads of the soft
+cross-entropy −mean_{b,i} Σ_j P log max(A, 1e-12); AdamW lr 1e-2 over the maps.
 """
 import argparse
 import os
@@ -33,7 +39,7 @@ VOCAB, DIM, LAYERS, HEADS, HEAD_DIM, MLP = 40, 256, 4, 4, 64, 512
 MIXERS = ("softmax", "hedgehog")
 
 
-def build_model(torch, mixer, device):
+def build_model(torch, mixer, device, distill_losses=None):
     nn, F = torch.nn, torch.nn.functional
 
     def rope(x):  # x (B,H,L,D), half-split layout
@@ -63,7 +69,18 @@ def build_model(torch, mixer, device):
             heads = lambda t: t.view(B, L, HEADS, HEAD_DIM).transpose(1, 2)  # noqa: E731
             q, k, v = heads(self.q_proj(x)), heads(self.k_proj(x)), heads(self.v_proj(x))
             q, k = rope(q), rope(k)
-            if mixer == "softmax":
+            if distill_losses is not None:  # stage 1: quadratic student weights vs the softmax teacher
+                mask = torch.ones(L, L, dtype=torch.bool, device=x.device).tril()
+                pq, pk = self.phi(q), self.phi(k)
+                a = (pq @ pk.transpose(-1, -2)).masked_fill(~mask, 0.0)
+                a = a / (a.sum(-1, keepdim=True) + bat.EPS)
+                with torch.no_grad():
+                    s = (q @ k.transpose(-1, -2)) / HEAD_DIM ** 0.5
+                    p_t = torch.softmax(s.masked_fill(~mask, float("-inf")), -1)
+                ce = -(p_t * torch.log(a.clamp_min(1e-12))).sum(-1).mean(dim=(0, 2))  # (H)
+                distill_losses.append(ce.sum())
+                y = a @ v
+            elif mixer == "softmax":
                 y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
             else:
                 y = bat.linear_chunked(torch, self.phi(q), self.phi(k), v, 64, bat.EPS)
@@ -108,29 +125,43 @@ def main():
     p.add_argument("--reps", type=bat.positive_int, default=3)
     p.add_argument("--json", metavar="FILE")
     p.add_argument("--compare", metavar="HH_JSON", help="bench_attention --ar-step --json output")
+    p.add_argument("--distill-step", action="store_true", help="stage-1 distillation step (hedgehog) instead")
     args = p.parse_args()
 
     hh = load_compare(args.compare, lambda r: r["mixer"])
     torch, device = setup_torch(args.device, args.threads)
     B, L = args.ar_batch, args.ar_len
+    if args.distill_step:
+        print("Stage-1 distillation step (feature maps only; quadratic weights vs the softmax teacher), AR model ",
+              end="")
     print(f"torch {torch.__version__} AR training step (paper preset: {LAYERS} layers, {HEADS} heads x {HEAD_DIM}, "
           f"dim {DIM}, MLP {MLP}, RoPE, vocab {VOCAB}): {device}, {torch.get_num_threads()} thread(s), batch {B}, "
           f"length {L}, median of {args.reps} after {WARMUP} warm-up steps\n")
     cmp_hdr = f" {'hh/torch':>9}" if hh else ""
     print(f"{'mixer':<12} {'params':>10} {'step ms':>10} {'tok/s':>12} {'peak MiB':>10}{cmp_hdr}")
     rows = []
-    for mixer in args.ar_mixers:
+    mixers = ["hedgehog"] if args.distill_step else args.ar_mixers
+    for mixer in mixers:
         torch.manual_seed(0)
-        model = build_model(torch, mixer, device)
+        losses = [] if args.distill_step else None
+        model = build_model(torch, mixer, device, losses)
         model.train()
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
+        if args.distill_step:
+            for name, prm in model.named_parameters():
+                prm.requires_grad_(name.endswith("fm_weight") or name.endswith("fm_bias"))
+        trainable = [prm for prm in model.parameters() if prm.requires_grad]
+        opt = torch.optim.AdamW(trainable, lr=1e-2 if args.distill_step else 1e-3, weight_decay=0.0)
         g = torch.Generator(device="cpu").manual_seed(1)
         ids = torch.randint(0, VOCAB, (B, L), generator=g).to(device)
         targets = torch.randint(0, VOCAB, (B * L,), generator=g).to(device)
 
         def step():  # gradients were dropped by zero_grad (untimed, before the memory baseline)
             logits = model(ids)
-            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB), targets)
+            if losses is not None:
+                loss = torch.stack(losses).sum()
+                losses.clear()
+            else:
+                loss = torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB), targets)
             loss.backward()
             opt.step()
 
@@ -147,7 +178,7 @@ def main():
         rows.append({"mixer": mixer, "params": params, "step_ms": ms, "tokens_per_s": tps, "peak_mib": peak,
                      "status": "ok"})
     out = {"library": f"torch {torch.__version__}", "device": str(device), "threads": torch.get_num_threads(),
-           "dtype": "f32", "benchmark": "ar_step", "batch": B, "length": L, "reps": args.reps, "warmup": WARMUP,
+           "dtype": "f32", "benchmark": "distill_step" if args.distill_step else "ar_step", "batch": B, "length": L, "reps": args.reps, "warmup": WARMUP,
            "results": rows}
     if args.json:
         write_json(args.json, out)

@@ -75,10 +75,11 @@ int64_t set_trainable(nn::Module& m, Pred train) {
   return n;
 }
 
-nn::TraceRequest distill_trace() {
+nn::TraceRequest distill_trace(const nn::DistillOptions& o) {
   nn::TraceRequest tr;
   tr.weights = true;
   tr.teacher = true;
+  tr.outputs = o.output_mse > 0;
   return tr;
 }
 
@@ -91,8 +92,8 @@ double distill_validation(ConversionTask& task, const nn::DistillOptions& o, int
   HH_CHECK(n > 0, "convert: the validation split has no batches");
   double total = 0;
   for (int64_t i = 0; i < n; ++i) {
-    nn::TraceRequest tr = distill_trace();
-    task.loss(Split::val, i, &tr);
+    nn::TraceRequest tr = distill_trace(o);
+    task.trace(Split::val, i, tr);
     total += nn::distillation_loss(tr, o).item<double>();
   }
   return total / static_cast<double>(n);
@@ -363,8 +364,8 @@ ConvertResult convert(ConversionTask& task, const ConvertConfig& cfg) {
       const bool finished = run_stage(
           run, r.distill, opt, &stopper,
           [&](int64_t i) {
-            nn::TraceRequest tr = distill_trace();
-            task.loss(Split::train, i, &tr);
+            nn::TraceRequest tr = distill_trace(d.loss);
+            task.trace(Split::train, i, tr);
             return nn::distillation_loss(tr, d.loss);
           },
           [&] { return distill_validation(task, d.loss, d.val_batches); });
@@ -428,7 +429,7 @@ ConvertResult convert(ConversionTask& task, const ConvertConfig& cfg) {
           run, r.finetune, opt, &stopper,
           [&](int64_t i) {
             if (f.joint_weight <= 0) return task.loss(Split::train, i, nullptr);
-            nn::TraceRequest tr = distill_trace();
+            nn::TraceRequest tr = distill_trace(f.joint_loss);
             Tensor task_loss = task.loss(Split::train, i, &tr);
             return add(task_loss, mul(nn::distillation_loss(tr, f.joint_loss), f.joint_weight));
           },
@@ -474,7 +475,7 @@ Fidelity measure_fidelity(ConversionTask& task, Split s, int64_t batches, bool c
   for (int64_t i = 0; i < n; ++i) {
     nn::TraceRequest tr;
     tr.weights = tr.teacher = tr.scores = true;
-    task.loss(s, i, &tr);
+    task.trace(s, i, tr);
     HH_CHECK(!tr.layers.empty(), "measure_fidelity: the model traced no attention layer");
     if (i == 0) {
       fd.layers = static_cast<int64_t>(tr.layers.size());

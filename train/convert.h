@@ -32,6 +32,10 @@ class ConversionTask {
   // Runs the model on batch i of split s and returns the scalar task loss. When trace is not null
   // every attention layer appends its trace to it (the driver asks for teacher weights).
   virtual Tensor loss(Split s, int64_t i, nn::TraceRequest* trace) = 0;
+  // Runs the model on batch i of split s only for its attention traces (stage 1, fidelity). The
+  // default computes the task loss too; a task may skip its head here (e.g. an LM's vocabulary
+  // projection, the largest matmul of a small GPT).
+  virtual void trace(Split s, int64_t i, nn::TraceRequest& trace) { loss(s, i, &trace); }
   // Tokens (or positions) in batch i of split s, for throughput figures.
   virtual int64_t tokens(Split s, int64_t i) const = 0;
   // The task's metrics on a split, no grad, eval mode; the first is the primary one.
