@@ -202,7 +202,9 @@ TEST_CASE("convert_image: the task's loss and metrics; stage 1 changes only the 
   CHECK(r.distill.tokens == 3 * 24 * 17);
   const auto after = values(student->model());
   int changed_maps = 0;
-  for (auto& [name, v] : before) {
+  for (auto& kv : before) {
+    const std::string name = kv.first;
+    const std::vector<float>& v = kv.second;
     if (train::is_feature_map_param(name)) {
       changed_maps += v != after.at(name);
     } else {

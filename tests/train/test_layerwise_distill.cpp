@@ -83,18 +83,24 @@ TEST_CASE("layerwise distill: only feature maps change, and every layer's loss f
   for (auto& [name, t] : student->named_parameters()) flags[name] = t.requires_grad();
   train::LayerwiseConfig cfg;
   cfg.epochs = 4;
+  cfg.loss.kl = true;  // KL: 0 when the student matches, so the fall is measured against the gap
   train::LayerwiseResult r = train::distill_layerwise(*student, id_batches(3, 2, 16, 1), cfg);
   REQUIRE(r.epoch_loss.size() == 2);
   for (size_t l = 0; l < 2; ++l) {
     REQUIRE(r.epoch_loss[l].size() == 4);
     REQUIRE(r.step_loss[l].size() == 12);
-    CHECK_MESSAGE(r.epoch_loss[l].back() < 0.9 * r.epoch_loss[l].front(), "layer ", l);
+    MESSAGE("layer ", l, " KL per epoch: ", r.epoch_loss[l][0], " ", r.epoch_loss[l][1], " ", r.epoch_loss[l][2], " ",
+            r.epoch_loss[l][3]);
+    for (size_t e = 1; e < 4; ++e) CHECK_MESSAGE(r.epoch_loss[l][e] < r.epoch_loss[l][e - 1], "layer ", l, " epoch ", e);
+    CHECK_MESSAGE(r.epoch_loss[l].back() < 0.95 * r.epoch_loss[l].front(), "layer ", l);
   }
   CHECK(r.steps == 24);
   CHECK(r.tokens == 24 * 2 * 16);
   const auto after = values(*student);
   int changed = 0;
-  for (auto& [name, v] : before) {
+  for (auto& kv : before) {
+    const std::string name = kv.first;
+    const std::vector<float>& v = kv.second;
     if (train::is_feature_map_param(name)) {
       changed += v != after.at(name);
     } else {
@@ -102,7 +108,10 @@ TEST_CASE("layerwise distill: only feature maps change, and every layer's loss f
     }
   }
   CHECK(changed > 0);
-  for (auto& [name, t] : student->named_parameters()) CHECK_MESSAGE(t.requires_grad() == flags.at(name), name);
+  for (auto& kv : student->named_parameters()) {
+    const std::string name = kv.first;
+    CHECK_MESSAGE(kv.second.requires_grad() == flags.at(name), name);
+  }
 }
 
 TEST_CASE("layerwise distill: a one-layer model matches the driver's whole-model stage 1") {
