@@ -27,10 +27,14 @@ Tensor distillation_loss(const TraceRequest& trace, const DistillOptions& o) {
   int64_t heads = 0;
   for (const AttentionTrace& t : trace.layers) {
     Tensor per_head = soft_cross_entropy_per_head(t.teacher, t.weights);
-    if (o.kl) {
-      NoGradGuard ng;
-      Tensor P = t.teacher.detach();
-      per_head = sub(per_head, mean(row_cross_entropy(P, P), {0, 2}));
+    if (o.kl) {  // KL = soft CE - the teacher's entropy (a constant; the subtraction keeps the graph)
+      Tensor entropy;
+      {
+        NoGradGuard ng;
+        Tensor P = t.teacher.detach();
+        entropy = mean(row_cross_entropy(P, P), {0, 2});
+      }
+      per_head = sub(per_head, entropy);
     }
     Tensor layer = sum(per_head);
     if (o.output_mse > 0) {

@@ -151,9 +151,13 @@ Tensor LlamaForCausalLM::head(const Tensor& h) const {
   return lm_head ? lm_head->forward(h) : linear(h, model->embed_tokens->weight);
 }
 
-Tensor LlamaForCausalLM::hidden(const Tensor& ids, TraceRequest* trace) {
+Tensor LlamaForCausalLM::embed(const Tensor& ids) const {
   check_token_ids(ids, 0, cfg.max_position_embeddings, "llama");
-  Tensor x = model->embed_tokens->forward(ids);
+  return model->embed_tokens->forward(ids);
+}
+
+Tensor LlamaForCausalLM::hidden(const Tensor& ids, TraceRequest* trace) {
+  Tensor x = embed(ids);
   for (const auto& layer : *model->layers) x = layer->forward(x, trace);
   return model->norm->forward(x);
 }

@@ -34,10 +34,12 @@ class LlamaAttention : public Module {
   std::shared_ptr<FeatureMap> feature_map;
   AttentionMixer mixer;
 
- private:
+  // The two halves of forward, public for layer-by-layer attention transfer (train/layerwise_distill):
   // x (B,L,C) at positions pos.. -> q, k, v (B,H,L,D) with RoPE on q, k and k, v repeated to H heads.
   void project(const Tensor& x, int64_t pos, Tensor& q, Tensor& k, Tensor& v) const;
   Tensor merge(const Tensor& y) const;  // (B,H,L,D) -> o_proj(B,L,H·D)
+
+ private:
   int64_t heads_, kv_heads_, head_dim_;
   double theta_;
 };
@@ -77,6 +79,8 @@ class LlamaForCausalLM : public CausalLM {
   LlamaForCausalLM(const HFConfig& config, const HFModelOptions& options);
   Tensor forward(const Tensor& ids, TraceRequest* trace = nullptr) override;
   Tensor hidden(const Tensor& ids, TraceRequest* trace = nullptr) override;
+  // ids (B,L) i64 (checked as forward does) -> the hidden state entering layer 0, (B,L,C).
+  Tensor embed(const Tensor& ids) const;
   DecodeState start_decoding() const override;
   Tensor step(const Tensor& ids, DecodeState& state) override;
   int64_t vocab_size() const override { return cfg.vocab_size; }
