@@ -9,6 +9,7 @@
 // selection use a part of train held out as validation (--val-fraction), so dev stays untouched.
 #include <omp.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <filesystem>
@@ -68,7 +69,8 @@ void declare_flags(apps::Flags& f) {
   f.add("weight-decay", "0", "AdamW weight decay of both stages (paper: 0)");
   f.add("patience", "0", "stage 2: epochs without a better validation metric before stopping (0 = never)");
   f.add("batch", "", "batch size (paper: 8)");
-  f.add("max-length", "128", "tokens per example, specials included (longer ones are truncated as HF does)");
+  f.add("max-length", "128", "tokens per example, specials included, longer ones truncated as HF does; when not given,\n"
+        "                       at most the model's positions");
   f.add("max-train", "-1", "read at most this many training rows (-1 = all)");
   f.add("max-eval", "-1", "read at most this many dev rows (-1 = all)");
   f.add("val-fraction", "0.1", "fraction of train held out for validation (early stopping); 0 = validate on dev");
@@ -169,6 +171,8 @@ int run(int argc, char** argv) {
   HH_CHECK(std::filesystem::is_directory(data_dir, ec), "--data: ", data_dir, " is not a folder");
   mo.mixer = "softmax";
   std::shared_ptr<nn::BertForSequenceClassification> teacher_model = load_bert(model_dir, mo);
+  if (!f.given("max-length"))
+    dc.max_length = std::min(dc.max_length, teacher_model->bert->cfg.max_position_embeddings);
   try {
     train::check_model_for_task(*teacher_model, task, dc.max_length);
   } catch (const Error& e) {

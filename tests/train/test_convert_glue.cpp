@@ -219,12 +219,13 @@ TEST_CASE("convert_glue: one epoch of conversion; stage 1 changes only the featu
   CHECK(r.distilled.size() == 1);
   const auto after = values(*m);
   int changed = 0, maps = 0;
-  for (const auto& [name, v] : before) {
+  for (const auto& kv : before) {
+    const std::string& name = kv.first;
     if (train::is_feature_map_param(name)) {
       ++maps;
-      changed += v != after.at(name);
+      changed += kv.second != after.at(name);
     } else {
-      CHECK_MESSAGE(v == after.at(name), name, " changed in stage 1");  // bit-equal
+      CHECK_MESSAGE(kv.second == after.at(name), name, " changed in stage 1");  // bit-equal
     }
   }
   CHECK(maps > 0);
