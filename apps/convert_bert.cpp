@@ -24,6 +24,7 @@
 #include "data/tokenizer.h"
 #include "nn/models/bert.h"
 #include "nn/models/hf_model.h"
+#include "nn/models/hf_save.h"
 #include "train/convert_glue.h"
 #include "train/convert_report.h"
 
@@ -88,6 +89,7 @@ void declare_flags(apps::Flags& f) {
   f.add("threads", "0", "CPU threads (0 = all cores)");
   f.add("device", "cpu", "cpu or cuda[:N]");
   f.add("out", "out/convert_bert", "output folder: results.json/csv, report.html, <row>/checkpoint.safetensors");
+  f.add("save", "false", "write each converted model as an HF folder under <out>/<row>/model (loads back)", true);
   f.add("resume", "false", "continue each row from its checkpoint under --out (same settings)", true);
   f.add("quiet", "false", "plain progress lines instead of a bar", true);
 }
@@ -157,6 +159,7 @@ int run(int argc, char** argv) {
   cfg.seed = seed;
   cfg.quiet = f.boolean("quiet");
   cfg.resume = f.boolean("resume");
+  const bool save = f.boolean("save");
   const int64_t threads = f.integer("threads", 0, 4096);
   set_num_threads(static_cast<int>(threads == 0 ? std::max(1, omp_get_num_procs()) : threads));
   nn::HFModelOptions mo;
@@ -171,6 +174,9 @@ int run(int argc, char** argv) {
   HH_CHECK(std::filesystem::is_directory(data_dir, ec), "--data: ", data_dir, " is not a folder");
   mo.mixer = "softmax";
   std::shared_ptr<nn::BertForSequenceClassification> teacher_model = load_bert(model_dir, mo);
+  HH_CHECK(teacher_model->options().mixer == "softmax", "--model ", model_dir, ": the folder holds a converted model (",
+           "its config.json names the attention '", teacher_model->options().mixer,
+           "'); convert_bert needs the softmax original as the teacher");
   if (!f.given("max-length"))
     dc.max_length = std::min(dc.max_length, teacher_model->bert->cfg.max_position_embeddings);
   try {
@@ -251,15 +257,24 @@ int run(int argc, char** argv) {
     fp["mixer"] = row.mixer;
     fp["distill"] = row.distill;
     rc.fingerprint = fp.dump();
+    std::shared_ptr<nn::BertForSequenceClassification> student;  // kept for --save
     rep.rows.push_back(train::run_conversion_row(
         row,
         [&](const std::string& mixer) {
           nn::HFModelOptions o = mo;
           o.mixer = mixer;
-          return std::unique_ptr<train::ConversionTask>(
-              std::make_unique<train::GlueConversionTask>(load_bert(model_dir, o), data, tc));
+          student = load_bert(model_dir, o);
+          return std::unique_ptr<train::ConversionTask>(std::make_unique<train::GlueConversionTask>(student, data, tc));
         },
         rc, false, fidelity_batches));
+    if (save && rep.rows.back().status == "ok") {
+      try {
+        nn::save_hf_model(*student, dir + "/model", model_dir);
+        std::cerr << "saved: " << dir << "/model\n";
+      } catch (const Error& e) {
+        rep.rows.back().status = str("error: saving the model: ", e.what());
+      }
+    }
   }
 
   std::cout << "\n" << rep.title << "\n" << train::conversion_table(rep);

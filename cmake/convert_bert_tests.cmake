@@ -53,3 +53,19 @@ foreach(i RANGE ${last})
   set_tests_properties(convert_bert_rejects_${i} PROPERTIES PASS_REGULAR_EXPRESSION "error: .*${msg_re}"
                        FAIL_REGULAR_EXPRESSION "teacher \\(softmax\\)")
 endforeach()
+# --save writes the converted model as an HF folder that loads back (hf_run classifies with it).
+set(CB_SAVE ${CMAKE_CURRENT_BINARY_DIR}/convert_bert_save)
+add_test(NAME convert_bert_save COMMAND convert_bert --model ${HF}/bert-tiny-tok --task MRPC --data ${GLUE}/MRPC
+         --preset tiny --feature-map hedgehog --threads 1 --quiet --save --out ${CB_SAVE})
+set_tests_properties(convert_bert_save PROPERTIES FIXTURES_SETUP convert_bert_saved
+                     PASS_REGULAR_EXPRESSION "saved: .*hedgehog/model")
+add_test(NAME convert_bert_saved_loads COMMAND hf_run --model ${CB_SAVE}/hedgehog/model --text "A quiet child ."
+         --text-pair "A silent child .")
+set_tests_properties(convert_bert_saved_loads PROPERTIES FIXTURES_REQUIRED convert_bert_saved
+                     PASS_REGULAR_EXPRESSION "POSITIVE|NEGATIVE")
+# A converted folder is not a teacher.
+add_test(NAME convert_bert_rejects_converted COMMAND convert_bert --model ${CB_SAVE}/hedgehog/model --task MRPC
+         --data ${GLUE}/MRPC --out ${CMAKE_CURRENT_BINARY_DIR}/convert_bert_bad)
+set_tests_properties(convert_bert_rejects_converted PROPERTIES FIXTURES_REQUIRED convert_bert_saved
+                     PASS_REGULAR_EXPRESSION "error: .*holds a converted model .*'hedgehog'"
+                     FAIL_REGULAR_EXPRESSION "teacher \\(softmax\\)")

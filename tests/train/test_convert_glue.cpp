@@ -12,6 +12,7 @@
 #include <map>
 
 #include "nn/models/hf_model.h"
+#include "nn/models/hf_save.h"
 #include "train/convert_glue.h"
 #include "train/task_metrics.h"
 
@@ -237,4 +238,14 @@ TEST_CASE("convert_glue: one epoch of conversion; stage 1 changes only the featu
   r = train::convert(task, cfg);
   CHECK(r.finetune.steps == task.batches(train::Split::train));
   CHECK(values(*m).at("classifier.weight") != after.at("classifier.weight"));
+  // What convert_bert --save writes loads back as the same student: the same predictions and metric.
+  const fs::path dir = fs::temp_directory_path() / ("hh_convert_glue_save_" + std::to_string(::getpid()));
+  nn::save_hf_model(*m, dir.string(), kHf);
+  auto reloaded = std::dynamic_pointer_cast<nn::BertForSequenceClassification>(nn::load_hf_model(dir.string()));
+  REQUIRE(reloaded != nullptr);
+  CHECK(reloaded->options().mixer == "hedgehog");
+  train::GlueConversionTask again(reloaded, d, {8, 0, Device::cpu()});
+  CHECK(again.predict(train::Split::test) == task.predict(train::Split::test));
+  CHECK(again.evaluate(train::Split::test) == task.evaluate(train::Split::test));
+  fs::remove_all(dir);
 }
