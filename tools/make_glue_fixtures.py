@@ -1,12 +1,16 @@
 #!/usr/bin/env python3
 """Writes the tiny GLUE fixtures of convert_bert's tests (tests/fixtures/glue/), in the official
 files' layouts: CoLA (no header, 4 columns), MRPC and STS-B (with their headers). The sentences are
-made here from small word lists (no GLUE text is copied): CoLA's unacceptable rows are acceptable
+made here from small word lists (CoLA, MRPC, STS-B, MNLI) (no GLUE text is copied): CoLA's unacceptable rows are acceptable
 ones with the words scrambled; MRPC's paraphrases swap words for synonyms; STS-B scores the word
 overlap of a pair on [0, 5].
 
-With --model it also writes tests/fixtures/glue/bert-tiny-stsb: bert-tiny-tok (tests/fixtures/hf)
-with a one-output regression head (num_labels 1), for STS-B (needs torch and transformers).
+MNLI (train, dev_matched, dev_mismatched) pairs a sentence with a paraphrase (entailment), another
+sentence (neutral) or its subject replaced by "nobody" (contradiction).
+
+With --model it also writes tests/fixtures/glue/bert-tiny-stsb and bert-tiny-mnli: bert-tiny-tok
+(tests/fixtures/hf) with a one-output regression head (STS-B) or a three-class head (MNLI), the new
+head drawn by torch (needs torch and transformers).
 
     python3 tools/make_glue_fixtures.py [--model]
 """
@@ -88,26 +92,46 @@ def stsb(rng, n, split):
     return rows
 
 
-def regression_model():
+MNLI_LABELS = ["entailment", "neutral", "contradiction"]
+
+
+def mnli(rng, n, dev):
+    cols = ["index", "promptID", "pairID", "genre", "sentence1_binary_parse", "sentence2_binary_parse",
+            "sentence1_parse", "sentence2_parse", "sentence1", "sentence2", "label1"]
+    cols += ["label2", "label3", "label4", "label5", "gold_label"] if dev else ["gold_label"]
+    rows = ["\t".join(cols)]
+    for i in range(n):
+        a = sentence(rng)
+        label = MNLI_LABELS[i % 3]
+        b = paraphrase(a) if label == "entailment" else sentence(rng) if label == "neutral" else "nobody " + \
+            " ".join(a.split()[2:])
+        labels = [label] * (5 if dev else 1)
+        rows.append("\t".join([str(i), str(1000 + i), f"{1000 + i}{label[0]}", "fiction", "(x)", "(y)", "(ROOT x)",
+                               "(ROOT y)", a.capitalize() + ".", b.capitalize() + "."] + labels + [label]))
+    return rows
+
+
+def models():
     import torch
     from transformers import BertConfig, BertForSequenceClassification
 
     src = os.path.join(ROOT, "tests", "fixtures", "hf", "bert-tiny-tok")
-    dst = os.path.join(OUT, "bert-tiny-stsb")
-    cfg = BertConfig.from_pretrained(src)
-    cfg.num_labels = 1
-    cfg.id2label = {0: "LABEL_0"}
-    cfg.label2id = {"LABEL_0": 0}
-    torch.manual_seed(7)
-    model = BertForSequenceClassification.from_pretrained(src, config=cfg, ignore_mismatched_sizes=True)
-    model.save_pretrained(dst)
-    for name in ("vocab.txt", "tokenizer.json"):
-        shutil.copy(os.path.join(src, name), os.path.join(dst, name))
+    for name, labels in (("bert-tiny-stsb", ["LABEL_0"]), ("bert-tiny-mnli", MNLI_LABELS)):
+        dst = os.path.join(OUT, name)
+        cfg = BertConfig.from_pretrained(src)
+        cfg.num_labels = len(labels)
+        cfg.id2label = dict(enumerate(labels))
+        cfg.label2id = {n: i for i, n in enumerate(labels)}
+        torch.manual_seed(7)
+        model = BertForSequenceClassification.from_pretrained(src, config=cfg, ignore_mismatched_sizes=True)
+        model.save_pretrained(dst)
+        for f in ("vocab.txt", "tokenizer.json"):
+            shutil.copy(os.path.join(src, f), os.path.join(dst, f))
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", action="store_true", help="also write the STS-B regression model fixture")
+    ap.add_argument("--model", action="store_true", help="also write the STS-B and MNLI model fixtures")
     args = ap.parse_args()
     rng = random.Random(10)
     write(os.path.join(OUT, "CoLA", "train.tsv"), cola(rng, 48))
@@ -116,8 +140,11 @@ def main():
     write(os.path.join(OUT, "MRPC", "dev.tsv"), mrpc(rng, 16))
     write(os.path.join(OUT, "STS-B", "train.tsv"), stsb(rng, 32, "train"))
     write(os.path.join(OUT, "STS-B", "dev.tsv"), stsb(rng, 12, "test"))
+    write(os.path.join(OUT, "MNLI", "train.tsv"), mnli(rng, 30, False))
+    write(os.path.join(OUT, "MNLI", "dev_matched.tsv"), mnli(rng, 12, True))
+    write(os.path.join(OUT, "MNLI", "dev_mismatched.tsv"), mnli(rng, 9, True))
     if args.model:
-        regression_model()
+        models()
 
 
 if __name__ == "__main__":

@@ -161,6 +161,24 @@ TEST_CASE("convert_glue: evaluate() equals task_metrics on the model's own predi
       CHECK(got[1].second == doctest::Approx(train::accuracy(p, d->test.labels)).epsilon(1e-12));
     }
   }
+  SUBCASE("MNLI: matched accuracy, then the mismatched dev file's") {
+    const std::string model = std::string(HH_SOURCE_DIR) + "/tests/fixtures/glue/bert-tiny-mnli";
+    auto d = glue("MNLI", model);
+    REQUIRE(d->test.size() == 12);  // dev_matched.tsv
+    REQUIRE(d->test_mismatched.size() == 9);
+    auto m = bert(model, "hedgehog");
+    train::GlueConversionTask task(m, d, {5, 0, Device::cpu()});
+    train::Metrics got = task.evaluate(train::Split::test);
+    REQUIRE(got.size() == 2);
+    CHECK(got[0].first == "accuracy");
+    CHECK(got[1].first == "accuracy_mismatched");
+    std::vector<double> pred = predict_unbatched(*m, d->test, false);
+    CHECK(got[0].second == doctest::Approx(train::accuracy({pred.begin(), pred.end()}, d->test.labels)).epsilon(1e-12));
+    pred = predict_unbatched(*m, d->test_mismatched, false);
+    CHECK(got[1].second ==
+          doctest::Approx(train::accuracy({pred.begin(), pred.end()}, d->test_mismatched.labels)).epsilon(1e-12));
+    CHECK(task.evaluate(train::Split::val).size() == 1);  // validation: matched only
+  }
   SUBCASE("STS-B: Pearson and Spearman of the one output; the loss is the MSE to the scores") {
     auto d = glue("STS-B", kStsbModel);
     auto m = bert(kStsbModel);
