@@ -21,6 +21,7 @@
 #include "core/atomic_file.h"
 #include "core/backend.h"
 #include "core/parallel.h"
+#include "core/safetensors.h"
 #include "data/tokenizer.h"
 #include "nn/models/bert.h"
 #include "nn/models/hf_model.h"
@@ -197,22 +198,6 @@ int run(int argc, char** argv) {
   tc.seed = seed;
   tc.device = mo.device;
 
-  // ---- the teacher: the softmax model as loaded, on the test split ----
-  train::ConversionReport rep;
-  rep.title = str("GLUE ", task.name, ": BERT softmax attention converted to linear attention (test = the dev set; ",
-                  "GLUE's test labels are not public)");
-  {
-    train::GlueConversionTask teacher(teacher_model, data, tc);
-    rep.teacher = teacher.evaluate(train::Split::test);
-    // A softmax model's trace carries teacher = its own weights: the teacher's entropy/monotonicity.
-    train::Fidelity tf = train::measure_fidelity(teacher, train::Split::test, fidelity_batches, false);
-    rep.teacher_entropy = tf.entropy_teacher;
-    rep.teacher_monotonicity = tf.monotonicity_teacher;
-  }
-  teacher_model.reset();
-  std::fprintf(stderr, "teacher (softmax): %s %.4f on dev\n", rep.teacher.front().first.c_str(),
-               rep.teacher.front().second);
-
   nlohmann::json config = {{"model", model_dir},
                            {"task", task.name},
                            {"data", data_dir},
@@ -243,20 +228,63 @@ int run(int argc, char** argv) {
                            {"lora_alpha", cfg.finetune.lora_alpha},
                            {"lora_targets", cfg.finetune.lora_targets},
                            {"seed", seed}};
+  // Each row's checkpoint records the settings it was written with: --resume with other settings is
+  // refused here, before any work.
+  auto row_dir = [&](const train::ConversionRow& row) { return out + "/" + slug(row.label); };
+  auto fingerprint = [&](const train::ConversionRow& row) {
+    nlohmann::json fp = config;
+    fp["row"] = row.label;
+    fp["mixer"] = row.mixer;
+    fp["distill"] = row.distill;
+    return fp.dump();
+  };
+  if (cfg.resume) {
+    int found = 0;
+    for (const auto& row : rows) {
+      const std::string path = row_dir(row) + "/checkpoint.safetensors";
+      if (!std::filesystem::exists(path, ec)) continue;
+      ++found;
+      const SafeTensors ck = load_safetensors(path);
+      auto it = ck.metadata.find("convert.state");
+      HH_CHECK(it != ck.metadata.end(), "--resume: ", path, " is not a conversion checkpoint");
+      std::string written;
+      try {
+        written = nlohmann::json::parse(it->second).at("fingerprint").get<std::string>();
+      } catch (const nlohmann::json::exception& e) {
+        fail(str("--resume: ", path, ": bad conversion state: ", e.what()));
+      }
+      HH_CHECK(written == fingerprint(row), "--resume: ", path, " was written with other settings, model or data; ",
+               "rerun with the original flags, or without --resume (or another --out) to start afresh");
+    }
+    HH_CHECK(found > 0, "--resume: no checkpoint found under ", out, " (nothing to resume)");
+  }
+
+  // ---- the teacher: the softmax model as loaded, on the test split ----
+  train::ConversionReport rep;
+  rep.title = str("GLUE ", task.name, ": BERT softmax attention converted to linear attention (test = the dev set; ",
+                  "GLUE's test labels are not public)");
+  {
+    train::GlueConversionTask teacher(teacher_model, data, tc);
+    rep.teacher = teacher.evaluate(train::Split::test);
+    // A softmax model's trace carries teacher = its own weights: the teacher's entropy/monotonicity.
+    train::Fidelity tf = train::measure_fidelity(teacher, train::Split::test, fidelity_batches, false);
+    rep.teacher_entropy = tf.entropy_teacher;
+    rep.teacher_monotonicity = tf.monotonicity_teacher;
+  }
+  teacher_model.reset();
+  std::fprintf(stderr, "teacher (softmax): %s %.4f on dev\n", rep.teacher.front().first.c_str(),
+               rep.teacher.front().second);
+
   rep.config_json = config.dump(2);
 
   for (const auto& row : rows) {
     std::cerr << "== " << row.label << " (" << row.mixer << (row.distill ? ", distilled" : ", no distillation")
               << ")\n";
     train::ConvertConfig rc = cfg;
-    const std::string dir = out + "/" + slug(row.label);
+    const std::string dir = row_dir(row);
     ensure_writable_dir(dir);
     rc.checkpoint_path = dir + "/checkpoint.safetensors";
-    nlohmann::json fp = config;
-    fp["row"] = row.label;
-    fp["mixer"] = row.mixer;
-    fp["distill"] = row.distill;
-    rc.fingerprint = fp.dump();
+    rc.fingerprint = fingerprint(row);
     std::shared_ptr<nn::BertForSequenceClassification> student;  // kept for --save
     rep.rows.push_back(train::run_conversion_row(
         row,

@@ -17,6 +17,16 @@ add_test(NAME convert_bert_cola_resume COMMAND convert_bert --model ${HF}/bert-t
          --preset tiny --feature-map elu,hedgehog --max-length 32 --threads 2 --quiet --resume --out ${CB_OUT})
 set_tests_properties(convert_bert_cola_resume PROPERTIES FIXTURES_REQUIRED convert_bert_cola
                      DEPENDS convert_bert_cola_results PASS_REGULAR_EXPRESSION "Hedgehog .*report: ")
+# --resume with other settings, or with nothing to resume, is refused before any work.
+add_test(NAME convert_bert_resume_other_flags COMMAND convert_bert --model ${HF}/bert-tiny-tok --task cola
+         --data ${GLUE}/CoLA --preset tiny --feature-map elu,hedgehog --max-length 32 --lr 0.5 --resume --out ${CB_OUT})
+set_tests_properties(convert_bert_resume_other_flags PROPERTIES FIXTURES_REQUIRED convert_bert_cola
+                     PASS_REGULAR_EXPRESSION "error: --resume: .*checkpoint.safetensors was written with other settings"
+                     FAIL_REGULAR_EXPRESSION "teacher \\(softmax\\)")
+add_test(NAME convert_bert_resume_nothing COMMAND convert_bert --model ${HF}/bert-tiny-tok --task cola
+         --data ${GLUE}/CoLA --resume --out ${CMAKE_CURRENT_BINARY_DIR}/convert_bert_resume_none)
+set_tests_properties(convert_bert_resume_nothing PROPERTIES PASS_REGULAR_EXPRESSION
+                     "error: --resume: no checkpoint found" FAIL_REGULAR_EXPRESSION "teacher \\(softmax\\)")
 # STS-B (a one-output regression head) with LoRA finetuning.
 add_test(NAME convert_bert_stsb_lora COMMAND convert_bert --model ${GLUE}/bert-tiny-stsb --task STS-B
          --data ${GLUE}/STS-B --preset tiny --feature-map hedgehog --finetune lora --lora-rank 2 --threads 2 --quiet
