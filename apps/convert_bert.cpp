@@ -63,14 +63,14 @@ void declare_flags(apps::Flags& f) {
   f.add("data", "", "the task's GLUE folder (train.tsv, dev.tsv; MNLI: dev_matched.tsv [, dev_mismatched.tsv])");
   f.add("feature-map", "paper", "the students: paper (the paper's five rows) or a comma list of feature maps");
   f.add("preset", "paper", "defaults of the hyperparameters: paper (App. B.2/B.4) or tiny (a smoke test)");
-  f.add("distill-epochs", "", "stage 1: maximum epochs of attention distillation (paper: 5; 0 = skip)");
-  f.add("distill-lr", "", "stage 1: AdamW learning rate (paper: 1e-2)");
+  f.add("distill-epochs", "preset", "stage 1: maximum epochs of attention distillation (paper 5, tiny 1; 0 = skip)");
+  f.add("distill-lr", "preset", "stage 1: AdamW learning rate (paper 1e-2, tiny 1e-2)");
   f.add("distill-patience", "1", "stage 1: epochs without a lower validation loss before stopping");
-  f.add("finetune-epochs", "", "stage 2: maximum epochs of finetuning (paper: 5; 0 = skip)");
-  f.add("lr", "", "stage 2: AdamW learning rate, cosine schedule (paper: 1e-5)");
+  f.add("finetune-epochs", "preset", "stage 2: maximum epochs of finetuning (paper 5, tiny 1; 0 = skip)");
+  f.add("lr", "preset", "stage 2: AdamW learning rate, cosine schedule (paper 1e-5, tiny 1e-3)");
   f.add("weight-decay", "0", "AdamW weight decay of both stages (paper: 0)");
   f.add("patience", "0", "stage 2: epochs without a better validation metric before stopping (0 = never)");
-  f.add("batch", "", "batch size (paper: 8)");
+  f.add("batch", "preset", "batch size (paper 8, tiny 8)");
   f.add("max-length", "128", "tokens per example, specials included, longer ones truncated as HF does; when not given,\n"
         "                       at most the model's positions");
   f.add("max-train", "-1", "read at most this many training rows (-1 = all)");
