@@ -82,11 +82,17 @@ WordOrderData make_word_order(const std::vector<std::string>& files, const WordO
   std::stable_sort(freq.begin(), freq.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
   d.vocab = {"[PAD]", "[UNK]", "[CLS]"};
   std::map<std::string, int64_t> id;
-  for (const auto& [w, c] : freq)
-    if (c >= cfg.min_count) {
-      id[w] = static_cast<int64_t>(d.vocab.size());
-      d.vocab.push_back(w);
-    }
+  if (!cfg.vocab.empty()) {
+    HH_CHECK(cfg.vocab.size() >= 3 && cfg.vocab[2] == "[CLS]", "word order: a given vocabulary must start with [PAD], [UNK], [CLS]");
+    d.vocab = cfg.vocab;
+    for (size_t i = 3; i < d.vocab.size(); ++i) id[d.vocab[i]] = static_cast<int64_t>(i);
+  } else {
+    for (const auto& [w, c] : freq)
+      if (c >= cfg.min_count) {
+        id[w] = static_cast<int64_t>(d.vocab.size());
+        d.vocab.push_back(w);
+      }
+  }
   // Window i: shuffled when its coin says so; a shuffle equal to the original is redrawn (label 0
   // must mean "not the original order").
   Generator gen(cfg.seed);

@@ -22,6 +22,7 @@ struct WordOrderConfig {
                              // validation and test windows never overlap
   double val_fraction = 0.1, test_fraction = 0.1;  // of the windows, taken from the end of the text
   uint64_t seed = 0;        // which windows are shuffled, and how
+  std::vector<std::string> vocab;  // given: this vocabulary (unknown words -> [UNK]) instead of a new one
 };
 
 struct WordOrderSplit {

@@ -21,6 +21,7 @@ class ClassifierConversionTask : public ConversionTask {
   ClassifierConversionTask(std::shared_ptr<nn::EncoderClassifier> model, ClassifySplit train, ClassifySplit val,
                            ClassifySplit test, int64_t batch, uint64_t seed, Device device = Device::cpu());
   nn::Module& model() override { return *model_; }
+  const std::shared_ptr<nn::EncoderClassifier>& encoder() const { return model_; }
   int64_t batches(Split s) const override { return batches_of(s).size(); }
   void shuffle(int64_t epoch) override { train_batches_.set_epoch(epoch); }
   Tensor loss(Split s, int64_t i, nn::TraceRequest* trace) override;

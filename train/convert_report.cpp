@@ -1,5 +1,6 @@
 #include "train/convert_report.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -60,7 +61,7 @@ std::vector<ConversionRow> parse_conversion_rows(const std::string& list) {
 }
 
 ConversionOutcome run_conversion_row(const ConversionRow& row, const StudentFactory& make, ConvertConfig cfg,
-                                     bool causal, int64_t fidelity_batches) {
+                                     bool causal, int64_t fidelity_batches, const AfterConversion& after) {
   ConversionOutcome o;
   o.row = row;
   const auto t0 = std::chrono::steady_clock::now();
@@ -71,6 +72,7 @@ ConversionOutcome run_conversion_row(const ConversionRow& row, const StudentFact
     o.test = task->evaluate(Split::test);
     // The last layer's first head is pictured (clamped to the model's last layer).
     o.fidelity = measure_fidelity(*task, Split::test, fidelity_batches, causal, INT64_MAX, 0);
+    if (after) after(*task, o);
   } catch (const Error& e) {
     o.status = str("error: ", e.what());
   }
@@ -106,6 +108,28 @@ std::string conversion_table(const ConversionReport& r) {
                   o.fidelity.monotonicity_student, o.seconds, o.status.c_str());
     os << line;
   }
+  // The apps' extra measurements, one column each (e.g. the KL at other lengths, Table 5).
+  std::vector<std::string> keys;
+  for (const auto& o : r.rows)
+    for (const auto& [k, v] : o.extra)
+      if (std::find(keys.begin(), keys.end(), k) == keys.end()) keys.push_back(k);
+  if (!keys.empty()) {
+    os << "\n" << std::string(24, ' ');
+    for (const auto& k : keys) os << " " << std::string(k.size() < 10 ? 10 - k.size() : 0, ' ') << k;
+    os << "\n";
+    for (const auto& o : r.rows) {
+      if (o.extra.empty()) continue;
+      std::snprintf(line, sizeof line, "%-24s", o.row.label.c_str());
+      os << line;
+      for (const auto& k : keys) {
+        auto it = std::find_if(o.extra.begin(), o.extra.end(), [&](const auto& e) { return e.first == k; });
+        std::snprintf(line, sizeof line, " %*s", static_cast<int>(std::max<size_t>(10, k.size())),
+                      it == o.extra.end() ? "-" : str(it->second).substr(0, 8).c_str());
+        os << line;
+      }
+      os << "\n";
+    }
+  }
   return os.str();
 }
 
@@ -131,6 +155,7 @@ nlohmann::json outcome_json(const ConversionOutcome& o) {
           {"status", o.status},
           {"seconds", o.seconds},
           {"test", metrics_json(o.test)},
+          {"extra", metrics_json(o.extra)},
           {"val_swapped", metrics_json(o.result.swapped)},
           {"val_distilled", metrics_json(o.result.distilled)},
           {"val_finetuned", metrics_json(o.result.finetuned)},

@@ -32,15 +32,18 @@ struct ConversionOutcome {
   ConvertResult result;
   Metrics test;               // the converted model on the test split
   Fidelity fidelity;          // attention fidelity to the teacher on the test split
+  Metrics extra;              // what an app measures besides (e.g. KL at other lengths), in results.json
   double seconds = 0;
 };
 
 // Builds the row's student (teacher weights + the row's feature map), converts it with `cfg`
 // (distill.epochs forced to 0 for rows without distillation), then measures the test metric and
 // fidelity (over up to `fidelity_batches` test batches). Errors are caught into status.
+// `after` (optional) runs last on the converted student, e.g. to fill `extra`.
 using StudentFactory = std::function<std::unique_ptr<ConversionTask>(const std::string& mixer)>;
+using AfterConversion = std::function<void(ConversionTask& student, ConversionOutcome& outcome)>;
 ConversionOutcome run_conversion_row(const ConversionRow& row, const StudentFactory& make, ConvertConfig cfg,
-                                     bool causal, int64_t fidelity_batches);
+                                     bool causal, int64_t fidelity_batches, const AfterConversion& after = {});
 
 struct ConversionReport {
   std::string title;          // e.g. "Associative recall: softmax decoder -> linear"

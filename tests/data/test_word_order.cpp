@@ -64,6 +64,14 @@ TEST_CASE("word order: words, vocabulary, labels and splits") {
   data::WordOrderData o = data::make_word_order(files, cfg);
   CHECK(o.train.ids.size(0) == (288 - 6) / 2 + 1);
   CHECK(o.val.ids.size(0) == 6);
+  // A given vocabulary is used as is (what longer evaluation windows of a trained model need).
+  data::WordOrderConfig given = cfg;
+  given.window = 12;
+  given.vocab = d.vocab;
+  given.vocab.resize(5);
+  data::WordOrderData g = data::make_word_order(files, given);
+  CHECK(g.vocab == given.vocab);
+  for (int64_t id : to_vector<int64_t>(g.train.ids)) CHECK(id < 5);
   CHECK_THROWS_WITH_AS(data::make_word_order({(dir / "missing.txt").string()}, cfg), doctest::Contains("missing.txt"),
                        Error);
   cfg.window = 100;
