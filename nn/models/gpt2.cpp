@@ -150,7 +150,18 @@ namespace {
 bool ends_with(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
+// Conv1D stores (in, out); Linear wants (out, in).
+bool is_conv1d_weight(const std::string& name) {
+  return ends_with(name, ".c_attn.weight") || ends_with(name, ".c_proj.weight") || ends_with(name, ".c_fc.weight");
+}
 }  // namespace
+
+NamedTensors GPT2LMHeadModel::hf_state_dict() const {
+  NamedTensors out = state_dict();
+  for (auto& [name, t] : out)
+    if (is_conv1d_weight(name) && t.dim() == 2) t = contiguous(transpose(t, 0, 1));
+  return out;
+}
 
 std::shared_ptr<HFModel> make_gpt2(const HFConfig& config, const HFModelOptions& options, const std::string& folder) {
   auto model = std::make_shared<GPT2LMHeadModel>(config, options);
@@ -160,11 +171,9 @@ std::shared_ptr<HFModel> make_gpt2(const HFConfig& config, const HFModelOptions&
     if (ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias") || name == "lm_head.weight") return "";
     return name.rfind("transformer.", 0) == 0 ? name : "transformer." + name;
   };
-  // Conv1D stores (in, out); Linear wants (out, in). A tensor of another rank is left for the shape check.
+  // A tensor of another rank is left for the shape check.
   auto transform = [](const std::string& name, const Tensor& t) -> Tensor {
-    const bool conv1d = ends_with(name, ".c_attn.weight") || ends_with(name, ".c_proj.weight") ||
-                        ends_with(name, ".c_fc.weight");
-    return conv1d && t.dim() == 2 ? contiguous(transpose(t, 0, 1)) : t;
+    return is_conv1d_weight(name) && t.dim() == 2 ? contiguous(transpose(t, 0, 1)) : t;
   };
   load_hf_weights(*model, read_hf_weights(folder), folder, rename, transform);
   return model;

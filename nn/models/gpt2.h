@@ -76,6 +76,7 @@ class GPT2LMHeadModel : public CausalLM {
   Tensor step(const Tensor& ids, DecodeState& state) override;
   int64_t vocab_size() const override { return cfg.vocab_size; }
   int64_t max_positions() const override { return cfg.n_positions; }
+  NamedTensors hf_state_dict() const override;  // Conv1D weights back to (in, out)
 
   GPT2Config cfg;
   std::shared_ptr<GPT2Model> transformer;

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "nn/models/hf_save.h"
 
 namespace hh::nn {
 
@@ -77,6 +78,8 @@ std::shared_ptr<HFModel> load_hf_model(const std::string& folder, const HFModelO
     fail(str("hf: ", path, ": unsupported architecture ", arch, " (supported: ", list, ")"));
   }
   HFModelOptions build = options;
+  // A converted folder (save_hf_model) names its attention; an explicit non-softmax mixer wins.
+  if (options.mixer == "softmax") apply_hedgehog_section(config, build);
   build.draw_weights = false;  // every HF weight is loaded right after construction
   std::shared_ptr<HFModel> model = chosen->make(config, build, folder);
   model->to(options.device);

@@ -29,6 +29,10 @@ class HFModel : public Module {
   const std::string& architecture() const { return architecture_; }  // e.g. "GPT2LMHeadModel"
   const HFConfig& config() const { return config_; }
   const HFModelOptions& options() const { return options_; }
+  // The weights as an HF file stores them (names and layouts), plus the feature-map tensors: what
+  // save_hf_model writes. GPT-2 transposes its Conv1D weights back; the other families store their
+  // state_dict as is.
+  virtual NamedTensors hf_state_dict() const { return state_dict(); }
 
  private:
   std::string family_, architecture_;

@@ -1,0 +1,20 @@
+// Writing a (converted) model back as an HF folder: config.json is the source folder's config plus
+// a "hedgehog" section naming the attention (mixer, linear form, feature-map settings), so that
+// load_hf_model rebuilds the same model from the folder; model.safetensors holds the weights under
+// HF names and layouts (HFModel::hf_state_dict) plus the ".feature_map." tensors; the tokenizer
+// and preprocessor files of the source folder are copied. Every file is written atomically.
+#pragma once
+#include <string>
+
+#include "nn/models/hf_model.h"
+
+namespace hh::nn {
+
+// LoRA adapters must be merged first (an error says so). The weights are written in their own dtype.
+void save_hf_model(const HFModel& model, const std::string& out_folder, const std::string& source_folder);
+
+// The "hedgehog" section of a config.json, applied to `options` (mixer, form, chunk, eps, feature
+// map) when `config` has one; a malformed section is an error naming the file and the key.
+void apply_hedgehog_section(const HFConfig& config, HFModelOptions& options);
+
+}  // namespace hh::nn
