@@ -12,6 +12,7 @@
 #include "core/parallel.h"
 #include "data/text_corpus.h"
 #include "data/tokenizer.h"
+#include "nn/models/hf_save.h"
 #include "train/convert_lm.h"
 
 using namespace hh;
@@ -22,13 +23,12 @@ namespace {
 // 6e-4, wd 0.01; the finetuning epochs are not given: one). quick: a few minutes on a CPU.
 std::map<std::string, std::string> preset_defaults(const std::string& preset) {
   std::map<std::string, std::string> d = {
-      {"context", "1024"},      {"stride", "512"},       {"distill-epochs", "2"}, {"distill-lr", "1e-2"},
+      {"context", "1024"},      {"distill-epochs", "2"}, {"distill-lr", "1e-2"},
       {"finetune", "full"},     {"finetune-epochs", "1"}, {"finetune-lr", "6e-4"}, {"finetune-wd", "0.01"},
       {"warmup", "0.01"},       {"batch", "8"},          {"max-train-tokens", "0"}, {"max-eval-tokens", "0"},
       {"out", "out/convert_gpt2"}};
   if (preset == "quick") {
     d["context"] = "128";
-    d["stride"] = "64";
     d["distill-epochs"] = "1";
     d["max-train-tokens"] = "200000";
     d["max-eval-tokens"] = "20000";
@@ -58,7 +58,7 @@ int run(int argc, char** argv) {
   f.add("data", "", "WikiText folder: wiki.{train,valid,test}.raw (or .tokens)");
   f.add("preset", "paper", "defaults: paper (Table 10) or quick (a few minutes on a CPU)");
   f.add("context", d["context"], "tokens per window");
-  f.add("stride", d["stride"], "evaluation stride (tokens between strided windows, <= context)");
+  f.add("stride", "0", "evaluation stride: tokens between strided windows, <= context (0 = context / 2)");
   f.add("max-train-tokens", d["max-train-tokens"], "use at most this many training tokens (0 = all)");
   f.add("max-eval-tokens", d["max-eval-tokens"], "use at most this many validation and test tokens (0 = all)");
   f.add("chunk", "64", "chunk size of the chunked linear-attention form");
@@ -70,13 +70,15 @@ int run(int argc, char** argv) {
   HH_CHECK(!model_dir.empty(), "--model: no model folder given (see --help)");
   HH_CHECK(!data_dir.empty(), "--data: no WikiText folder given (see --help)");
   const int64_t context = f.integer("context", 1, 1 << 20);
-  const int64_t stride = f.integer("stride", 1, context);
+  const int64_t stride_flag = f.integer("stride", 0, context);
+  const int64_t stride = stride_flag > 0 ? stride_flag : std::max<int64_t>(1, context / 2);
   const int64_t max_train = f.integer("max-train-tokens", 0), max_eval = f.integer("max-eval-tokens", 0);
   const int64_t chunk = f.integer("chunk", 1, 1 << 20);
   const int64_t batch = f.integer("batch", 1, 1 << 20);
   const int64_t fidelity_batches = f.integer("fidelity-batches", 1, 1 << 20);
   const auto rows = train::parse_conversion_rows(f.str("feature-map"));
   train::ConvertConfig cfg = apps::conversion_config(f);
+  const bool save_models = f.boolean("save");
   const int64_t threads = f.integer("threads", 0, 4096);
   set_num_threads(static_cast<int>(threads == 0 ? std::max(1, omp_get_num_procs()) : threads));
   const std::string out = f.str("out");
@@ -128,6 +130,7 @@ int run(int argc, char** argv) {
   rep.config_json = nlohmann::json{{"app", "convert_gpt2"}, {"preset", f.str("preset")}, {"settings", cfg.fingerprint}}.dump(2);
   std::cerr << "teacher (softmax) test perplexity " << rep.teacher.front().second << "\n";
 
+  std::shared_ptr<nn::CausalLM> last;  // the student of the row in progress (for --save)
   auto make = [&](const std::string& mixer) {
     nn::HFModelOptions o;
     o.mixer = mixer;
@@ -135,9 +138,11 @@ int run(int argc, char** argv) {
     o.chunk = chunk;
     o.seed = cfg.seed;
     return std::unique_ptr<train::ConversionTask>(
-        new train::LmConversionTask(nn::load_causal_lm(model_dir, o), train_w, val_w, test_w, tc));
+        new train::LmConversionTask(last = nn::load_causal_lm(model_dir, o), train_w, val_w, test_w, tc));
   };
-  return apps::run_rows(rows, make, cfg, fidelity_batches, out, rep);
+  std::function<void(const std::string&)> save;
+  if (save_models) save = [&](const std::string& dir) { nn::save_hf_model(*last, dir, model_dir); };
+  return apps::run_rows(rows, make, cfg, fidelity_batches, out, rep, save);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "core/parallel.h"
 #include "data/samsum.h"
 #include "data/tokenizer.h"
+#include "nn/models/hf_save.h"
 #include "train/convert_samsum.h"
 
 using namespace hh;
@@ -77,6 +78,7 @@ int run(int argc, char** argv) {
   const int64_t fidelity_batches = f.integer("fidelity-batches", 1, 1 << 20);
   const auto rows = train::parse_conversion_rows(f.str("feature-map"));
   train::ConvertConfig cfg = apps::conversion_config(f);
+  const bool save_models = f.boolean("save");
   const int64_t threads = f.integer("threads", 0, 4096);
   set_num_threads(static_cast<int>(threads == 0 ? std::max(1, omp_get_num_procs()) : threads));
   const std::string out = f.str("out");
@@ -131,6 +133,7 @@ int run(int argc, char** argv) {
   rep.config_json = nlohmann::json{{"app", "convert_llama"}, {"preset", f.str("preset")}, {"settings", cfg.fingerprint}}.dump(2);
   std::cerr << "teacher (softmax, zero-shot) test ROUGE-1 " << rep.teacher.front().second << "\n";
 
+  std::shared_ptr<nn::CausalLM> last;  // the student of the row in progress (for --save)
   auto make = [&](const std::string& mixer) {
     nn::HFModelOptions o;
     o.mixer = mixer;
@@ -138,9 +141,11 @@ int run(int argc, char** argv) {
     o.chunk = chunk;
     o.seed = cfg.seed;
     return std::unique_ptr<train::ConversionTask>(
-        new train::SamsumConversionTask(nn::load_causal_lm(model_dir, o), tok, samsum, tc));
+        new train::SamsumConversionTask(last = nn::load_causal_lm(model_dir, o), tok, samsum, tc));
   };
-  return apps::run_rows(rows, make, cfg, fidelity_batches, out, rep);
+  std::function<void(const std::string&)> save;
+  if (save_models) save = [&](const std::string& dir) { nn::save_hf_model(*last, dir, model_dir); };
+  return apps::run_rows(rows, make, cfg, fidelity_batches, out, rep, save);
 }
 
 }  // namespace

@@ -57,6 +57,7 @@ inline void add_conversion_flags(Flags& f, std::map<std::string, std::string> d)
   f.add("threads", "0", "CPU threads (0 = all cores)");
   f.add("out", d["out"], "output folder: results.json/csv, report.html, <row>/checkpoint.safetensors");
   f.add("resume", "false", "continue each row from its checkpoint under --out", true);
+  f.add("save", "false", "write each converted model as an HF folder under <out>/<row>/model", true);
   f.add("quiet", "false", "plain progress lines instead of a bar", true);
 }
 
@@ -101,11 +102,11 @@ inline train::ConvertConfig conversion_config(const Flags& f) {
   return c;
 }
 
-// Runs every row (make(mixer) builds a student task; kept(mixer's task) is told the finished
-// student, e.g. to save it) and writes the report to `out`. Returns 1 when a row failed.
+// Runs every row (make(mixer) builds a student task), calls save(<out>/<row slug>/model) after each
+// row that succeeded (when save is set), and writes the report to `out`. Returns 1 when a row failed.
 inline int run_rows(const std::vector<train::ConversionRow>& rows, const train::StudentFactory& make,
                     train::ConvertConfig cfg, int64_t fidelity_batches, const std::string& out,
-                    train::ConversionReport& rep) {
+                    train::ConversionReport& rep, const std::function<void(const std::string&)>& save) {
   int failed = 0;
   for (const auto& row : rows) {
     const std::string dir = out + "/" + train::file_slug(row.label);
@@ -117,6 +118,9 @@ inline int run_rows(const std::vector<train::ConversionRow>& rows, const train::
     if (o.status != "ok") {
       std::fprintf(stderr, "%s: %s\n", row.label.c_str(), o.status.c_str());
       ++failed;
+    } else if (save) {
+      save(dir + "/model");
+      std::cerr << "saved " << dir << "/model\n";
     }
   }
   std::cout << "\n" << rep.title << "\n" << train::conversion_table(rep);

@@ -4,10 +4,16 @@
 # "error: " and a non-zero exit before any conversion runs.
 set(LMFX ${CMAKE_CURRENT_SOURCE_DIR}/tests/fixtures)
 set(GPT2_TINY --model ${LMFX}/wikitext/gpt2-bytes --data ${LMFX}/wikitext --context 32 --stride 16 --batch 8
+    --max-train-tokens 1500
     --feature-map elu,hedgehog --distill-epochs 1 --finetune-epochs 1 --finetune-lr 1e-3 --quiet)
-add_test(NAME convert_gpt2_tiny COMMAND convert_gpt2 ${GPT2_TINY} --out ${CMAKE_CURRENT_BINARY_DIR}/convert_gpt2_tiny)
-set_tests_properties(convert_gpt2_tiny PROPERTIES PASS_REGULAR_EXPRESSION
+add_test(NAME convert_gpt2_tiny COMMAND convert_gpt2 ${GPT2_TINY} --save --out ${CMAKE_CURRENT_BINARY_DIR}/convert_gpt2_tiny)
+set_tests_properties(convert_gpt2_tiny PROPERTIES FIXTURES_SETUP convert_gpt2_saved PASS_REGULAR_EXPRESSION
                      "softmax \\(teacher\\) +[0-9.]+.*\nHedgehog +[0-9.]+.*ok\n.*report: ")
+# The saved student is an HF folder that hf_run loads (with its Hedgehog attention) and runs.
+add_test(NAME convert_gpt2_saved_runs COMMAND hf_run --model ${CMAKE_CURRENT_BINARY_DIR}/convert_gpt2_tiny/Hedgehog/model
+         --prompt "The river" --temperature 0 --max-new-tokens 4)
+set_tests_properties(convert_gpt2_saved_runs PROPERTIES FIXTURES_REQUIRED convert_gpt2_saved
+                     PASS_REGULAR_EXPRESSION "generated ids: \\[[0-9]+,[0-9]+,[0-9]+,[0-9]+\\]")
 set(LLAMA_TINY --model ${LMFX}/hf/llama-tiny-tok --data ${LMFX}/samsum --max-length 64 --max-new-tokens 8
     --feature-map hedgehog --distill-epochs 1 --finetune-epochs 1 --batch 2 --max-eval 2 --quiet)
 add_test(NAME convert_llama_tiny COMMAND convert_llama ${LLAMA_TINY} --out ${CMAKE_CURRENT_BINARY_DIR}/convert_llama_tiny)
@@ -23,15 +29,16 @@ file(WRITE ${BAD_DIR}/wiki/wiki.test.raw "short\n")
 file(WRITE ${BAD_DIR}/samsum/train.json "[{\"id\": \"a\", \"dialogue\": \"A: hi\"}]")
 file(WRITE ${BAD_DIR}/samsum/validation.json "[]")
 file(WRITE ${BAD_DIR}/samsum/test.json "[")
-set(G "convert_gpt2 --model ${LMFX}/wikitext/gpt2-bytes --data ${LMFX}/wikitext --context 32 --stride 16")
+set(G0 "convert_gpt2 --model ${LMFX}/wikitext/gpt2-bytes --data ${LMFX}/wikitext")
+set(G "${G0} --context 32 --stride 16")
 set(L "convert_llama --model ${LMFX}/hf/llama-tiny-tok --max-length 64")
 set(CONVERT_LM_BAD
     "convert_gpt2 --data ${LMFX}/wikitext" "--model: no model folder"
     "convert_gpt2 --model /nonexistent/hh --data ${LMFX}/wikitext" "/nonexistent/hh"
     "convert_gpt2 --model ${LMFX}/hf/llama-tiny-tok --data ${LMFX}/wikitext --context 32" "convert_gpt2 converts GPT-2"
     "convert_gpt2 --model ${LMFX}/wikitext/gpt2-bytes --data /nonexistent/wiki" "wiki.train.raw"
-    "${G} --context 65" "exceeds the model's 64 positions"
-    "${G} --stride 33" "--stride: 33 is out of range"
+    "${G0} --context 65" "--context: 65 exceeds the model's 64 positions"
+    "${G0} --context 32 --stride 33" "--stride: 33 is out of range"
     "${G} --feature-map nope" "nope"
     "${G} --finetune half" "--finetune: expected full or lora"
     "${G} --preset huge" "--preset: expected paper or quick"
