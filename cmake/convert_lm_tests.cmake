@@ -14,6 +14,17 @@ add_test(NAME convert_gpt2_saved_runs COMMAND hf_run --model ${CMAKE_CURRENT_BIN
          --prompt "The river" --temperature 0 --max-new-tokens 4)
 set_tests_properties(convert_gpt2_saved_runs PROPERTIES FIXTURES_REQUIRED convert_gpt2_saved
                      PASS_REGULAR_EXPRESSION "generated ids: \\[[0-9]+,[0-9]+,[0-9]+,[0-9]+\\]")
+# --resume: other settings are refused (the row reports the checkpoint's mismatch); the same ones
+# continue from the finished checkpoints.
+add_test(NAME convert_gpt2_resume_other_flags COMMAND convert_gpt2 ${GPT2_TINY} --seed 1 --resume
+         --out ${CMAKE_CURRENT_BINARY_DIR}/convert_gpt2_tiny)
+set_tests_properties(convert_gpt2_resume_other_flags PROPERTIES FIXTURES_REQUIRED convert_gpt2_saved
+                     PASS_REGULAR_EXPRESSION "other settings.*error: 2 of 2 rows failed")
+add_test(NAME convert_gpt2_resume_same COMMAND convert_gpt2 ${GPT2_TINY} --resume
+         --out ${CMAKE_CURRENT_BINARY_DIR}/convert_gpt2_tiny)
+set_tests_properties(convert_gpt2_resume_same PROPERTIES FIXTURES_REQUIRED convert_gpt2_saved
+                     DEPENDS "convert_gpt2_resume_other_flags;convert_gpt2_saved_runs"
+                     PASS_REGULAR_EXPRESSION "\nHedgehog +[0-9.]+.*ok\n" FAIL_REGULAR_EXPRESSION "error: ")
 set(LLAMA_TINY --model ${LMFX}/hf/llama-tiny-tok --data ${LMFX}/samsum --max-length 64 --max-new-tokens 8
     --feature-map hedgehog --distill-epochs 1 --finetune-epochs 1 --batch 2 --max-eval 2 --quiet)
 add_test(NAME convert_llama_tiny COMMAND convert_llama ${LLAMA_TINY} --out ${CMAKE_CURRENT_BINARY_DIR}/convert_llama_tiny)
