@@ -79,6 +79,7 @@ int run(int argc, char** argv) {
   const auto rows = train::parse_conversion_rows(f.str("feature-map"));
   train::ConvertConfig cfg = apps::conversion_config(f);
   const bool save_models = f.boolean("save");
+  const Device device = apps::device_flag(f);
   const int64_t threads = f.integer("threads", 0, 4096);
   set_num_threads(static_cast<int>(threads == 0 ? std::max(1, omp_get_num_procs()) : threads));
   const std::string out = f.str("out");
@@ -89,6 +90,7 @@ int run(int argc, char** argv) {
 
   nn::HFModelOptions teacher_opts;
   teacher_opts.mixer = "softmax";
+  teacher_opts.device = device;
   auto teacher = nn::load_causal_lm(model_dir, teacher_opts);
   HH_CHECK(teacher->family() == "gpt2", "--model: ", model_dir, " holds a ", teacher->architecture(),
            " (family ", teacher->family(), "); convert_gpt2 converts GPT-2 models (GPT2LMHeadModel)");
@@ -111,6 +113,7 @@ int run(int argc, char** argv) {
   train::LmTaskConfig tc;
   tc.batch = batch;
   tc.seed = cfg.seed;
+  tc.device = device;
   tc.pad_id = tok->eos_id() >= 0 ? tok->eos_id() : 0;
 
   cfg.fingerprint = apps::flags_fingerprint(
@@ -137,6 +140,7 @@ int run(int argc, char** argv) {
     o.form = nn::LinearForm::chunked;
     o.chunk = chunk;
     o.seed = cfg.seed;
+    o.device = device;
     return std::unique_ptr<train::ConversionTask>(
         new train::LmConversionTask(last = nn::load_causal_lm(model_dir, o), train_w, val_w, test_w, tc));
   };

@@ -12,6 +12,8 @@
 
 #include "apps/flags.h"
 #include "core/atomic_file.h"
+#include "core/backend.h"
+#include "core/device.h"
 #include "train/ar_report.h"
 #include "train/convert.h"
 #include "train/convert_report.h"
@@ -55,10 +57,18 @@ inline void add_conversion_flags(Flags& f, std::map<std::string, std::string> d)
   f.add("fidelity-batches", "4", "test batches used for the attention fidelity figures");
   f.add("seed", "0", "seed for feature maps, LoRA and batch order");
   f.add("threads", "0", "CPU threads (0 = all cores)");
+  f.add("device", "cpu", "cpu or cuda[:N]");
   f.add("out", d["out"], "output folder: results.json/csv, report.html, <row>/checkpoint.safetensors");
   f.add("resume", "false", "continue each row from its checkpoint under --out", true);
   f.add("save", "false", "write each converted model as an HF folder under <out>/<row>/model", true);
   f.add("quiet", "false", "plain progress lines instead of a bar", true);
+}
+
+// --device, checked: a CUDA device must be usable.
+inline Device device_flag(const Flags& f) {
+  const Device d = parse_device(f.str("device"));
+  if (d.is_cuda()) HH_CHECK(cuda_available(), "--device ", f.str("device"), ": ", cuda_unavailable_reason());
+  return d;
 }
 
 // Every flag of the list as name=value; a resumed run must match it.

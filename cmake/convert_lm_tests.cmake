@@ -54,6 +54,7 @@ set(CONVERT_LM_BAD
     "${G} --finetune half" "--finetune: expected full or lora"
     "${G} --preset huge" "--preset: expected paper or quick"
     "${G} --bogus 1" "unknown flag --bogus"
+    "${G} --device tpu" "tpu"
     "convert_gpt2 --model ${LMFX}/wikitext/gpt2-bytes --data ${BAD_DIR}/wiki --context 32" "fewer than the 33"
     "convert_gpt2 --model ${LMFX}/wikitext/gpt2-bytes --tokenizer ${LMFX}/tokenizers/gpt2 --data ${LMFX}/wikitext --context 32" "has 50257 tokens"
     "${G} --out ${CMAKE_CURRENT_SOURCE_DIR}/CMakeLists.txt" "not a folder"
