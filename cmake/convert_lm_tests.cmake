@@ -83,3 +83,10 @@ foreach(i RANGE ${last})
   set_tests_properties(convert_lm_rejects_${i} PROPERTIES PASS_REGULAR_EXPRESSION "error: .*${msg_re}"
                        FAIL_REGULAR_EXPRESSION "teacher \\(softmax")
 endforeach()
+# Presets set the defaults (and --help shows them); a flag given wins.
+add_test(NAME convert_gpt2_preset_quick COMMAND convert_gpt2 --preset quick --help)
+set_tests_properties(convert_gpt2_preset_quick PROPERTIES PASS_REGULAR_EXPRESSION
+                     "--context +tokens per window \\(default: 128\\).*--max-train-tokens .*\\(default: 200000\\)")
+add_test(NAME convert_llama_preset_paper COMMAND convert_llama --help)
+set_tests_properties(convert_llama_preset_paper PROPERTIES PASS_REGULAR_EXPRESSION
+                     "--max-length .*\\(default: 1024\\).*--finetune +.*\\(default: lora\\).*--finetune-lr .*\\(default: 1e-4\\)")
