@@ -126,6 +126,7 @@ int run(int argc, char** argv) {
   train::ConversionReport rep;
   rep.title = "GPT-2 -> linear attention: WikiText perplexity (" + model_dir + ")";
   rep.percent = false;
+  rep.higher_is_better = false;
   rep.teacher = teacher_task.evaluate(train::Split::test);
   train::Fidelity tf = train::measure_fidelity(teacher_task, train::Split::test, fidelity_batches, true);
   rep.teacher_entropy = tf.entropy_teacher;

@@ -13,6 +13,7 @@
 #include "autograd/ops/reduce.h"
 #include "autograd/ops/shape.h"
 #include "train/convert_lm.h"
+#include "train/convert_report.h"
 #include "train/convert_samsum.h"
 #include "train/task_metrics.h"
 
@@ -280,4 +281,21 @@ TEST_CASE("convert_lm: one epoch of distillation and finetuning on gpt2-tiny (an
   CHECK(changed == 4);  // weight and bias of the map in each of the 2 layers
   REQUIRE(!r.distilled.empty());
   CHECK(std::isfinite(r.distilled[0].second));
+}
+
+TEST_CASE("convert_report: the recovered fraction of a lower-is-better metric is teacher / student") {
+  train::ConversionReport rep;
+  rep.percent = false;
+  rep.higher_is_better = false;
+  rep.teacher = {{"perplexity", 10.0}};
+  train::ConversionOutcome o;
+  o.row = {"Hedgehog", "hedgehog", true};
+  o.test = {{"perplexity", 12.5}};
+  o.result.swapped = {{"perplexity", 20.0}};
+  rep.rows.push_back(o);
+  const std::string table = train::conversion_table(rep);
+  CAPTURE(table);
+  CHECK(table.find("Hedgehog                      12.50    80.0%") != std::string::npos);
+  rep.higher_is_better = true;
+  CHECK(train::conversion_table(rep).find("12.50   125.0%") != std::string::npos);
 }
