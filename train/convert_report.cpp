@@ -80,6 +80,14 @@ ConversionOutcome run_conversion_row(const ConversionRow& row, const StudentFact
   return o;
 }
 
+namespace {
+// The fraction of the teacher's metric a student recovers: m / t, or t / m when lower is better.
+double recovered(const ConversionReport& r, double m, double t) {
+  if (r.higher_is_better) return t != 0 ? m / t : 0.0;
+  return m != 0 ? t / m : 0.0;
+}
+}  // namespace
+
 std::string conversion_table(const ConversionReport& r) {
   const double scale = r.percent ? 100.0 : 1.0;
   const std::string metric = r.teacher.empty() ? "metric" : r.teacher.front().first;
@@ -103,7 +111,7 @@ std::string conversion_table(const ConversionReport& r) {
     char dbuf[32];
     std::snprintf(dbuf, sizeof dbuf, "%.2f", scale * primary(o.result.distilled));
     std::snprintf(line, sizeof line, "%-24s %10.2f %7.1f%% %10.2f %10s %9.4f %8.3f %6.3f %8.1f  %s\n",
-                  o.row.label.c_str(), scale * m, t != 0 ? 100.0 * m / t : 0.0, scale * primary(o.result.swapped),
+                  o.row.label.c_str(), scale * m, 100.0 * recovered(r, m, t), scale * primary(o.result.swapped),
                   o.result.distilled.empty() ? "-" : dbuf, o.fidelity.kl_mean, o.fidelity.entropy_student,
                   o.fidelity.monotonicity_student, o.seconds, o.status.c_str());
     os << line;
@@ -208,7 +216,7 @@ void write_conversion_report(const std::string& dir, const ConversionReport& r) 
         << metric << ",";
     if (evaluated(o)) {
       const double m = primary(o.test), t = primary(r.teacher);
-      csv << m << "," << (t != 0 ? m / t : 0.0) << "," << primary(o.result.swapped) << ","
+      csv << m << "," << recovered(r, m, t) << "," << primary(o.result.swapped) << ","
           << (o.result.distilled.empty() ? "" : str(primary(o.result.distilled))) << "," << o.fidelity.kl_mean << ","
           << o.fidelity.entropy_student << "," << o.fidelity.monotonicity_student << "," << o.result.distill.steps
           << "," << o.result.distill.tokens_per_second() << "," << o.result.finetune.steps;

@@ -51,6 +51,7 @@ struct ConversionReport {
   double teacher_entropy = 0;  // the teacher's attention entropy and monotonicity on the test split
   double teacher_monotonicity = 0;
   bool percent = true;        // metrics shown ×100
+  bool higher_is_better = true;  // of the primary metric; false (perplexity): recover = teacher / student
   std::vector<ConversionOutcome> rows;
   std::string config_json;    // written to config.json
 };

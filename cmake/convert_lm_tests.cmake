@@ -1,0 +1,92 @@
+# convert_gpt2 and convert_llama end to end on the committed fixtures (seconds): tests/fixtures/wikitext
+# (hand-written wiki text + gpt2-bytes, a small byte-level GPT-2 made by tools/make_lm_fixtures.py),
+# tests/fixtures/samsum (hand-written dialogues) with hf/llama-tiny-tok. Bad input must give
+# "error: " and a non-zero exit before any conversion runs.
+set(LMFX ${CMAKE_CURRENT_SOURCE_DIR}/tests/fixtures)
+set(GPT2_TINY --model ${LMFX}/wikitext/gpt2-bytes --data ${LMFX}/wikitext --context 32 --stride 16 --batch 8
+    --max-train-tokens 1500
+    --feature-map elu,hedgehog --distill-epochs 1 --finetune-epochs 1 --finetune-lr 1e-3 --quiet)
+add_test(NAME convert_gpt2_tiny COMMAND convert_gpt2 ${GPT2_TINY} --save --out ${CMAKE_CURRENT_BINARY_DIR}/convert_gpt2_tiny)
+set_tests_properties(convert_gpt2_tiny PROPERTIES FIXTURES_SETUP convert_gpt2_saved PASS_REGULAR_EXPRESSION
+                     "softmax \\(teacher\\) +[0-9.]+.*\nHedgehog +[0-9.]+.*ok\n.*report: ")
+# The saved student is an HF folder that hf_run loads (with its Hedgehog attention) and runs.
+add_test(NAME convert_gpt2_saved_runs COMMAND hf_run --model ${CMAKE_CURRENT_BINARY_DIR}/convert_gpt2_tiny/Hedgehog/model
+         --prompt "The river" --temperature 0 --max-new-tokens 4)
+set_tests_properties(convert_gpt2_saved_runs PROPERTIES FIXTURES_REQUIRED convert_gpt2_saved
+                     PASS_REGULAR_EXPRESSION "generated ids: \\[[0-9]+,[0-9]+,[0-9]+,[0-9]+\\]")
+# --resume: other settings are refused (the row reports the checkpoint's mismatch); the same ones
+# continue from the finished checkpoints.
+add_test(NAME convert_gpt2_resume_other_flags COMMAND convert_gpt2 ${GPT2_TINY} --seed 1 --resume
+         --out ${CMAKE_CURRENT_BINARY_DIR}/convert_gpt2_tiny)
+set_tests_properties(convert_gpt2_resume_other_flags PROPERTIES FIXTURES_REQUIRED convert_gpt2_saved
+                     PASS_REGULAR_EXPRESSION "other settings.*error: 2 of 2 rows failed")
+add_test(NAME convert_gpt2_resume_same COMMAND convert_gpt2 ${GPT2_TINY} --resume
+         --out ${CMAKE_CURRENT_BINARY_DIR}/convert_gpt2_tiny)
+set_tests_properties(convert_gpt2_resume_same PROPERTIES FIXTURES_REQUIRED convert_gpt2_saved
+                     DEPENDS "convert_gpt2_resume_other_flags;convert_gpt2_saved_runs"
+                     PASS_REGULAR_EXPRESSION "\nHedgehog +[0-9.]+.*ok\n" FAIL_REGULAR_EXPRESSION "error: ")
+set(LLAMA_TINY --model ${LMFX}/hf/llama-tiny-tok --data ${LMFX}/samsum --max-length 64 --max-new-tokens 8
+    --feature-map hedgehog --distill-epochs 1 --finetune-epochs 1 --batch 2 --max-eval 2 --quiet)
+add_test(NAME convert_llama_tiny COMMAND convert_llama ${LLAMA_TINY} --out ${CMAKE_CURRENT_BINARY_DIR}/convert_llama_tiny)
+set_tests_properties(convert_llama_tiny PROPERTIES PASS_REGULAR_EXPRESSION
+                     "softmax \\(teacher\\) +[0-9.]+.*\nHedgehog +[0-9.]+.*ok\n.*report: ")
+
+# Pairs: app + arguments (one string, split like a shell line) and a fragment of the expected error.
+set(BAD_DIR ${CMAKE_CURRENT_BINARY_DIR}/convert_lm_bad)
+file(MAKE_DIRECTORY ${BAD_DIR}/wiki ${BAD_DIR}/samsum)
+file(WRITE ${BAD_DIR}/wiki/wiki.train.raw "short\n")
+file(WRITE ${BAD_DIR}/wiki/wiki.valid.raw "short\n")
+file(WRITE ${BAD_DIR}/wiki/wiki.test.raw "short\n")
+file(WRITE ${BAD_DIR}/samsum/train.json "[{\"id\": \"a\", \"dialogue\": \"A: hi\"}]")
+file(WRITE ${BAD_DIR}/samsum/validation.json "[]")
+file(WRITE ${BAD_DIR}/samsum/test.json "[")
+set(G0 "convert_gpt2 --model ${LMFX}/wikitext/gpt2-bytes --data ${LMFX}/wikitext")
+set(G "${G0} --context 32 --stride 16")
+set(L "convert_llama --model ${LMFX}/hf/llama-tiny-tok --max-length 64")
+set(CONVERT_LM_BAD
+    "convert_gpt2 --data ${LMFX}/wikitext" "--model: no model folder"
+    "convert_gpt2 --model /nonexistent/hh --data ${LMFX}/wikitext" "/nonexistent/hh"
+    "convert_gpt2 --model ${LMFX}/hf/llama-tiny-tok --data ${LMFX}/wikitext --context 32" "convert_gpt2 converts GPT-2"
+    "convert_gpt2 --model ${LMFX}/wikitext/gpt2-bytes --data /nonexistent/wiki" "wiki.train.raw"
+    "${G0} --context 65" "--context: 65 exceeds the model's 64 positions"
+    "${G0} --context 32 --stride 33" "--stride: 33 is out of range"
+    "${G} --feature-map nope" "nope"
+    "${G} --finetune half" "--finetune: expected full or lora"
+    "${G} --preset huge" "--preset: expected paper or quick"
+    "${G} --bogus 1" "unknown flag --bogus"
+    "${G} --device tpu" "tpu"
+    "convert_gpt2 --model ${LMFX}/wikitext/gpt2-bytes --data ${BAD_DIR}/wiki --context 32" "fewer than the 33"
+    "convert_gpt2 --model ${LMFX}/wikitext/gpt2-bytes --tokenizer ${LMFX}/tokenizers/gpt2 --data ${LMFX}/wikitext --context 32" "has 50257 tokens"
+    "${G} --out ${CMAKE_CURRENT_SOURCE_DIR}/CMakeLists.txt" "not a folder"
+    "convert_llama --data ${LMFX}/samsum" "--model: no model folder"
+    "${L} --data /nonexistent/samsum" "/nonexistent/samsum"
+    "${L} --data ${BAD_DIR}/samsum" "summary"
+    "convert_llama --model ${LMFX}/wikitext/gpt2-bytes --data ${LMFX}/samsum" "convert_llama converts Llama"
+    "convert_llama --model ${LMFX}/hf/llama-tiny-tok --data ${LMFX}/samsum" "--max-length: 1024 exceeds the model's 64"
+    "${L} --data ${LMFX}/samsum --max-new-tokens 0" "--max-new-tokens: 0 is out of range"
+    "${L} --data ${LMFX}/samsum --loss js" "--loss: expected soft-ce or kl")
+list(LENGTH CONVERT_LM_BAD n)
+math(EXPR last "${n} / 2 - 1")
+foreach(i RANGE ${last})
+  math(EXPR a "2 * ${i}")
+  math(EXPR b "2 * ${i} + 1")
+  list(GET CONVERT_LM_BAD ${a} args)
+  list(GET CONVERT_LM_BAD ${b} msg)
+  separate_arguments(args UNIX_COMMAND "${args}")
+  list(POP_FRONT args app)
+  list(FIND args --out has_out)
+  if(has_out EQUAL -1)
+    list(APPEND args --out ${BAD_DIR}/out_${i})
+  endif()
+  add_test(NAME convert_lm_rejects_${i} COMMAND ${app} ${args})
+  string(REGEX REPLACE "([][().*+?^$|\\\\])" "\\\\\\1" msg_re "${msg}")
+  set_tests_properties(convert_lm_rejects_${i} PROPERTIES PASS_REGULAR_EXPRESSION "error: .*${msg_re}"
+                       FAIL_REGULAR_EXPRESSION "teacher \\(softmax")
+endforeach()
+# Presets set the defaults (and --help shows them); a flag given wins.
+add_test(NAME convert_gpt2_preset_quick COMMAND convert_gpt2 --preset quick --help)
+set_tests_properties(convert_gpt2_preset_quick PROPERTIES PASS_REGULAR_EXPRESSION
+                     "--context +tokens per window \\(default: 128\\).*--max-train-tokens .*\\(default: 200000\\)")
+add_test(NAME convert_llama_preset_paper COMMAND convert_llama --help)
+set_tests_properties(convert_llama_preset_paper PROPERTIES PASS_REGULAR_EXPRESSION
+                     "--max-length .*\\(default: 1024\\).*--finetune +.*\\(default: lora\\).*--finetune-lr .*\\(default: 1e-4\\)")
