@@ -273,8 +273,9 @@ TEST_CASE("convert_lm: one epoch of distillation and finetuning on gpt2-tiny (an
   CHECK(r.distill.steps == 5);  // 37 windows of 16 in batches of 8
   CHECK(r.distill.tokens == 37 * 16);
   int changed = 0;
-  for (auto& [name, t] : task.model().state_dict()) {
-    const bool same = to_vector<float>(t) == before[name];
+  for (const auto& kv : task.model().state_dict()) {
+    const std::string& name = kv.first;
+    const bool same = to_vector<float>(kv.second) == before[name];
     if (train::is_feature_map_param(name)) changed += !same;
     else CHECK_MESSAGE(same, name);  // stage 1 leaves every teacher weight bit for bit
   }
