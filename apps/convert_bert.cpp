@@ -91,9 +91,8 @@ int run(int argc, char** argv) {
   const std::string& out = opts.out;
   train::GlueDataConfig dc;
   dc.max_length = f.integer("max-length", 3, 1 << 20);
-  dc.max_train = f.integer("max-train", -1, INT64_MAX);
-  dc.max_eval = f.integer("max-eval", -1, INT64_MAX);
-  HH_CHECK(dc.max_train != 0 && dc.max_eval != 0, "--max-train/--max-eval: 0 rows; use -1 for all or a count >= 1");
+  dc.max_train = apps::row_limit(f, "max-train");
+  dc.max_eval = apps::row_limit(f, "max-eval");
   dc.val_fraction = f.number("val-fraction", 0, 0.9);
   dc.skip_malformed = f.boolean("skip-malformed");
   dc.seed = cfg.seed;

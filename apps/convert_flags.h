@@ -211,6 +211,14 @@ inline ConversionRun conversion_run(const Flags& f) {
   return r;
 }
 
+// A cap on the rows (examples, images) an app reads, as every app spells it: -1 = all, else a
+// count >= 1 (0 is an error: it would leave nothing to train or evaluate on).
+inline int64_t row_limit(const Flags& f, const std::string& name) {
+  const int64_t n = f.integer(name, -1, INT64_MAX);
+  HH_CHECK(n != 0, "--", name, ": 0 rows; use -1 for all or a count >= 1");
+  return n;
+}
+
 // The settings that shape a converted model, under the flags' names (dashes as underscores): the
 // "config" of results and the base of each row's checkpoint fingerprint. An app adds its own
 // (model, data, split sizes). Threads, device, output and reporting flags are not in it.

@@ -46,8 +46,8 @@ void declare_app_flags(apps::Flags& f) {
                     "and test/ (or val/) class sub-folders, or one folder of class sub-folders");
   f.add("val-fraction", "0.1", "share of the training images held out for validation (early stopping)");
   f.add("test-fraction", "0.2", "with one folder of class sub-folders: share of it held out as the test split");
-  f.add("max-train", "0", "use at most this many training images, a seeded random choice (0 = all)");
-  f.add("max-eval", "0", "evaluate on at most this many validation and test images (0 = all)");
+  f.add("max-train", "-1", "use at most this many training images, a seeded random choice (-1 = all)");
+  f.add("max-eval", "-1", "evaluate on at most this many validation and test images (-1 = all)");
 }
 
 int run(int argc, char** argv) {
@@ -67,7 +67,7 @@ int run(int argc, char** argv) {
   const std::string& out = opts.out;
   const double val_fraction = f.number("val-fraction", 1e-9, 0.9);
   const double test_fraction = f.number("test-fraction", 1e-9, 0.9);
-  const int64_t max_train = f.integer("max-train", 0), max_eval = f.integer("max-eval", 0);
+  const int64_t max_train = apps::row_limit(f, "max-train"), max_eval = apps::row_limit(f, "max-eval");
   nn::HFModelOptions opt;
   opt.device = opts.device;
   opt.seed = cfg.seed;

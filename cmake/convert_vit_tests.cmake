@@ -28,6 +28,7 @@ set(CONVERT_VIT_BAD
     "--model ${VIT}/vit-cifar-tiny --data ${VIT}/cifar-tiny --schedule step" "--schedule: expected cosine, linear or constant"
     "--model ${VIT}/vit-cifar-tiny --data ${VIT}/cifar-tiny --finetune-lr 1e-3" "unknown flag --finetune-lr"
     "--model ${VIT}/vit-cifar-tiny --data ${VIT}/cifar-tiny --resume" "--resume: no checkpoint found"
+    "--model ${VIT}/vit-cifar-tiny --data ${VIT}/cifar-tiny --max-train 0" "--max-train: 0 rows"
     "--model ${VIT}/vit-cifar-tiny --data ${VIT}/cifar-tiny --preset huge" "--preset: expected paper"
     "--model ${VIT}/vit-cifar-tiny --data ${VIT}/cifar-tiny --finetune some" "--finetune: expected full or lora"
     "--model ${VIT}/vit-cifar-tiny --data ${VIT}/cifar-tiny --nonsense 1" "unknown flag --nonsense"
