@@ -166,26 +166,12 @@ int run(int argc, char** argv) {
 
   rep.config_json = config.dump(2);
 
-  for (const auto& row : opts.rows) {
-    std::cerr << "== " << row.label << " (" << row.mixer << (row.distill ? ", distilled" : ", no distillation")
-              << ")\n";
-    train::ConvertConfig rc = cfg;
-    const std::string dir = apps::row_dir(out, row);
-    ensure_writable_dir(dir);
-    rc.checkpoint_path = dir + "/checkpoint.safetensors";
-    rc.fingerprint = apps::row_fingerprint(config, row);
-    std::shared_ptr<nn::BertForSequenceClassification> student;  // kept for --save
-    rep.rows.push_back(train::run_conversion_row(
-        row,
-        [&](const std::string& mixer) {
-          nn::HFModelOptions o = mo;
-          o.mixer = mixer;
-          student = load_bert(model_dir, o);
-          return std::unique_ptr<train::ConversionTask>(std::make_unique<train::GlueConversionTask>(student, data, tc));
-        },
-        rc, false, opts.fidelity_batches));
-    if (opts.save) apps::save_row_model(student.get(), dir, model_dir, rep.rows.back());
-  }
+  apps::convert_rows(opts, cfg, config, model_dir, false, [&](const std::string& mixer) {
+    nn::HFModelOptions o = mo;
+    o.mixer = mixer;
+    std::shared_ptr<nn::BertForSequenceClassification> student = load_bert(model_dir, o);
+    return apps::Student{student, std::make_unique<train::GlueConversionTask>(student, data, tc)};
+  }, rep);
   apps::finish_conversion(out, rep);
   return 0;
 }

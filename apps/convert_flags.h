@@ -1,12 +1,15 @@
 // The flags every convert_* app shares, with one vocabulary: the conversion's hyperparameters
 // (stage 1 distillation, stage 2 finetuning, LoRA) and the run's (batch, seed, device, output),
 // their per-app and per-preset defaults, their parsing and checks, and the task-free pieces of an
-// app's run: row folders, the settings record that checkpoints are fingerprinted with, the check
-// of --resume before any work, and the closing table and report.
+// app's run: the settings record that checkpoints are fingerprinted with, the check of --resume
+// before any work, the loop over the rows (folders, checkpoints, --save), the closing table.
 //
 // An app calls parse_conversion_flags with its own flags (a function that declares them) and its
 // presets; the named preset (the first one when --preset is not given) sets the defaults of the
-// shared flags, and a flag given on the command line always wins over its preset.
+// shared flags, and a flag given on the command line always wins over its preset. Then:
+// conversion_config and conversion_run read the shared flags, conversion_settings (plus the app's
+// model and data) records them, check_resume, convert_rows (the app builds each student) and
+// finish_conversion.
 #pragma once
 #include <omp.h>
 
@@ -302,17 +305,45 @@ inline void check_resume(const std::vector<train::ConversionRow>& rows, const st
   HH_CHECK(found > 0, "--resume: no checkpoint found under ", out, " (nothing to resume)");
 }
 
-// --save: writes a finished row's converted model under <row dir>/model (an HF folder that loads
-// back); a failure marks the row instead of ending the run.
-inline void save_row_model(const nn::HFModel* student, const std::string& dir, const std::string& source_folder,
-                           train::ConversionOutcome& outcome) {
-  if (outcome.status != "ok") return;
-  try {
-    HH_CHECK(student != nullptr, "no converted model");
-    nn::save_hf_model(*student, dir + "/model", source_folder);
-    std::cerr << "saved: " << dir << "/model\n";
-  } catch (const Error& e) {
-    outcome.status = str("error: saving the model: ", e.what());
+// One row's student: the model (kept for --save) and the task that trains and evaluates it.
+struct Student {
+  std::shared_ptr<nn::HFModel> model;
+  std::unique_ptr<train::ConversionTask> task;
+};
+using MakeStudent = std::function<Student(const std::string& mixer)>;
+
+// Converts every row of --feature-map in turn, each with its folder <out>/<row>, its checkpoint
+// there (fingerprinted with `settings`) and, with --save, the converted model written as an HF
+// folder <out>/<row>/model (a failure marks the row, the run goes on). Outcomes go to rep.rows.
+inline void convert_rows(const ConversionRun& opts, const train::ConvertConfig& cfg, const nlohmann::json& settings,
+                         const std::string& model_folder, bool causal, const MakeStudent& make_student,
+                         train::ConversionReport& rep) {
+  for (const auto& row : opts.rows) {
+    std::cerr << "== " << row.label << " (" << row.mixer << (row.distill ? ", distilled" : ", no distillation")
+              << ")\n";
+    train::ConvertConfig rc = cfg;
+    const std::string dir = row_dir(opts.out, row);
+    ensure_writable_dir(dir);
+    rc.checkpoint_path = dir + "/checkpoint.safetensors";
+    rc.fingerprint = row_fingerprint(settings, row);
+    std::shared_ptr<nn::HFModel> student;
+    rep.rows.push_back(train::run_conversion_row(
+        row,
+        [&](const std::string& mixer) {
+          Student s = make_student(mixer);
+          student = s.model;
+          return std::move(s.task);
+        },
+        rc, causal, opts.fidelity_batches));
+    train::ConversionOutcome& outcome = rep.rows.back();
+    if (!opts.save || outcome.status != "ok") continue;
+    try {
+      HH_CHECK(student != nullptr, "no converted model");
+      nn::save_hf_model(*student, dir + "/model", model_folder);
+      std::cerr << "saved: " << dir << "/model\n";
+    } catch (const Error& e) {
+      outcome.status = str("error: saving the model: ", e.what());
+    }
   }
 }
 

@@ -124,26 +124,13 @@ int run(int argc, char** argv) {
   rep.teacher_monotonicity = tf.monotonicity_teacher;
   rep.config_json = config.dump(2);
 
-  for (const auto& row : opts.rows) {
-    std::cerr << "convert_vit: " << row.label << "\n";
-    train::ConvertConfig rc = cfg;
-    const std::string dir = apps::row_dir(out, row);
-    ensure_writable_dir(dir);
-    rc.checkpoint_path = dir + "/checkpoint.safetensors";
-    rc.fingerprint = apps::row_fingerprint(config, row);
-    std::shared_ptr<nn::ViTForImageClassification> student;  // kept for --save
-    rep.rows.push_back(train::run_conversion_row(
-        row,
-        [&](const std::string& mixer) {
-          nn::HFModelOptions so = opt;
-          so.mixer = mixer;
-          student = std::dynamic_pointer_cast<nn::ViTForImageClassification>(nn::load_hf_model(model_dir, so));
-          HH_CHECK(student != nullptr, "--model: not a ViTForImageClassification");
-          return std::unique_ptr<train::ConversionTask>(make_task(student));
-        },
-        rc, false, opts.fidelity_batches));
-    if (opts.save) apps::save_row_model(student.get(), dir, model_dir, rep.rows.back());
-  }
+  apps::convert_rows(opts, cfg, config, model_dir, false, [&](const std::string& mixer) {
+    nn::HFModelOptions so = opt;
+    so.mixer = mixer;
+    auto student = std::dynamic_pointer_cast<nn::ViTForImageClassification>(nn::load_hf_model(model_dir, so));
+    HH_CHECK(student != nullptr, "--model: not a ViTForImageClassification");
+    return apps::Student{student, make_task(student)};
+  }, rep);
   apps::finish_conversion(out, rep);
   return 0;
 }
