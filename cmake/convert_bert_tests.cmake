@@ -5,16 +5,24 @@
 set(HF ${CMAKE_CURRENT_SOURCE_DIR}/tests/fixtures/hf)
 set(GLUE ${CMAKE_CURRENT_SOURCE_DIR}/tests/fixtures/glue)
 set(CB_OUT ${CMAKE_CURRENT_BINARY_DIR}/convert_bert_cola)
+# --lr and --schedule given win over the preset's defaults; soft-ce is xent under another name.
 add_test(NAME convert_bert_cola_tiny COMMAND convert_bert --model ${HF}/bert-tiny-tok --task cola --data ${GLUE}/CoLA
-         --preset tiny --feature-map elu,hedgehog --max-length 32 --threads 2 --quiet --out ${CB_OUT})
+         --preset tiny --feature-map elu,hedgehog --max-length 32 --lr 0.002 --loss soft-ce --schedule linear
+         --warmup 0.1 --threads 2 --quiet --out ${CB_OUT})
 set_tests_properties(convert_bert_cola_tiny PROPERTIES FIXTURES_SETUP convert_bert_cola
                      PASS_REGULAR_EXPRESSION "softmax \\(teacher\\).*1\\+ELU.*Hedgehog .*report: ")
 add_test(NAME convert_bert_cola_results COMMAND ${CMAKE_COMMAND} -E cat ${CB_OUT}/results.json)
 set_tests_properties(convert_bert_cola_results PROPERTIES FIXTURES_REQUIRED convert_bert_cola
                      PASS_REGULAR_EXPRESSION "\"mcc\".*\"Hedgehog\"")
-# The same run again with --resume: every row restores its finished checkpoint.
+# config.json records the shared settings: the preset's (tiny: 1 epoch each) and the flags given.
+add_test(NAME convert_bert_cola_config COMMAND ${CMAKE_COMMAND} -E cat ${CB_OUT}/config.json)
+set_tests_properties(convert_bert_cola_config PROPERTIES FIXTURES_REQUIRED convert_bert_cola PASS_REGULAR_EXPRESSION
+                     "\"distill_epochs\": 1,.*\"finetune_epochs\": 1,.*\"loss\": \"xent\",.*\"lr\": 0\\.002,.*\"preset\": \"tiny\",.*\"schedule\": \"linear\",.*\"warmup\": 0\\.1,")
+# The same run again with --resume (--loss xent: the same setting as soft-ce): every row restores
+# its finished checkpoint.
 add_test(NAME convert_bert_cola_resume COMMAND convert_bert --model ${HF}/bert-tiny-tok --task cola --data ${GLUE}/CoLA
-         --preset tiny --feature-map elu,hedgehog --max-length 32 --threads 2 --quiet --resume --out ${CB_OUT})
+         --preset tiny --feature-map elu,hedgehog --max-length 32 --lr 0.002 --loss xent --schedule linear
+         --warmup 0.1 --threads 2 --quiet --resume --out ${CB_OUT})
 set_tests_properties(convert_bert_cola_resume PROPERTIES FIXTURES_REQUIRED convert_bert_cola
                      DEPENDS convert_bert_cola_results PASS_REGULAR_EXPRESSION "Hedgehog .*report: ")
 # --resume with other settings, or with nothing to resume, is refused before any work.
@@ -44,7 +52,10 @@ set(CONVERT_BERT_BAD
     "--model ${HF}/bert-tiny-tok --task stsb --data ${GLUE}/STS-B" "num_labels = 2 but GLUE STS-B needs 1"
     "--model ${HF}/gpt2-tiny ${CB_OK}" "needs a BertForSequenceClassification"
     "--model ${HF}/bert-tiny-tok ${CB_OK} --max-length 100" "max length 100 exceeds the model's 64 positions"
-    "--model ${HF}/bert-tiny-tok ${CB_OK} --loss nope" "--loss: expected xent or kl"
+    "--model ${HF}/bert-tiny-tok ${CB_OK} --loss nope" "--loss: expected xent (or soft-ce) or kl"
+    "--model ${HF}/bert-tiny-tok ${CB_OK} --schedule step" "--schedule: expected cosine, linear or constant"
+    "--model ${HF}/bert-tiny-tok ${CB_OK} --warmup 2" "flag --warmup: 2 is out of range"
+    "--model ${HF}/bert-tiny-tok ${CB_OK} --distill-wd -1" "flag --distill-wd: -1 is out of range"
     "--model ${HF}/bert-tiny-tok ${CB_OK} --batch 0" "flag --batch: 0 is out of range"
     "--model ${HF}/bert-tiny-tok ${CB_OK} --feature-map nope" "unknown feature map 'nope'"
     "--model ${HF}/bert-tiny-tok ${CB_OK} --finetune half" "--finetune: expected full or lora"

@@ -7,10 +7,12 @@ add_test(NAME convert_vit_cifar COMMAND convert_vit --model ${VIT}/vit-cifar-tin
          --feature-map hedgehog,elu ${VIT_TINY} --out ${CMAKE_CURRENT_BINARY_DIR}/convert_vit_cifar)
 set_tests_properties(convert_vit_cifar PROPERTIES PASS_REGULAR_EXPRESSION
                      "softmax \\(teacher\\).*Hedgehog .* ok.*1\\+ELU .* ok.*report: ")
+# LoRA finetuning, then --save writes the merged model as an HF folder under the row's folder.
 add_test(NAME convert_vit_folders COMMAND convert_vit --model ${CMAKE_CURRENT_SOURCE_DIR}/tests/fixtures/hf/vit-tiny
-         --data ${VIT}/folders-tiny --feature-map hedgehog ${VIT_TINY} --finetune lora
+         --data ${VIT}/folders-tiny --feature-map hedgehog ${VIT_TINY} --finetune lora --save
          --out ${CMAKE_CURRENT_BINARY_DIR}/convert_vit_folders)
-set_tests_properties(convert_vit_folders PROPERTIES PASS_REGULAR_EXPRESSION "folders: 18 train, 2 val, 10 test.*Hedgehog .* ok")
+set_tests_properties(convert_vit_folders PROPERTIES PASS_REGULAR_EXPRESSION
+                     "folders: 18 train, 2 val, 10 test.*saved: .*hedgehog/model.*Hedgehog .* ok")
 # Pairs: the arguments (one string, split like a shell line) and a fragment of the expected error.
 set(CONVERT_VIT_BAD
     "--data ${VIT}/cifar-tiny" "--model: no model folder"
@@ -22,7 +24,11 @@ set(CONVERT_VIT_BAD
     "--model ${CMAKE_CURRENT_SOURCE_DIR}/tests/fixtures/hf/gpt2-tiny --data ${VIT}/cifar-tiny" "not ViTForImageClassification"
     "--model ${VIT}/vit-cifar-tiny --data ${VIT}/cifar-tiny --batch 0" "flag --batch: 0 is out of range"
     "--model ${VIT}/vit-cifar-tiny --data ${VIT}/cifar-tiny --feature-map nope" "unknown feature map 'nope'"
-    "--model ${VIT}/vit-cifar-tiny --data ${VIT}/cifar-tiny --loss mse" "--loss: expected soft-ce or kl"
+    "--model ${VIT}/vit-cifar-tiny --data ${VIT}/cifar-tiny --loss mse" "--loss: expected xent (or soft-ce) or kl"
+    "--model ${VIT}/vit-cifar-tiny --data ${VIT}/cifar-tiny --schedule step" "--schedule: expected cosine, linear or constant"
+    "--model ${VIT}/vit-cifar-tiny --data ${VIT}/cifar-tiny --finetune-lr 1e-3" "unknown flag --finetune-lr"
+    "--model ${VIT}/vit-cifar-tiny --data ${VIT}/cifar-tiny --resume" "--resume: no checkpoint found"
+    "--model ${VIT}/vit-cifar-tiny --data ${VIT}/cifar-tiny --max-train 0" "--max-train: 0 rows"
     "--model ${VIT}/vit-cifar-tiny --data ${VIT}/cifar-tiny --preset huge" "--preset: expected paper"
     "--model ${VIT}/vit-cifar-tiny --data ${VIT}/cifar-tiny --finetune some" "--finetune: expected full or lora"
     "--model ${VIT}/vit-cifar-tiny --data ${VIT}/cifar-tiny --nonsense 1" "unknown flag --nonsense"

@@ -1,0 +1,361 @@
+// The flags every convert_* app shares, with one vocabulary: the conversion's hyperparameters
+// (stage 1 distillation, stage 2 finetuning, LoRA) and the run's (batch, seed, device, output),
+// their per-app and per-preset defaults, their parsing and checks, and the task-free pieces of an
+// app's run: the settings record that checkpoints are fingerprinted with, the check of --resume
+// before any work, the loop over the rows (folders, checkpoints, --save), the closing table.
+//
+// An app calls parse_conversion_flags with its own flags (a function that declares them) and its
+// presets; the named preset (the first one when --preset is not given) sets the defaults of the
+// shared flags, and a flag given on the command line always wins over its preset. Then:
+// conversion_config and conversion_run read the shared flags, conversion_settings (plus the app's
+// model and data) records them, check_resume, convert_rows (the app builds each student) and
+// finish_conversion.
+#pragma once
+#include <omp.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "apps/flags.h"
+#include "core/atomic_file.h"
+#include "core/backend.h"
+#include "core/device.h"
+#include "core/parallel.h"
+#include "core/safetensors.h"
+#include "nn/models/hf_model.h"
+#include "nn/models/hf_save.h"
+#include "train/convert.h"
+#include "train/convert_report.h"
+
+namespace hh::apps {
+
+// Defaults of the shared flags, for one app and preset (the flag each one sets in brackets).
+struct ConversionDefaults {
+  std::string feature_map = "paper";  // --feature-map: the students
+  // stage 1: attention distillation (paper App. A.3: AdamW, lr 1e-2, wd 0)
+  int64_t distill_epochs = 5;     // --distill-epochs (0 = skip stage 1)
+  double distill_lr = 1e-2;       // --distill-lr
+  double distill_wd = 0.0;        // --distill-wd
+  int64_t distill_patience = 1;   // --distill-patience
+  std::string loss = "xent";      // --loss: xent (soft-ce) or kl
+  // stage 2: finetuning
+  int64_t finetune_epochs = 5;    // --finetune-epochs (0 = none)
+  double lr = 1e-5;               // --lr
+  double weight_decay = 0.0;      // --weight-decay
+  int64_t patience = 0;           // --patience (0 = never stop early)
+  std::string schedule = "cosine";  // --schedule: cosine, linear or constant
+  double warmup = 0.0;            // --warmup: fraction of stage 2's steps
+  std::string finetune = "full";  // --finetune: full or lora
+  int64_t lora_rank = 8;          // --lora-rank
+  double lora_alpha = 16.0;       // --lora-alpha
+  std::string lora_targets = "query,key,value";  // --lora-targets: Linear names
+  // the run
+  int64_t batch = 8;              // --batch (both stages and evaluation)
+  int64_t fidelity_batches = 8;   // --fidelity-batches
+  std::string out = "out/convert";  // --out
+};
+
+struct ConversionPreset {
+  std::string name;   // the value of --preset
+  std::string about;  // for --help, e.g. "App. B.2/B.4"
+  ConversionDefaults defaults;
+};
+
+// The shortest decimal text that reads back as x (a flag's default is text).
+inline std::string number_text(double x) {
+  char buf[40];
+  for (int precision = 1; precision <= 17; ++precision) {
+    std::snprintf(buf, sizeof buf, "%.*g", precision, x);
+    if (std::strtod(buf, nullptr) == x) break;
+  }
+  return buf;
+}
+
+// Declares the shared flags with the defaults `d`.
+inline void add_conversion_flags(Flags& f, const ConversionDefaults& d) {
+  const auto num = [](double x) { return number_text(x); };
+  const auto integer = [](int64_t x) { return std::to_string(x); };
+  f.add("feature-map", d.feature_map, "the students: paper (the paper's five rows) or a comma list of feature maps");
+  f.add("distill-epochs", integer(d.distill_epochs), "stage 1: maximum epochs of attention distillation (0 = skip)");
+  f.add("distill-lr", num(d.distill_lr), "stage 1: AdamW learning rate");
+  f.add("distill-wd", num(d.distill_wd), "stage 1: AdamW weight decay");
+  f.add("distill-patience", integer(d.distill_patience),
+        "stage 1: epochs without a lower validation loss before stopping");
+  f.add("loss", d.loss, "distillation loss: xent (soft cross-entropy; soft-ce is the same) or kl");
+  f.add("mean-heads", "false", "average the distillation loss over layers and heads instead of summing", true);
+  f.add("output-mse", "0", "weight of the attention-output MSE term in the distillation loss");
+  f.add("finetune-epochs", integer(d.finetune_epochs), "stage 2: maximum epochs of finetuning (0 = none)");
+  f.add("lr", num(d.lr), "stage 2: AdamW learning rate");
+  f.add("weight-decay", num(d.weight_decay), "stage 2: AdamW weight decay");
+  f.add("patience", integer(d.patience),
+        "stage 2: epochs without a better validation metric before stopping (0 = never)");
+  f.add("schedule", d.schedule, "stage 2 learning-rate schedule: cosine, linear or constant");
+  f.add("warmup", num(d.warmup), "stage 2 warmup, a fraction of its steps");
+  f.add("finetune", d.finetune, "stage 2 trains: full (every weight) or lora");
+  f.add("lora-rank", integer(d.lora_rank), "LoRA rank");
+  f.add("lora-alpha", num(d.lora_alpha), "LoRA alpha");
+  f.add("lora-targets", d.lora_targets, "LoRA: comma list of the Linear names that get adapters");
+  f.add("joint-weight", "0", "> 0: the joint variant (stage 2 trains task loss + this x distillation loss)");
+  f.add("batch", integer(d.batch), "batch size (both stages and evaluation)");
+  f.add("seed", "0", "seed of the new feature-map weights, held-out rows, batch order and LoRA");
+  f.add("fidelity-batches", integer(d.fidelity_batches),
+        "test batches for the attention fidelity (KL, entropy, monotonicity)");
+  f.add("threads", "0", "CPU threads (0 = all cores)");
+  f.add("device", "cpu", "cpu or cuda[:N]");
+  f.add("resume", "false", "continue each row from its checkpoint under --out (same settings)", true);
+  f.add("save", "false", "write each converted model as an HF folder under <out>/<row>/model (loads back)", true);
+  f.add("quiet", "false", "plain progress lines instead of a bar", true);
+  f.add("out", d.out, "output folder: results.json/csv, config.json, report.html, <row>/checkpoint.safetensors");
+}
+
+// Declares the app's own flags (declare_app_flags), --preset and the shared flags, and parses
+// argv. The defaults of the shared flags are those of the preset that --preset names (the first
+// of `presets` when it is not given): argv is parsed once to read --preset, then again with the
+// preset's defaults declared. --help (printed with the first preset's defaults) gives nullopt.
+inline std::optional<Flags> parse_conversion_flags(const std::string& program, const std::string& about,
+                                                   const std::vector<ConversionPreset>& presets,
+                                                   const std::function<void(Flags&)>& declare_app_flags,
+                                                   int argc, char** argv) {
+  HH_CHECK(!presets.empty(), "internal: ", program, " has no preset");
+  std::string names, help;
+  for (const auto& p : presets) {
+    names += (names.empty() ? "" : " or ") + p.name;
+    help += (help.empty() ? "" : ", ") + p.name + (p.about.empty() ? "" : " (" + p.about + ")");
+  }
+  auto declare = [&](const ConversionDefaults& d) {
+    Flags f(program, about);
+    declare_app_flags(f);
+    f.add("preset", presets.front().name,
+          "defaults of the conversion flags: " + help + "; a flag given always wins");
+    add_conversion_flags(f, d);
+    return f;
+  };
+  Flags first = declare(presets.front().defaults);
+  if (!first.parse(argc, argv)) return std::nullopt;
+  const std::string name = first.str("preset");
+  auto it = std::find_if(presets.begin(), presets.end(), [&](const ConversionPreset& p) { return p.name == name; });
+  HH_CHECK(it != presets.end(), "--preset: expected ", names, ", got '", name, "'");
+  if (it == presets.begin()) return first;
+  Flags f = declare(it->defaults);
+  f.parse(argc, argv);  // the same arguments: they parsed above
+  return f;
+}
+
+// The conversion's stages from the shared flags, every value checked (the error names the flag).
+inline train::ConvertConfig conversion_config(const Flags& f) {
+  train::ConvertConfig c;
+  c.distill.epochs = f.integer("distill-epochs", 0, 100000);
+  c.distill.lr = f.number("distill-lr", 1e-12, 10);
+  c.distill.weight_decay = f.number("distill-wd", 0, 10);
+  c.distill.patience = f.integer("distill-patience", 1, 100000);
+  const std::string loss = f.str("loss");
+  HH_CHECK(loss == "xent" || loss == "soft-ce" || loss == "kl", "--loss: expected xent (or soft-ce) or kl, got '",
+           loss, "'");
+  c.distill.loss.kl = loss == "kl";
+  c.distill.loss.mean_over_heads = f.boolean("mean-heads");
+  c.distill.loss.output_mse = f.number("output-mse", 0, 1e6);
+  c.finetune.epochs = f.integer("finetune-epochs", 0, 100000);
+  c.finetune.lr = f.number("lr", 1e-12, 10);
+  c.finetune.weight_decay = f.number("weight-decay", 0, 10);
+  c.finetune.patience = f.integer("patience", 0, 100000);
+  c.finetune.schedule = f.str("schedule");
+  HH_CHECK(c.finetune.schedule == "cosine" || c.finetune.schedule == "linear" || c.finetune.schedule == "constant",
+           "--schedule: expected cosine, linear or constant, got '", c.finetune.schedule, "'");
+  c.finetune.warmup_fraction = f.number("warmup", 0, 1);
+  c.finetune.mode = f.str("finetune");
+  HH_CHECK(c.finetune.mode == "full" || c.finetune.mode == "lora", "--finetune: expected full or lora, got '",
+           c.finetune.mode, "'");
+  c.finetune.lora_rank = f.integer("lora-rank", 1, 1 << 16);
+  c.finetune.lora_alpha = f.number("lora-alpha", 1e-9, 1e9);
+  c.finetune.lora_targets = Flags::split_list(f.str("lora-targets"));
+  HH_CHECK(!c.finetune.lora_targets.empty(), "--lora-targets: no Linear name given");
+  c.finetune.joint_weight = f.number("joint-weight", 0, 1e6);
+  c.finetune.joint_loss = c.distill.loss;
+  c.seed = static_cast<uint64_t>(f.integer("seed", 0));
+  c.quiet = f.boolean("quiet");
+  c.resume = f.boolean("resume");
+  return c;
+}
+
+// The shared flags that are not the stages' (checked; --device cuda needs a CUDA build and GPU).
+struct ConversionRun {
+  std::vector<train::ConversionRow> rows;  // --feature-map
+  int64_t batch = 8;
+  int64_t fidelity_batches = 8;
+  int threads = 1;                          // --threads resolved (0 = every core)
+  Device device;
+  std::string out;
+  bool save = false;
+};
+
+inline ConversionRun conversion_run(const Flags& f) {
+  ConversionRun r;
+  r.rows = train::parse_conversion_rows(f.str("feature-map"));
+  r.batch = f.integer("batch", 1, 1 << 20);
+  r.fidelity_batches = f.integer("fidelity-batches", 1, 1 << 20);
+  const int64_t threads = f.integer("threads", 0, 4096);
+  r.threads = static_cast<int>(threads == 0 ? std::max(1, omp_get_num_procs()) : threads);
+  r.device = parse_device(f.str("device"));
+  if (r.device.is_cuda()) HH_CHECK(cuda_available(), "--device ", f.str("device"), ": ", cuda_unavailable_reason());
+  r.out = f.str("out");
+  HH_CHECK(!r.out.empty(), "--out: empty path");
+  r.save = f.boolean("save");
+  return r;
+}
+
+// A cap on the rows (examples, images) an app reads, as every app spells it: -1 = all, else a
+// count >= 1 (0 is an error: it would leave nothing to train or evaluate on).
+inline int64_t row_limit(const Flags& f, const std::string& name) {
+  const int64_t n = f.integer(name, -1, INT64_MAX);
+  HH_CHECK(n != 0, "--", name, ": 0 rows; use -1 for all or a count >= 1");
+  return n;
+}
+
+// The settings that shape a converted model, under the flags' names (dashes as underscores): the
+// "config" of results and the base of each row's checkpoint fingerprint. An app adds its own
+// (model, data, split sizes). Threads, device, output and reporting flags are not in it.
+inline nlohmann::json conversion_settings(const Flags& f, const train::ConvertConfig& c, const ConversionRun& r) {
+  return {{"preset", f.str("preset")},
+          {"distill_epochs", c.distill.epochs},
+          {"distill_lr", c.distill.lr},
+          {"distill_wd", c.distill.weight_decay},
+          {"distill_patience", c.distill.patience},
+          {"loss", c.distill.loss.kl ? "kl" : "xent"},
+          {"mean_heads", c.distill.loss.mean_over_heads},
+          {"output_mse", c.distill.loss.output_mse},
+          {"finetune_epochs", c.finetune.epochs},
+          {"lr", c.finetune.lr},
+          {"weight_decay", c.finetune.weight_decay},
+          {"patience", c.finetune.patience},
+          {"schedule", c.finetune.schedule},
+          {"warmup", c.finetune.warmup_fraction},
+          {"finetune", c.finetune.mode},
+          {"lora_rank", c.finetune.lora_rank},
+          {"lora_alpha", c.finetune.lora_alpha},
+          {"lora_targets", c.finetune.lora_targets},
+          {"joint_weight", c.finetune.joint_weight},
+          {"batch", r.batch},
+          {"seed", c.seed}};
+}
+
+// "Hedgehog (untrained)" -> "hedgehog-untrained", "1+ELU" -> "1pluselu": a row's folder name.
+inline std::string row_slug(const std::string& label) {
+  std::string s;
+  for (char ch : label) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (std::isalnum(c)) {
+      s += static_cast<char>(std::tolower(c));
+    } else if (ch == '+') {
+      s += "plus";
+    } else if (!s.empty() && s.back() != '-') {
+      s += '-';
+    }
+  }
+  while (!s.empty() && s.back() == '-') s.pop_back();
+  return s.empty() ? "row" : s;
+}
+
+inline std::string row_dir(const std::string& out, const train::ConversionRow& row) {
+  return out + "/" + row_slug(row.label);
+}
+
+// What a row's checkpoint is written with; --resume refuses a checkpoint with another one.
+inline std::string row_fingerprint(const nlohmann::json& settings, const train::ConversionRow& row) {
+  nlohmann::json fp = settings;
+  fp["row"] = row.label;
+  fp["mixer"] = row.mixer;
+  fp["distill"] = row.distill;
+  return fp.dump();
+}
+
+// With --resume, before any work: at least one row has a checkpoint under `out`, and every one
+// found was written with the same settings (else an error saying which file and what to do).
+inline void check_resume(const std::vector<train::ConversionRow>& rows, const std::string& out,
+                         const nlohmann::json& settings) {
+  int found = 0;
+  std::error_code ec;
+  for (const auto& row : rows) {
+    const std::string path = row_dir(out, row) + "/checkpoint.safetensors";
+    if (!std::filesystem::exists(path, ec)) continue;
+    ++found;
+    const SafeTensors ck = load_safetensors(path);
+    auto it = ck.metadata.find("convert.state");
+    HH_CHECK(it != ck.metadata.end(), "--resume: ", path, " is not a conversion checkpoint");
+    std::string written;
+    try {
+      written = nlohmann::json::parse(it->second).at("fingerprint").get<std::string>();
+    } catch (const nlohmann::json::exception& e) {
+      fail(str("--resume: ", path, ": bad conversion state: ", e.what()));
+    }
+    HH_CHECK(written == row_fingerprint(settings, row), "--resume: ", path,
+             " was written with other settings, model or data; rerun with the original flags, or without --resume ",
+             "(or another --out) to start afresh");
+  }
+  HH_CHECK(found > 0, "--resume: no checkpoint found under ", out, " (nothing to resume)");
+}
+
+// One row's student: the model (kept for --save) and the task that trains and evaluates it.
+struct Student {
+  std::shared_ptr<nn::HFModel> model;
+  std::unique_ptr<train::ConversionTask> task;
+};
+using MakeStudent = std::function<Student(const std::string& mixer)>;
+
+// Converts every row of --feature-map in turn, each with its folder <out>/<row>, its checkpoint
+// there (fingerprinted with `settings`) and, with --save, the converted model written as an HF
+// folder <out>/<row>/model (a failure marks the row, the run goes on). Outcomes go to rep.rows.
+inline void convert_rows(const ConversionRun& opts, const train::ConvertConfig& cfg, const nlohmann::json& settings,
+                         const std::string& model_folder, bool causal, const MakeStudent& make_student,
+                         train::ConversionReport& rep) {
+  for (const auto& row : opts.rows) {
+    std::cerr << "== " << row.label << " (" << row.mixer << (row.distill ? ", distilled" : ", no distillation")
+              << ")\n";
+    train::ConvertConfig rc = cfg;
+    const std::string dir = row_dir(opts.out, row);
+    ensure_writable_dir(dir);
+    rc.checkpoint_path = dir + "/checkpoint.safetensors";
+    rc.fingerprint = row_fingerprint(settings, row);
+    std::shared_ptr<nn::HFModel> student;
+    rep.rows.push_back(train::run_conversion_row(
+        row,
+        [&](const std::string& mixer) {
+          Student s = make_student(mixer);
+          student = s.model;
+          return std::move(s.task);
+        },
+        rc, causal, opts.fidelity_batches));
+    train::ConversionOutcome& outcome = rep.rows.back();
+    if (!opts.save || outcome.status != "ok") continue;
+    try {
+      HH_CHECK(student != nullptr, "no converted model");
+      nn::save_hf_model(*student, dir + "/model", model_folder);
+      std::cerr << "saved: " << dir << "/model\n";
+    } catch (const Error& e) {
+      outcome.status = str("error: saving the model: ", e.what());
+    }
+  }
+}
+
+// The end of a run: prints the table, writes the report under `out`, and fails (an error, exit 1
+// from main) when a row did not finish.
+inline void finish_conversion(const std::string& out, const train::ConversionReport& rep) {
+  std::cout << "\n" << rep.title << "\n" << train::conversion_table(rep);
+  train::write_conversion_report(out, rep);
+  std::cout << "report: " << out << "/report.html\n";
+  size_t failed = 0;
+  for (const auto& o : rep.rows) failed += o.status != "ok";
+  HH_CHECK(failed == 0, failed, " of ", rep.rows.size(), " rows failed (see the table)");
+}
+
+}  // namespace hh::apps
