@@ -41,7 +41,7 @@ inline void add_conversion_flags(Flags& f, std::map<std::string, std::string> d)
   f.add("distill-wd", "0", "stage 1: AdamW weight decay");
   f.add("distill-patience", "1", "stage 1: epochs without a lower validation loss before stopping");
   f.add("loss", "xent", "distillation loss: xent (soft cross-entropy; soft-ce is the same) or kl");
-  f.add("mean-heads", "false", "average the distillation loss over layers and heads (default: sum)", true);
+  f.add("mean-heads", "false", "average the distillation loss over layers and heads instead of summing", true);
   f.add("output-mse", "0", "weight of the attention-output MSE term in the distillation loss");
   f.add("finetune-epochs", d["finetune-epochs"], "stage 2: maximum epochs of finetuning (0 = none)");
   f.add("lr", d["lr"], "stage 2: AdamW learning rate");
