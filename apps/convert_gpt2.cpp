@@ -23,9 +23,9 @@ namespace {
 // 6e-4, wd 0.01; the finetuning epochs are not given: one). quick: a few minutes on a CPU.
 std::map<std::string, std::string> preset_defaults(const std::string& preset) {
   std::map<std::string, std::string> d = {
-      {"context", "1024"},      {"distill-epochs", "2"}, {"distill-lr", "1e-2"},
-      {"finetune", "full"},     {"finetune-epochs", "1"}, {"finetune-lr", "6e-4"}, {"finetune-wd", "0.01"},
-      {"warmup", "0.01"},       {"batch", "8"},          {"max-train-tokens", "0"}, {"max-eval-tokens", "0"},
+      {"context", "1024"},  {"distill-epochs", "2"},  {"distill-lr", "1e-2"},       {"finetune", "full"},
+      {"finetune-epochs", "1"}, {"lr", "6e-4"},       {"weight-decay", "0.01"},     {"warmup", "0.01"},
+      {"batch", "8"},       {"max-train-tokens", "0"}, {"max-eval-tokens", "0"},
       {"out", "out/convert_gpt2"}};
   if (preset == "quick") {
     d["context"] = "128";
@@ -117,10 +117,7 @@ int run(int argc, char** argv) {
   tc.pad_id = tok->eos_id() >= 0 ? tok->eos_id() : 0;
 
   cfg.fingerprint = apps::flags_fingerprint(
-      f, {"model", "tokenizer", "data", "context", "stride", "max-train-tokens", "max-eval-tokens", "chunk", "feature-map",
-          "distill-epochs", "distill-lr", "distill-patience", "distill-max-steps", "loss", "mean-heads", "output-mse",
-          "finetune", "finetune-epochs", "finetune-lr", "finetune-wd", "finetune-max-steps", "warmup", "grad-clip",
-          "lora-rank", "lora-alpha", "lora-targets", "lora-train-maps", "joint-weight", "batch", "seed"});
+      f, {"model", "tokenizer", "data", "context", "stride", "max-train-tokens", "max-eval-tokens", "chunk"});
 
   train::LmConversionTask teacher_task(teacher, train_w, val_w, test_w, tc);
   train::ConversionReport rep;

@@ -26,7 +26,7 @@ namespace {
 std::map<std::string, std::string> preset_defaults(const std::string& preset) {
   std::map<std::string, std::string> d = {
       {"max-length", "1024"}, {"distill-epochs", "2"},   {"distill-lr", "1e-2"}, {"finetune", "lora"},
-      {"finetune-epochs", "1"}, {"finetune-lr", "1e-4"}, {"finetune-wd", "0"},   {"warmup", "0"},
+      {"finetune-epochs", "1"}, {"lr", "1e-4"},          {"weight-decay", "0"},  {"warmup", "0"},
       {"batch", "1"},         {"max-eval", "100"},       {"max-train", "0"},     {"out", "out/convert_llama"}};
   if (preset == "quick") {
     d["max-length"] = "256";
@@ -121,10 +121,7 @@ int run(int argc, char** argv) {
   tc.device = device;
 
   cfg.fingerprint = apps::flags_fingerprint(
-      f, {"model", "tokenizer", "data", "max-length", "max-new-tokens", "max-eval", "max-train", "chunk", "feature-map",
-          "distill-epochs", "distill-lr", "distill-patience", "distill-max-steps", "loss", "mean-heads", "output-mse",
-          "finetune", "finetune-epochs", "finetune-lr", "finetune-wd", "finetune-max-steps", "warmup", "grad-clip",
-          "lora-rank", "lora-alpha", "lora-targets", "lora-train-maps", "joint-weight", "batch", "seed"});
+      f, {"model", "tokenizer", "data", "max-length", "max-new-tokens", "max-eval", "max-train", "chunk"});
 
   train::SamsumConversionTask teacher_task(teacher, tok, samsum, tc);
   train::ConversionReport rep;

@@ -5,8 +5,8 @@
 set(LMFX ${CMAKE_CURRENT_SOURCE_DIR}/tests/fixtures)
 set(GPT2_TINY --model ${LMFX}/wikitext/gpt2-bytes --data ${LMFX}/wikitext --context 32 --stride 16 --batch 8
     --max-train-tokens 1500
-    --feature-map elu,hedgehog --distill-epochs 1 --finetune-epochs 1 --finetune-lr 1e-3 --quiet)
-add_test(NAME convert_gpt2_tiny COMMAND convert_gpt2 ${GPT2_TINY} --save --out ${CMAKE_CURRENT_BINARY_DIR}/convert_gpt2_tiny)
+    --feature-map elu,hedgehog --distill-epochs 1 --finetune-epochs 1 --lr 1e-3 --quiet)
+add_test(NAME convert_gpt2_tiny COMMAND convert_gpt2 ${GPT2_TINY} --loss xent --save --out ${CMAKE_CURRENT_BINARY_DIR}/convert_gpt2_tiny)
 set_tests_properties(convert_gpt2_tiny PROPERTIES FIXTURES_SETUP convert_gpt2_saved PASS_REGULAR_EXPRESSION
                      "softmax \\(teacher\\) +[0-9.]+.*\nHedgehog +[0-9.]+.*ok\n.*report: ")
 # The saved student is an HF folder that hf_run loads (with its Hedgehog attention) and runs.
@@ -15,18 +15,19 @@ add_test(NAME convert_gpt2_saved_runs COMMAND hf_run --model ${CMAKE_CURRENT_BIN
 set_tests_properties(convert_gpt2_saved_runs PROPERTIES FIXTURES_REQUIRED convert_gpt2_saved
                      PASS_REGULAR_EXPRESSION "generated ids: \\[[0-9]+,[0-9]+,[0-9]+,[0-9]+\\]")
 # --resume: other settings are refused (the row reports the checkpoint's mismatch); the same ones
-# continue from the finished checkpoints.
+# continue from the finished checkpoints, soft-ce being the same setting as xent.
 add_test(NAME convert_gpt2_resume_other_flags COMMAND convert_gpt2 ${GPT2_TINY} --seed 1 --resume
          --out ${CMAKE_CURRENT_BINARY_DIR}/convert_gpt2_tiny)
 set_tests_properties(convert_gpt2_resume_other_flags PROPERTIES FIXTURES_REQUIRED convert_gpt2_saved
                      PASS_REGULAR_EXPRESSION "other settings.*error: 2 of 2 rows failed")
-add_test(NAME convert_gpt2_resume_same COMMAND convert_gpt2 ${GPT2_TINY} --resume
+add_test(NAME convert_gpt2_resume_same COMMAND convert_gpt2 ${GPT2_TINY} --loss soft-ce --resume
          --out ${CMAKE_CURRENT_BINARY_DIR}/convert_gpt2_tiny)
 set_tests_properties(convert_gpt2_resume_same PROPERTIES FIXTURES_REQUIRED convert_gpt2_saved
                      DEPENDS "convert_gpt2_resume_other_flags;convert_gpt2_saved_runs"
                      PASS_REGULAR_EXPRESSION "\nHedgehog +[0-9.]+.*ok\n" FAIL_REGULAR_EXPRESSION "error: ")
 set(LLAMA_TINY --model ${LMFX}/hf/llama-tiny-tok --data ${LMFX}/samsum --max-length 64 --max-new-tokens 8
-    --feature-map hedgehog --distill-epochs 1 --finetune-epochs 1 --batch 2 --max-eval 2 --quiet)
+    --feature-map hedgehog --distill-epochs 1 --distill-wd 0.01 --finetune-epochs 1 --weight-decay 0.01
+    --schedule linear --patience 1 --batch 2 --max-eval 2 --quiet)
 add_test(NAME convert_llama_tiny COMMAND convert_llama ${LLAMA_TINY} --out ${CMAKE_CURRENT_BINARY_DIR}/convert_llama_tiny)
 set_tests_properties(convert_llama_tiny PROPERTIES PASS_REGULAR_EXPRESSION
                      "softmax \\(teacher\\) +[0-9.]+.*\nHedgehog +[0-9.]+.*ok\n.*report: ")
@@ -64,7 +65,14 @@ set(CONVERT_LM_BAD
     "convert_llama --model ${LMFX}/wikitext/gpt2-bytes --data ${LMFX}/samsum" "convert_llama converts Llama"
     "convert_llama --model ${LMFX}/hf/llama-tiny-tok --data ${LMFX}/samsum" "--max-length: 1024 exceeds the model's 64"
     "${L} --data ${LMFX}/samsum --max-new-tokens 0" "--max-new-tokens: 0 is out of range"
-    "${L} --data ${LMFX}/samsum --loss js" "--loss: expected soft-ce or kl")
+    "${L} --data ${LMFX}/samsum --loss js" "--loss: expected xent (or soft-ce) or kl"
+    "${G} --finetune-lr 1e-3" "unknown flag --finetune-lr"
+    "${L} --data ${LMFX}/samsum --finetune-wd 0" "unknown flag --finetune-wd"
+    "${G} --schedule onecycle" "--schedule: expected cosine, linear or constant"
+    "${G} --patience -1" "--patience: -1 is out of range"
+    "${L} --data ${LMFX}/samsum --distill-wd -1" "--distill-wd: -1 is out of range"
+    "${G} --weight-decay 11" "--weight-decay: 11 is out of range"
+    "${G} --lr 0" "--lr: 0 is out of range")
 list(LENGTH CONVERT_LM_BAD n)
 math(EXPR last "${n} / 2 - 1")
 foreach(i RANGE ${last})
@@ -89,4 +97,9 @@ set_tests_properties(convert_gpt2_preset_quick PROPERTIES PASS_REGULAR_EXPRESSIO
                      "--context +tokens per window \\(default: 128\\).*--max-train-tokens .*\\(default: 200000\\)")
 add_test(NAME convert_llama_preset_paper COMMAND convert_llama --help)
 set_tests_properties(convert_llama_preset_paper PROPERTIES PASS_REGULAR_EXPRESSION
-                     "--max-length .*\\(default: 1024\\).*--finetune +.*\\(default: lora\\).*--finetune-lr .*\\(default: 1e-4\\)")
+                     "--max-length [^\n]*\\(default: 1024\\).*--lr +[^\n]*\\(default: 1e-4\\).*--finetune +[^\n]*\\(default: lora\\)")
+# The shared vocabulary of every convert_* app (apps/convert_flags.h), with convert_gpt2's paper defaults.
+add_test(NAME convert_gpt2_shared_flags COMMAND convert_gpt2 --help)
+set_tests_properties(convert_gpt2_shared_flags PROPERTIES PASS_REGULAR_EXPRESSION
+                     "--distill-wd +[^\n]*\\(default: 0\\).*--loss +[^\n]*\\(default: xent\\).*--lr +[^\n]*\\(default: 6e-4\\).*--weight-decay +[^\n]*\\(default: 0.01\\).*--patience +[^\n]*\\(default: 0\\).*--schedule +[^\n]*\\(default: cosine\\)"
+                     FAIL_REGULAR_EXPRESSION "--finetune-lr|--finetune-wd")
