@@ -162,6 +162,7 @@ train::ConversionReport run_text(const Common& c, const std::vector<std::string>
   auto kl_by_length = [&](train::ConversionTask& task, train::ConversionOutcome& o) {
     auto encoder = dynamic_cast<train::ClassifierConversionTask&>(task).encoder();
     for (int64_t len : {10, 20, 40, 80}) {
+      if (d.words < 20 * len) continue;  // too little text for test windows of this length
       data::WordOrderConfig lc = wc;
       lc.window = len;
       lc.train_stride = 0;

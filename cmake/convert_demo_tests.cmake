@@ -1,0 +1,17 @@
+# convert_demo end to end on a tiny budget (both parts, two students), and its bad flags.
+set(DEMO_TEXT ${CMAKE_CURRENT_SOURCE_DIR}/tests/fixtures/wikitext/wiki.train.raw)
+add_test(NAME convert_demo_tiny COMMAND convert_demo --ar-train 200 --text ${DEMO_TEXT} --teacher-epochs 1
+         --distill-epochs 1 --finetune-epochs 1 --feature-map elu,hedgehog --quiet
+         --out ${CMAKE_CURRENT_BINARY_DIR}/convert_demo_tiny)
+set_tests_properties(convert_demo_tiny PROPERTIES PASS_REGULAR_EXPRESSION
+                     "associative recall.*\n.*\n-+\nsoftmax \\(teacher\\).*\n1\\+ELU .* ok\nHedgehog .* ok.*word order.*Hedgehog .* ok")
+set(DEMO_BAD "--part=nope" "--text=/nonexistent/hh_text" "--feature-map=hedgehog,nope" "--ar-train=5" "--jobs=3")
+set(DEMO_BAD_MESSAGES "--part: expected" "/nonexistent/hh_text" "unknown feature map 'nope'" "--ar-train" "--jobs")
+list(LENGTH DEMO_BAD n)
+math(EXPR last "${n} - 1")
+foreach(i RANGE ${last})
+  list(GET DEMO_BAD ${i} bad)
+  list(GET DEMO_BAD_MESSAGES ${i} msg)
+  add_test(NAME convert_demo_rejects_${i} COMMAND convert_demo ${bad} --out ${CMAKE_CURRENT_BINARY_DIR}/convert_demo_bad)
+  set_tests_properties(convert_demo_rejects_${i} PROPERTIES PASS_REGULAR_EXPRESSION "error: .*${msg}")
+endforeach()
