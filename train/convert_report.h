@@ -5,6 +5,7 @@
 // and figures: per-layer/per-head KL heat maps, teacher vs student attention weights (Figs. 7, 9),
 // and the stage curves. Every file is written atomically.
 #pragma once
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
