@@ -119,37 +119,62 @@ inline void add_conversion_flags(Flags& f, const ConversionDefaults& d) {
   f.add("out", d.out, "output folder: results.json/csv, config.json, report.html, <row>/checkpoint.safetensors");
 }
 
-// Declares the app's own flags (declare_app_flags), --preset and the shared flags, and parses
-// argv. The defaults of the shared flags are those of the preset that --preset names (the first
-// of `presets` when it is not given): argv is parsed once to read --preset, then again with the
-// preset's defaults declared. --help (printed with the first preset's defaults) gives nullopt.
-inline std::optional<Flags> parse_conversion_flags(const std::string& program, const std::string& about,
-                                                   const std::vector<ConversionPreset>& presets,
-                                                   const std::function<void(Flags&)>& declare_app_flags,
-                                                   int argc, char** argv) {
+// The value of --preset in argv ("" when absent), read before the flags are declared so that
+// --help shows the named preset's defaults.
+inline std::string preset_in_args(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--preset" && i + 1 < argc) return argv[i + 1];
+    if (a.rfind("--preset=", 0) == 0) return a.substr(9);
+  }
+  return "";
+}
+
+// Declares the app's own flags (declare_app_flags, given the preset in force, for apps whose own
+// flags have per-preset defaults), --preset and the shared flags, and parses argv. The defaults
+// of the shared flags are those of the preset that --preset names (the first of `presets` when it
+// is not given), --help included. --help gives nullopt.
+inline std::optional<Flags> parse_conversion_flags(
+    const std::string& program, const std::string& about, const std::vector<ConversionPreset>& presets,
+    const std::function<void(Flags&, const ConversionPreset&)>& declare_app_flags, int argc, char** argv) {
   HH_CHECK(!presets.empty(), "internal: ", program, " has no preset");
   std::string names, help;
   for (const auto& p : presets) {
     names += (names.empty() ? "" : " or ") + p.name;
     help += (help.empty() ? "" : ", ") + p.name + (p.about.empty() ? "" : " (" + p.about + ")");
   }
-  auto declare = [&](const ConversionDefaults& d) {
+  auto find = [&](const std::string& name) {
+    return std::find_if(presets.begin(), presets.end(), [&](const ConversionPreset& p) { return p.name == name; });
+  };
+  auto declare = [&](const ConversionPreset& p) {
     Flags f(program, about);
-    declare_app_flags(f);
+    declare_app_flags(f, p);
     f.add("preset", presets.front().name,
           "defaults of the conversion flags: " + help + "; a flag given always wins");
-    add_conversion_flags(f, d);
+    add_conversion_flags(f, p.defaults);
     return f;
   };
-  Flags first = declare(presets.front().defaults);
+  // A first guess from a plain scan of argv (so that --help shows that preset), checked by the parse.
+  auto guess = find(preset_in_args(argc, argv));
+  if (guess == presets.end()) guess = presets.begin();
+  Flags first = declare(*guess);
   if (!first.parse(argc, argv)) return std::nullopt;
   const std::string name = first.str("preset");
-  auto it = std::find_if(presets.begin(), presets.end(), [&](const ConversionPreset& p) { return p.name == name; });
+  auto it = find(name);
   HH_CHECK(it != presets.end(), "--preset: expected ", names, ", got '", name, "'");
-  if (it == presets.begin()) return first;
-  Flags f = declare(it->defaults);
+  if (it == guess) return first;
+  Flags f = declare(*it);
   f.parse(argc, argv);  // the same arguments: they parsed above
   return f;
+}
+
+// The same, for apps whose own flags do not depend on the preset.
+inline std::optional<Flags> parse_conversion_flags(const std::string& program, const std::string& about,
+                                                   const std::vector<ConversionPreset>& presets,
+                                                   const std::function<void(Flags&)>& declare_app_flags,
+                                                   int argc, char** argv) {
+  return parse_conversion_flags(
+      program, about, presets, [&](Flags& f, const ConversionPreset&) { declare_app_flags(f); }, argc, argv);
 }
 
 // The conversion's stages from the shared flags, every value checked (the error names the flag).

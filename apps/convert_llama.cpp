@@ -1,42 +1,53 @@
 // convert_llama: converts a Llama HF folder into linear attention by Hedgehog attention distillation,
 // then LoRA finetuning, on SAMSum-style JSON dialogues, evaluated by ROUGE-1/2/L of greedy summaries
 // (paper Table 11): the softmax teacher (zero-shot), then one row per student feature map.
-#include <omp.h>
-
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <vector>
 
 #include "apps/convert_lm_app.h"
 #include "core/parallel.h"
 #include "data/samsum.h"
 #include "data/tokenizer.h"
-#include "nn/models/hf_save.h"
 #include "train/convert_samsum.h"
 
 using namespace hh;
 
 namespace {
 
-// Preset defaults. paper: Table 11 (LoRA rank 8, alpha 16 on q, k, v, o, lr 1e-4; distill 2 epochs,
-// lr 1e-2; 1024 tokens; up to 100 new tokens). The finetuning epochs and batch are not given: 1 and
-// 1. quick: a few minutes on a CPU for a small model.
-std::map<std::string, std::string> preset_defaults(const std::string& preset) {
-  std::map<std::string, std::string> d = {
-      {"max-length", "1024"}, {"distill-epochs", "2"},   {"distill-lr", "1e-2"}, {"finetune", "lora"},
-      {"finetune-epochs", "1"}, {"lr", "1e-4"},          {"weight-decay", "0"},  {"warmup", "0"},
-      {"batch", "1"},         {"max-eval", "100"},       {"max-train", "0"},     {"out", "out/convert_llama"}};
-  if (preset == "quick") {
-    d["max-length"] = "256";
-    d["distill-epochs"] = "1";
-    d["max-train"] = "500";
-    d["max-eval"] = "20";
-  } else {
-    HH_CHECK(preset.empty() || preset == "paper", "--preset: expected paper or quick, got '", preset, "'");
-  }
-  return d;
+// Presets. paper: Table 11 (LoRA rank 8, alpha 16 on q, k, v, o, lr 1e-4; distill 2 epochs, lr
+// 1e-2; 1024 tokens; up to 100 new tokens). The finetuning epochs and batch are not given: 1 and 1.
+// quick: a few minutes on a CPU for a small model (256 tokens, 1 distillation epoch, 500 training
+// and 20 evaluation dialogues).
+std::vector<apps::ConversionPreset> presets() {
+  apps::ConversionDefaults paper = apps::lm_conversion_defaults();
+  paper.distill_epochs = 2;
+  paper.distill_lr = 1e-2;
+  paper.finetune = "lora";
+  paper.finetune_epochs = 1;
+  paper.lr = 1e-4;
+  paper.weight_decay = 0;
+  paper.warmup = 0;
+  paper.batch = 1;
+  paper.out = "out/convert_llama";
+  apps::ConversionDefaults quick = paper;
+  quick.distill_epochs = 1;
+  return {{"paper", "Table 11", paper}, {"quick", "a few minutes on a CPU", quick}};
+}
+
+void declare_app_flags(apps::Flags& f, const apps::ConversionPreset& p) {
+  const bool quick = p.name == "quick";
+  apps::add_lm_app_flags(f, "HF folder of a Llama model (LlamaForCausalLM) with its tokenizer.json",
+                         "folder with train.json, val.json (or validation.json), test.json (SAMSum records)");
+  f.add("max-length", quick ? "256" : "1024",
+        "training sequences (prompt + summary + eos) are cut to this many tokens");
+  f.add("max-new-tokens", "100", "summary tokens generated at most (cut at the first end token)");
+  f.add("max-eval", quick ? "20" : "100", "dialogues generated per evaluation of a split (0 = all)");
+  f.add("max-train", quick ? "500" : "0", "use at most this many training dialogues (0 = all)");
 }
 
 // data_dir/name, or for the validation split also validation.json.
@@ -49,22 +60,18 @@ std::string split_file(const std::string& dir, const std::vector<std::string>& n
 }
 
 int run(int argc, char** argv) {
-  const std::string preset = apps::preset_in_args(argc, argv);
-  auto d = preset_defaults(preset);
-  apps::Flags f("convert_llama",
-                "Converts a Llama HF folder to linear attention (Hedgehog distillation, then LoRA finetuning) and reports\n"
-                "ROUGE-1/2/L of greedy summaries on SAMSum-style dialogues (paper Table 11).");
-  f.add("model", "", "HF folder of a Llama model (LlamaForCausalLM) with its tokenizer.json");
-  f.add("tokenizer", "", "folder with the tokenizer; default: --model");
-  f.add("data", "", "folder with train.json, val.json (or validation.json), test.json (SAMSum records)");
-  f.add("preset", "paper", "defaults: paper (Table 11) or quick (a few minutes on a CPU)");
-  f.add("max-length", d["max-length"], "training sequences (prompt + summary + eos) are cut to this many tokens");
-  f.add("max-new-tokens", "100", "summary tokens generated at most (cut at the first end token)");
-  f.add("max-eval", d["max-eval"], "dialogues generated per evaluation of a split (0 = all)");
-  f.add("max-train", d["max-train"], "use at most this many training dialogues (0 = all)");
-  f.add("chunk", "64", "chunk size of the chunked linear-attention form");
-  apps::add_conversion_flags(f, d);
-  if (!f.parse(argc, argv)) return 0;
+  std::optional<apps::Flags> parsed = apps::parse_conversion_flags(
+      "convert_llama",
+      "Converts a Llama HF folder to linear attention (Hedgehog distillation, then LoRA finetuning) and reports\n"
+      "ROUGE-1/2/L of greedy summaries on SAMSum-style dialogues (paper Table 11).",
+      presets(),
+      [](apps::Flags& f, const apps::ConversionPreset& p) {
+        declare_app_flags(f, p);
+        apps::add_lm_conversion_flags(f);
+      },
+      argc, argv);
+  if (!parsed) return 0;
+  const apps::Flags& f = *parsed;
 
   const std::string model_dir = f.str("model"), data_dir = f.str("data");
   HH_CHECK(!model_dir.empty(), "--model: no model folder given (see --help)");
@@ -73,17 +80,10 @@ int run(int argc, char** argv) {
   const int64_t max_new = f.integer("max-new-tokens", 1, 1 << 20);
   const int64_t max_eval = f.integer("max-eval", 0);
   const int64_t max_train = f.integer("max-train", 0);
-  const int64_t chunk = f.integer("chunk", 1, 1 << 20);
-  const int64_t batch = f.integer("batch", 1, 1 << 20);
-  const int64_t fidelity_batches = f.integer("fidelity-batches", 1, 1 << 20);
-  const auto rows = train::parse_conversion_rows(f.str("feature-map"));
-  train::ConvertConfig cfg = apps::conversion_config(f);
-  const bool save_models = f.boolean("save");
-  const Device device = apps::device_flag(f);
-  const int64_t threads = f.integer("threads", 0, 4096);
-  set_num_threads(static_cast<int>(threads == 0 ? std::max(1, omp_get_num_procs()) : threads));
-  const std::string out = f.str("out");
-  HH_CHECK(!out.empty(), "--out: empty path");
+  const train::ConvertConfig cfg = apps::lm_conversion_config(f);
+  const apps::ConversionRun opts = apps::conversion_run(f);
+  const std::string& out = opts.out;
+  set_num_threads(opts.threads);
   HH_CHECK(std::filesystem::is_directory(data_dir), "--data: ", data_dir, " is not a folder");
   const auto train_ex = data::read_samsum(split_file(data_dir, {"train.json"}), max_train > 0 ? max_train : -1);
   const auto val_ex = data::read_samsum(split_file(data_dir, {"val.json", "validation.json"}));
@@ -91,19 +91,11 @@ int run(int argc, char** argv) {
   HH_CHECK(!train_ex.empty() && !val_ex.empty() && !test_ex.empty(), "--data: ", data_dir,
            ": a split has no dialogue");
 
-  nn::HFModelOptions teacher_opts;
-  teacher_opts.mixer = "softmax";
-  teacher_opts.device = device;
-  auto teacher = nn::load_causal_lm(model_dir, teacher_opts);
-  HH_CHECK(teacher->family() == "llama", "--model: ", model_dir, " holds a ", teacher->architecture(),
-           " (family ", teacher->family(), "); convert_llama converts Llama models (LlamaForCausalLM)");
-  HH_CHECK(teacher->max_positions() < 0 || max_length <= teacher->max_positions(), "--max-length: ", max_length,
-           " exceeds the model's ", teacher->max_positions(), " positions");
-  const std::string tok_dir = f.str("tokenizer").empty() ? model_dir : f.str("tokenizer");
-  std::shared_ptr<const data::Tokenizer> tok(data::load_tokenizer(tok_dir).release());
-  HH_CHECK(tok->vocab_size() <= teacher->vocab_size(), "--tokenizer: ", tok_dir, " has ", tok->vocab_size(),
-           " tokens but the model's vocabulary has ", teacher->vocab_size());
-  HH_CHECK(tok->eos_id() >= 0, "--tokenizer: ", tok_dir, " has no end token");
+  apps::LmTeacher teacher = apps::load_lm_teacher(f, opts.device, "convert_llama", "llama",
+                                                  "Llama models (LlamaForCausalLM)", "max-length", max_length);
+  const std::shared_ptr<const data::Tokenizer> tok = teacher.tokenizer;
+  HH_CHECK(tok->eos_id() >= 0, "--tokenizer: ", f.str("tokenizer").empty() ? model_dir : f.str("tokenizer"),
+           " has no end token");
   ensure_writable_dir(out);
 
   auto samsum = std::make_shared<const train::SamsumData>(
@@ -112,41 +104,45 @@ int run(int argc, char** argv) {
             << samsum->test.size() << "; " << samsum->cut << " cut to --max-length " << max_length << ", "
             << samsum->dropped << " of them left without a summary token\n";
   train::SamsumTaskConfig tc;
-  tc.batch = batch;
+  tc.batch = opts.batch;
   tc.max_new_tokens = max_new;
   tc.max_eval = max_eval;
   tc.eos_id = tok->eos_id();
   tc.pad_id = tok->pad_id() >= 0 ? tok->pad_id() : tok->eos_id();
   tc.seed = cfg.seed;
-  tc.device = device;
+  tc.device = opts.device;
 
-  cfg.fingerprint = apps::flags_fingerprint(
-      f, {"model", "tokenizer", "data", "max-length", "max-new-tokens", "max-eval", "max-train", "chunk"});
+  // Each row's checkpoint records the settings it was written with: --resume with other settings is
+  // refused here, before any work.
+  nlohmann::json config = apps::lm_conversion_settings("convert_llama", f, cfg, opts);
+  config.update({{"max_length", max_length},
+                 {"max_new_tokens", max_new},
+                 {"max_eval", max_eval},
+                 {"max_train", max_train},
+                 {"train_dialogues", samsum->train.size()},
+                 {"val_dialogues", samsum->val.size()},
+                 {"test_dialogues", samsum->test.size()}});
+  if (cfg.resume) apps::check_resume(opts.rows, out, config);
 
-  train::SamsumConversionTask teacher_task(teacher, tok, samsum, tc);
   train::ConversionReport rep;
   rep.title = "Llama -> linear attention: SAMSum ROUGE (" + model_dir + ")";
-  rep.teacher = teacher_task.evaluate(train::Split::test);
-  train::Fidelity tf = train::measure_fidelity(teacher_task, train::Split::test, fidelity_batches, true);
-  rep.teacher_entropy = tf.entropy_teacher;
-  rep.teacher_monotonicity = tf.monotonicity_teacher;
-  rep.config_json = nlohmann::json{{"app", "convert_llama"}, {"preset", f.str("preset")}, {"settings", cfg.fingerprint}}.dump(2);
+  {
+    train::SamsumConversionTask teacher_task(teacher.model, tok, samsum, tc);
+    rep.teacher = teacher_task.evaluate(train::Split::test);
+    train::Fidelity tf = train::measure_fidelity(teacher_task, train::Split::test, opts.fidelity_batches, true);
+    rep.teacher_entropy = tf.entropy_teacher;
+    rep.teacher_monotonicity = tf.monotonicity_teacher;
+  }
+  teacher.model.reset();
+  rep.config_json = config.dump(2);
   std::cerr << "teacher (softmax, zero-shot) test ROUGE-1 " << rep.teacher.front().second << "\n";
 
-  std::shared_ptr<nn::CausalLM> last;  // the student of the row in progress (for --save)
-  auto make = [&](const std::string& mixer) {
-    nn::HFModelOptions o;
-    o.mixer = mixer;
-    o.form = nn::LinearForm::chunked;
-    o.chunk = chunk;
-    o.seed = cfg.seed;
-    o.device = device;
-    return std::unique_ptr<train::ConversionTask>(
-        new train::SamsumConversionTask(last = nn::load_causal_lm(model_dir, o), tok, samsum, tc));
-  };
-  std::function<void(const std::string&)> save;
-  if (save_models) save = [&](const std::string& dir) { nn::save_hf_model(*last, dir, model_dir); };
-  return apps::run_rows(rows, make, cfg, fidelity_batches, out, rep, save);
+  apps::convert_rows(opts, cfg, config, model_dir, true, [&](const std::string& mixer) {
+    std::shared_ptr<nn::CausalLM> student = apps::load_lm_student(f, mixer, cfg.seed, opts.device);
+    return apps::Student{student, std::make_unique<train::SamsumConversionTask>(student, tok, samsum, tc)};
+  }, rep);
+  apps::finish_conversion(out, rep);
+  return 0;
 }
 
 }  // namespace
