@@ -4,6 +4,7 @@
 // maps), the app flags both LM apps have (model, tokenizer, data, chunk), and the loading of the
 // softmax teacher with its tokenizer, checked against each other.
 #pragma once
+#include <cstdint>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
