@@ -5,6 +5,7 @@
 // softmax teacher with its tokenizer, checked against each other.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
