@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "tests/temp_dir.h"
 #include "data/glue.h"
 
 using namespace hh;
@@ -18,26 +19,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A fresh private folder holding the given files.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() / ("hh_glue_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string write(const std::string& name, const std::string& text) const {
-    std::ofstream(path / name, std::ios::binary) << text;
-    return file(name);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
+using TempDir = test::TempDir;
 
 // The message read_glue(task, a file holding `text`) fails with ("" when it reads).
 std::string read_error(const std::string& task, const std::string& text, const std::string& name = "train.tsv") {
-  TempDir dir;
+  TempDir dir("glue");
   try {
     read_glue(glue_task(task), dir.write(name, text));
   } catch (const Error& e) {
@@ -79,7 +65,7 @@ TEST_CASE("glue: task names, metrics and labels") {
 }
 
 TEST_CASE("glue: CoLA has no header; quotes are literal text") {
-  TempDir dir;
+  TempDir dir("glue");
   dir.write("train.tsv",
             "gj04\t1\t\tOur friends won't buy this analysis, let alone the next one we propose.\n"
             "gj04\t0\t*\tThe \"sailor\" 'left\n"
@@ -101,7 +87,7 @@ TEST_CASE("glue: CoLA has no header; quotes are literal text") {
 }
 
 TEST_CASE("glue: SST-2, MRPC, QQP, QNLI and RTE columns and labels") {
-  TempDir dir;
+  TempDir dir("glue");
   auto sst = read_glue(glue_task("sst2"),
                        dir.write("sst.tsv", "sentence\tlabel\nhide new secretions \t0\n\"the greatest\" film \t1\n"));
   REQUIRE(sst.size() == 2);
@@ -152,7 +138,7 @@ TEST_CASE("glue: SST-2, MRPC, QQP, QNLI and RTE columns and labels") {
 }
 
 TEST_CASE("glue: STS-B scores and MNLI train/dev (label in the last column)") {
-  TempDir dir;
+  TempDir dir("glue");
   auto sts = read_glue(glue_task("sts-b"), dir.write("sts.tsv", kStsbHeader +
                                                                     "0\tmain-captions\tMSRvid\t2012test\t0001\tnone\tnone\tA plane is taking off.\tAn air plane is taking off.\t5.000\n"
                                                                     "1\tmain-news\tx\t2012\t0002\tnone\tnone\tA man\tA woman\t0.25\n"));
@@ -183,7 +169,7 @@ TEST_CASE("glue: STS-B scores and MNLI train/dev (label in the last column)") {
 }
 
 TEST_CASE("glue: a trailing CR and a leading BOM are dropped; max_examples stops early") {
-  TempDir dir;
+  TempDir dir("glue");
   const std::string path = dir.write("sst.tsv", "\xEF\xBB\xBFsentence\tlabel\r\na\t1\r\nb\t0\r\nc\t1\r\n");
   auto all = read_glue(glue_task("sst2"), path);
   REQUIRE(all.size() == 3);
@@ -220,13 +206,13 @@ TEST_CASE("glue: malformed files name the file and the line") {
   CHECK(contains(read_error("rte", "index\tquestion\tsentence\tlabel\n0\ta\tb\tentailment\n"),
                  "train.tsv:1: expected column 2 of the header to be 'sentence1'"));
   // Missing or unreadable files name the path.
-  TempDir dir;
+  TempDir dir("glue");
   CHECK_THROWS_WITH_AS(read_glue(glue_task("rte"), dir.file("nope.tsv")), doctest::Contains("nope.tsv: cannot open"), Error);
   CHECK_THROWS_WITH_AS(read_glue(glue_task("rte"), dir.path.string()), doctest::Contains("is a directory"), Error);
 }
 
 TEST_CASE("glue: skip_malformed skips and counts bad rows; the default refuses them") {
-  TempDir dir;
+  TempDir dir("glue");
   const std::string path = dir.write("train.tsv",
                                      "id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate\n"
                                      "1\t1\t2\tA?\tB?\t0\n"
@@ -254,7 +240,7 @@ TEST_CASE("glue: skip_malformed skips and counts bad rows; the default refuses t
 }
 
 TEST_CASE("glue: split paths are the official file names") {
-  TempDir cola;
+  TempDir cola("glue");
   cola.write("train.tsv", "");
   cola.write("dev.tsv", "");
   CHECK(glue_split_path(glue_task("cola"), cola.path.string(), "train") == cola.file("train.tsv"));
@@ -263,11 +249,11 @@ TEST_CASE("glue: split paths are the official file names") {
                        doctest::Contains("only for MNLI"), Error);
   CHECK_THROWS_WITH_AS(glue_split_path(glue_task("cola"), cola.path.string(), "test"),
                        doctest::Contains("unknown split 'test' (valid: train, dev)"), Error);
-  TempDir mnli;
+  TempDir mnli("glue");
   for (const char* f : {"train.tsv", "dev_matched.tsv", "dev_mismatched.tsv"}) mnli.write(f, "");
   CHECK(glue_split_path(glue_task("mnli"), mnli.path.string(), "dev") == mnli.file("dev_matched.tsv"));
   CHECK(glue_split_path(glue_task("mnli"), mnli.path.string(), "dev_mismatched") == mnli.file("dev_mismatched.tsv"));
-  TempDir empty;
+  TempDir empty("glue");
   CHECK_THROWS_WITH_AS(glue_split_path(glue_task("rte"), empty.path.string(), "train"),
                        doctest::Contains(("glue: RTE train: no file " + empty.file("train.tsv")).c_str()), Error);
 }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "tests/temp_dir.h"
 #include "data/image.h"
 #include "data/image_dataset.h"
 
@@ -23,22 +24,7 @@ namespace {
 
 const std::string kImages = std::string(HH_SOURCE_DIR) + "/tests/fixtures/images/";
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() / ("hh_imgds_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string write(const std::string& name, const std::string& bytes) const {
-    fs::create_directories((path / name).parent_path());
-    std::ofstream(path / name, std::ios::binary) << bytes;
-    return file(name);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
+using TempDir = test::TempDir;
 
 // The pixel value a test record stores for (record, channel, index in the plane).
 uint8_t pixel(int record, int c, int i) { return static_cast<uint8_t>((record * 7 + c * 50 + i * 3) % 256); }
@@ -74,7 +60,7 @@ ImagePreprocess no_resize(int64_t side) {
 }  // namespace
 
 TEST_CASE("image dataset: CIFAR-10 records become interleaved RGB with their labels") {
-  TempDir dir;
+  TempDir dir("imgds");
   const std::string a = dir.write("data_batch_1.bin", cifar_record(0, 3) + cifar_record(1, 9));
   const std::string b = dir.write("data_batch_2.bin", cifar_record(2, 0));
   const ImageDataset d = read_cifar10({a, b});
@@ -112,7 +98,7 @@ TEST_CASE("image dataset: CIFAR-10 records become interleaved RGB with their lab
 }
 
 TEST_CASE("image dataset: malformed CIFAR-10 files name the file and the record") {
-  TempDir dir;
+  TempDir dir("imgds");
   const std::string short_file = dir.write("short.bin", cifar_record(0, 1) + std::string(5, '\0'));
   CHECK_THROWS_WITH_AS(read_cifar10({short_file}), doctest::Contains("short.bin: size 3078 bytes is not a multiple of the 3073-byte record"),
                        Error);
@@ -125,7 +111,7 @@ TEST_CASE("image dataset: malformed CIFAR-10 files name the file and the record"
 }
 
 TEST_CASE("image dataset: CIFAR-10 split folders and batches.meta.txt") {
-  TempDir dir;
+  TempDir dir("imgds");
   for (int i = 1; i <= 5; ++i) dir.write("data_batch_" + std::to_string(i) + ".bin", cifar_record(i, i));
   dir.write("test_batch.bin", cifar_record(0, 7) + cifar_record(9, 8));
   const ImageDataset train = read_cifar10_split(dir.path.string(), "train");
@@ -149,7 +135,7 @@ TEST_CASE("image dataset: CIFAR-10 split folders and batches.meta.txt") {
 }
 
 TEST_CASE("image dataset: class folders sorted as ImageFolder, decoded per batch") {
-  TempDir dir;
+  TempDir dir("imgds");
   dir.write("root/dog/b.ppm", ppm(4, 3));
   dir.write("root/dog/a.PPM", ppm(4, 3));
   dir.write("root/cat/z.png", file_bytes(kImages + "rgb8.png"));
@@ -176,7 +162,7 @@ TEST_CASE("image dataset: class folders sorted as ImageFolder, decoded per batch
 }
 
 TEST_CASE("image dataset: bad class folders") {
-  TempDir dir;
+  TempDir dir("imgds");
   CHECK_THROWS_WITH_AS(read_image_folder(dir.file("nope")), doctest::Contains("nope: not a directory"), Error);
   dir.write("root/readme.txt", "x");
   CHECK_THROWS_WITH_AS(read_image_folder(dir.file("root")), doctest::Contains("root: no class sub-folders"), Error);

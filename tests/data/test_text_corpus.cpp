@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "tests/temp_dir.h"
 #include "data/text_corpus.h"
 
 using namespace hh;
@@ -19,21 +20,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() / ("hh_text_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string write(const std::string& name, const std::string& text) const {
-    std::ofstream((path / name), std::ios::binary) << text;
-    return file(name);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
+using TempDir = test::TempDir;
 
 std::vector<int32_t> iota_ids(int32_t n) {
   std::vector<int32_t> v(static_cast<size_t>(n));
@@ -50,7 +37,7 @@ std::vector<int64_t> all_rows(const LmWindows& w) {
 }  // namespace
 
 TEST_CASE("text corpus: files are read whole; invalid UTF-8 names the file and the line") {
-  TempDir dir;
+  TempDir dir("text");
   const std::string text = " = Valkyria Chronicles III = \n\n Senj\xC5\x8D no Valkyria 3 : 1 @,@ 000 <unk> \xEF\xBF\xBD\n";
   CHECK(read_text_file(dir.write("wiki.test.raw", text)) == text);
   CHECK(read_text_file(dir.write("empty.raw", "")).empty());
@@ -65,7 +52,7 @@ TEST_CASE("text corpus: files are read whole; invalid UTF-8 names the file and t
 }
 
 TEST_CASE("text corpus: WikiText split files (.raw first, then .tokens)") {
-  TempDir dir;
+  TempDir dir("text");
   dir.write("wiki.train.tokens", "x");
   dir.write("wiki.valid.raw", "x");
   dir.write("wiki.valid.tokens", "x");
