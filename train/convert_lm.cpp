@@ -52,6 +52,12 @@ Tensor LmConversionTask::loss(Split s, int64_t i, nn::TraceRequest* trace) {
   return cross_entropy(reshape(logits, {-1, logits.size(2)}), reshape(targets, {-1}), data::kLmIgnoreIndex);
 }
 
+void LmConversionTask::trace(Split s, int64_t i, nn::TraceRequest& trace) {
+  Tensor inputs, targets;
+  batch(s, i, inputs, targets);
+  model_->hidden(inputs, &trace);
+}
+
 int64_t LmConversionTask::tokens(Split s, int64_t i) const {
   const data::LmWindows& w = windows(s);
   int64_t n = 0;

@@ -35,6 +35,8 @@ class LmConversionTask : public ConversionTask {
   int64_t batches(Split s) const override { return batches_of(s).size(); }
   void shuffle(int64_t epoch) override { train_batches_.set_epoch(epoch); }
   Tensor loss(Split s, int64_t i, nn::TraceRequest* trace) override;
+  // Stage 1 and fidelity need only the attention traces: the last hidden state, no vocabulary head.
+  void trace(Split s, int64_t i, nn::TraceRequest& trace) override;
   int64_t tokens(Split s, int64_t i) const override;  // scored predictions in the batch
   // {"perplexity", "nll"}: exp of, and, the mean NLL (nats) over every scored token of the split.
   Metrics evaluate(Split s) override;

@@ -145,6 +145,12 @@ Tensor SamsumConversionTask::loss(Split s, int64_t i, nn::TraceRequest* trace) {
   return cross_entropy(reshape(logits, {-1, logits.size(2)}), reshape(targets, {-1}), -100);
 }
 
+void SamsumConversionTask::trace(Split s, int64_t i, nn::TraceRequest& trace) {
+  Tensor inputs, targets;
+  batch(s, i, inputs, targets);
+  model_->hidden(inputs, &trace);
+}
+
 int64_t SamsumConversionTask::tokens(Split s, int64_t i) const {
   int64_t n = 0;
   for (int64_t k : batches_of(s).rows(i))

@@ -69,6 +69,8 @@ class SamsumConversionTask : public ConversionTask {
   int64_t batches(Split s) const override { return batches_of(s).size(); }
   void shuffle(int64_t epoch) override { train_batches_.set_epoch(epoch); }
   Tensor loss(Split s, int64_t i, nn::TraceRequest* trace) override;
+  // Stage 1 and fidelity need only the attention traces: the last hidden state, no vocabulary head.
+  void trace(Split s, int64_t i, nn::TraceRequest& trace) override;
   int64_t tokens(Split s, int64_t i) const override;  // input tokens of the batch (padding excluded)
   // {"rouge1", "rouge2", "rougeL"} F1 in [0,1] over the first max_eval dialogues of the split.
   Metrics evaluate(Split s) override;
