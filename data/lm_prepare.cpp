@@ -104,16 +104,10 @@ bool is_wikitext_folder(const std::string& dir) {
                                        fs::is_regular_file(fs::path(dir) / "wiki.train.tokens", ec));
 }
 
-// True when `p` is `dir` or inside it (both made absolute and normal).
-bool is_under(const fs::path& p, const fs::path& dir) {
+// True when `p` is the folder `dir` (the same file, however spelled); false when either is missing.
+bool same_folder(const fs::path& p, const std::string& dir) {
   std::error_code ec;
-  const fs::path a = fs::weakly_canonical(p, ec), d = fs::weakly_canonical(dir, ec);
-  auto ai = a.begin();
-  for (auto di = d.begin(); di != d.end(); ++di, ++ai) {
-    if (di->empty()) continue;  // a trailing "/" of dir
-    if (ai == a.end() || *ai != *di) return false;
-  }
-  return true;
+  return fs::is_directory(p, ec) && fs::equivalent(p, dir, ec);
 }
 
 struct Document {
@@ -144,7 +138,7 @@ std::vector<Document> collect_documents(const PrepareOptions& o) {
       for (; it != end; it.increment(ec)) {
         HH_CHECK(!ec, "prepare: input ", in, ": cannot list the folder: ", ec.message());
         const fs::path p = it->path();
-        if (is_hidden(p) || is_under(p, o.out_dir)) {
+        if (is_hidden(p) || same_folder(p, o.out_dir)) {  // the output may live inside an input folder
           if (it->is_directory(ec)) it.disable_recursion_pending();
           continue;
         }
@@ -216,11 +210,11 @@ class SplitWriter {
   int64_t total_ = 0;
 };
 
-// Removes <dir>/<split>_NNNNN.bin files of the known splits that are not in `keep`.
+// Removes <dir>/<split>_NNNNN.bin files of the known splits whose names are not in `keep`.
 void remove_stale_shards(const std::string& dir, const std::vector<std::string>& keep) {
   std::error_code ec;
   for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
-    const std::string path = e.path().string(), name = e.path().filename().string();
+    const std::string name = e.path().filename().string();
     bool shard_name = false;
     for (const char* split : kSplits) {
       const std::string prefix = std::string(split) + "_";
@@ -228,7 +222,7 @@ void remove_stale_shards(const std::string& dir, const std::vector<std::string>&
                    (name.size() == prefix.size() + 9 && name.compare(0, prefix.size(), prefix) == 0 &&
                     name.compare(name.size() - 4, 4, ".bin") == 0);
     }
-    if (shard_name && std::find(keep.begin(), keep.end(), path) == keep.end()) fs::remove(e.path(), ec);
+    if (shard_name && std::find(keep.begin(), keep.end(), name) == keep.end()) fs::remove(e.path(), ec);
   }
 }
 
@@ -325,7 +319,10 @@ PrepareResult prepare_lm_data(const PrepareOptions& o) {
   }
 
   uint64_t total_bytes = 0;
-  for (const Document& d : docs) total_bytes += static_cast<uint64_t>(fs::file_size(d.path, ec));
+  for (const Document& d : docs) {
+    const uintmax_t size = fs::file_size(d.path, ec);
+    if (!ec) total_bytes += static_cast<uint64_t>(size);  // only for the progress bar: a bad file fails when read
+  }
   constexpr uint64_t kMiB = uint64_t{1} << 20;
   std::optional<Progress> progress;
   if (o.progress) {
@@ -403,11 +400,11 @@ PrepareResult prepare_lm_data(const PrepareOptions& o) {
 
   PrepareResult result;
   result.vocab_size = vocab;
-  nlohmann::json files = nlohmann::json::array();
+  std::vector<std::string> names;
   for (auto& [split, w] : writers) {
     for (const std::string& f : w.finish()) {
       result.files.push_back(f);
-      files.push_back(fs::path(f).filename().string());
+      names.push_back(fs::path(f).filename().string());
     }
     result.tokens[split] = w.total();
   }
@@ -415,7 +412,7 @@ PrepareResult prepare_lm_data(const PrepareOptions& o) {
     progress->update(static_cast<int64_t>(bytes_done.load() / kMiB));
     progress->finish({{"Mtokens", static_cast<double>(tokens_done.load()) / 1e6}});
   }
-  remove_stale_shards(o.out_dir, result.files);
+  remove_stale_shards(o.out_dir, names);
 
   nlohmann::json meta;
   meta["format"] = "hedgehog token shards";
@@ -426,7 +423,7 @@ PrepareResult prepare_lm_data(const PrepareOptions& o) {
   meta["bytes_per_id"] = width;
   meta["shard_tokens"] = o.shard_tokens;
   meta["tokens"] = result.tokens;
-  meta["files"] = files;
+  meta["files"] = names;
   nlohmann::json inputs = nlohmann::json::array();
   for (const Document& d : docs) inputs.push_back(d.path);
   meta["inputs"] = inputs;
