@@ -18,8 +18,8 @@ constexpr int64_t kMaxVocab = int64_t{1} << 31;  // ids are int32
 
 // Little-endian integers of any width, whatever the host's byte order.
 template <typename T>
-void put_le(std::string& out, T v) {
-  for (size_t b = 0; b < sizeof(T); ++b) out.push_back(static_cast<char>((static_cast<uint64_t>(v) >> (8 * b)) & 0xFF));
+void store_le(char* out, T v) {
+  for (size_t b = 0; b < sizeof(T); ++b) out[b] = static_cast<char>((static_cast<uint64_t>(v) >> (8 * b)) & 0xFF);
 }
 template <typename T>
 T get_le(const unsigned char* p) {
@@ -44,17 +44,18 @@ void write_token_shard(const std::string& path, const std::vector<int32_t>& ids,
   for (size_t i = 0; i < ids.size(); ++i)
     HH_CHECK(ids[i] >= 0 && ids[i] < vocab_size, "token shard ", path, ": id ", ids[i], " at position ", i,
              " is outside the vocabulary [0, ", vocab_size, ")");
-  std::string bytes;
-  bytes.reserve(static_cast<size_t>(kTokenShardHeaderBytes) + ids.size() * static_cast<size_t>(width));
-  bytes.append(kMagic, sizeof(kMagic));
-  put_le<uint32_t>(bytes, kVersion);
-  put_le<uint32_t>(bytes, static_cast<uint32_t>(width));
-  put_le<uint64_t>(bytes, static_cast<uint64_t>(vocab_size));
-  put_le<uint64_t>(bytes, ids.size());
+  std::string bytes(static_cast<size_t>(kTokenShardHeaderBytes) + ids.size() * static_cast<size_t>(width), '\0');
+  char* p = bytes.data();
+  std::memcpy(p, kMagic, sizeof(kMagic));
+  store_le<uint32_t>(p + 8, kVersion);
+  store_le<uint32_t>(p + 12, static_cast<uint32_t>(width));
+  store_le<uint64_t>(p + 16, static_cast<uint64_t>(vocab_size));
+  store_le<uint64_t>(p + 24, ids.size());
+  p += kTokenShardHeaderBytes;
   if (width == 2) {
-    for (int32_t id : ids) put_le<uint16_t>(bytes, static_cast<uint16_t>(id));
+    for (size_t i = 0; i < ids.size(); ++i) store_le<uint16_t>(p + 2 * i, static_cast<uint16_t>(ids[i]));
   } else {
-    for (int32_t id : ids) put_le<uint32_t>(bytes, static_cast<uint32_t>(id));
+    for (size_t i = 0; i < ids.size(); ++i) store_le<uint32_t>(p + 4 * i, static_cast<uint32_t>(ids[i]));
   }
   write_file_atomic(path, bytes);
 }
