@@ -285,27 +285,16 @@ std::vector<int32_t> lm_encode_parallel(const Tokenizer& tok, std::string_view t
 
 // ---- prepare ----
 
-PrepareResult prepare_lm_data(const PrepareOptions& o) {
-  HH_CHECK(!o.out_dir.empty(), "prepare: no output folder given");
-  HH_CHECK(o.valid_fraction >= 0.0 && o.valid_fraction < 1.0, "prepare: valid_fraction ", o.valid_fraction,
-           " is outside [0, 1)");
-  HH_CHECK(o.shard_tokens >= 1, "prepare: shard_tokens must be >= 1, got ", o.shard_tokens);
-  HH_CHECK(o.threads >= 0, "prepare: threads must be >= 0 (0 = all cores), got ", o.threads);
-  HH_CHECK(o.chunk_bytes >= 1, "prepare: chunk_bytes must be >= 1, got ", o.chunk_bytes);
-  const std::shared_ptr<Tokenizer> tok = make_lm_tokenizer(o.tokenizer);
-  const int64_t vocab = tok->vocab_size();
-  const int width = token_shard_width(vocab, o.bytes_per_id);  // before any work: a too-small width fails now
-  const int32_t eos = tok->eos_id();
-  const std::vector<Document> docs = collect_documents(o);
+namespace {
+
+// prepare_lm_data after the checks: tokenizes `docs` into shards, then writes meta.json.
+PrepareResult write_prepared(const PrepareOptions& o, const Tokenizer& tok, int width, const std::vector<Document>& docs,
+                             const std::string& meta_path) {
+  const int64_t vocab = tok.vocab_size();
+  const int32_t eos = tok.eos_id();
   const int threads = resolve_threads(o.threads);
-  const bool cuts = lm_tokenizer_allows_cuts(*tok);
-
-  ensure_writable_dir(o.out_dir);
-  const std::string meta_path = (fs::path(o.out_dir) / kMetaName).string();
+  const bool cuts = lm_tokenizer_allows_cuts(tok);
   std::error_code ec;
-  fs::remove(meta_path, ec);  // the folder is not "prepared" until the new meta.json is written
-  HH_CHECK(!ec, "prepare: cannot remove the old ", meta_path, ": ", ec.message());
-
   std::map<std::string, SplitWriter> writers;
   const auto writer = [&](const std::string& split) -> SplitWriter& {
     auto it = writers.find(split);
@@ -366,7 +355,7 @@ PrepareResult prepare_lm_data(const PrepareOptions& o) {
     }
     run_parallel(pieces.size(), threads,
                  [&](size_t i) {
-                   pieces[i].ids = tok->encode(pieces[i].text, false);
+                   pieces[i].ids = tok.encode(pieces[i].text, false);
                    bytes_done += pieces[i].text.size();
                    tokens_done += static_cast<int64_t>(pieces[i].ids.size());
                  },
@@ -430,6 +419,34 @@ PrepareResult prepare_lm_data(const PrepareOptions& o) {
   write_file_atomic(meta_path, meta.dump(2) + "\n");
   result.files.push_back(meta_path);
   return result;
+}
+
+}  // namespace
+
+PrepareResult prepare_lm_data(const PrepareOptions& o) {
+  HH_CHECK(!o.out_dir.empty(), "prepare: no output folder given");
+  HH_CHECK(o.valid_fraction >= 0.0 && o.valid_fraction < 1.0, "prepare: valid_fraction ", o.valid_fraction,
+           " is outside [0, 1)");
+  HH_CHECK(o.shard_tokens >= 1, "prepare: shard_tokens must be >= 1, got ", o.shard_tokens);
+  HH_CHECK(o.threads >= 0, "prepare: threads must be >= 0 (0 = all cores), got ", o.threads);
+  HH_CHECK(o.chunk_bytes >= 1, "prepare: chunk_bytes must be >= 1, got ", o.chunk_bytes);
+  const std::shared_ptr<Tokenizer> tok = make_lm_tokenizer(o.tokenizer);
+  const int64_t vocab = tok->vocab_size();
+  const int width = token_shard_width(vocab, o.bytes_per_id);  // before any work: a too-small width fails now
+  const std::vector<Document> docs = collect_documents(o);
+
+  ensure_writable_dir(o.out_dir);
+  const std::string meta_path = (fs::path(o.out_dir) / kMetaName).string();
+  std::error_code ec;
+  fs::remove(meta_path, ec);  // the folder is not "prepared" until the new meta.json is written
+  HH_CHECK(!ec, "prepare: cannot remove the old ", meta_path, ": ", ec.message());
+
+  try {
+    return write_prepared(o, *tok, width, docs, meta_path);
+  } catch (...) {
+    remove_stale_shards(o.out_dir, {});  // a failed preparation leaves neither shards nor meta.json
+    throw;
+  }
 }
 
 PreparedInfo read_prepared_info(const std::string& dir) {

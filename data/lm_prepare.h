@@ -60,7 +60,8 @@ struct PrepareResult {
 
 // Writes <out_dir>/<split>_NNNNN.bin for each split, then <out_dir>/meta.json (atomically, last, so a
 // folder without it is not prepared; an old meta.json is removed first and shards of an earlier
-// preparation that this one did not rewrite are removed before meta.json is written).
+// preparation that this one did not rewrite are removed before meta.json is written). A preparation
+// that fails removes the shards in out_dir: the folder is left with neither shards nor meta.json.
 PrepareResult prepare_lm_data(const PrepareOptions& o);
 
 // What <dir>/meta.json says. tokenizer: "bytes" or the absolute path of the HF tokenizer folder.

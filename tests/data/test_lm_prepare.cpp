@@ -242,6 +242,16 @@ TEST_CASE("lm prepare: bad input is an error naming the file and what was wrong"
   o.valid_fraction = 1.0;
   fails_with({dir.file("ok.txt")}, "valid_fraction 1 is outside [0, 1)");
   CHECK_FALSE(fs::exists(dir.file("out/meta.json")));
+
+  // A failed preparation over a prepared folder leaves it unprepared: no meta.json, no shard.
+  o.valid_fraction = 0.5;
+  o.shard_tokens = 2;
+  o.inputs = {dir.file("ok.txt")};
+  prepare_lm_data(o);
+  REQUIRE(fs::exists(dir.file("out/meta.json")));
+  REQUIRE(fs::exists(dir.file("out/train_00000.bin")));
+  fails_with({dir.file("ok.txt"), dir.file("nul.bin")}, "NUL byte");
+  CHECK(fs::is_empty(dir.file("out")));
 }
 
 TEST_CASE("lm prepare: meta.json round trip and its errors") {
