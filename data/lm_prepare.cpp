@@ -398,7 +398,7 @@ PrepareResult write_prepared(const PrepareOptions& o, const Tokenizer& tok, int 
     result.tokens[split] = w.total();
   }
   if (progress) {
-    progress->update(static_cast<int64_t>(bytes_done.load() / kMiB));
+    progress->update(static_cast<int64_t>((bytes_done.load() + kMiB - 1) / kMiB));  // all done: the rounded-up total
     progress->finish({{"Mtokens", static_cast<double>(tokens_done.load()) / 1e6}});
   }
   remove_stale_shards(o.out_dir, names);
@@ -413,9 +413,8 @@ PrepareResult write_prepared(const PrepareOptions& o, const Tokenizer& tok, int 
   meta["shard_tokens"] = o.shard_tokens;
   meta["tokens"] = result.tokens;
   meta["files"] = names;
-  nlohmann::json inputs = nlohmann::json::array();
-  for (const Document& d : docs) inputs.push_back(d.path);
-  meta["inputs"] = inputs;
+  meta["inputs"] = o.inputs;  // as given (a folder stands for its files)
+  meta["documents"] = docs.size();
   write_file_atomic(meta_path, meta.dump(2) + "\n");
   result.files.push_back(meta_path);
   return result;
