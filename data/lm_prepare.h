@@ -27,7 +27,8 @@
 // "\n" that precedes a non-space character is NOT safe: "a\n\nB" is "a", "\n", "\n", "B", while
 // the piece "a\n\n" ends in the piece "\n\n", another token.) Tokenizers other than the byte
 // tokenizer and GPT-2 BPE without add_prefix_space (checked by a probe) are not cut: their
-// documents are tokenized whole, several documents at once.
+// documents are tokenized whole, several documents at once. (Assumed: no added token of the GPT-2
+// tokenizer contains whitespace, as "<|endoftext|>" does not; a cut could otherwise split one.)
 #pragma once
 #include <cstddef>
 #include <cstdint>
