@@ -5,6 +5,7 @@
 // rank; the hedgehog_nccl target, CUDA builds with NCCL). A program that wants MPI or NCCL links
 // those targets (CMake: hh_link_distributed); the core library never needs MPI or NCCL.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
