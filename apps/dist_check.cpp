@@ -1,5 +1,5 @@
 // dist_check: data-parallel training end to end (train/distributed.h). Trains a tiny decoder LM
-// for --steps AdamW steps on seeded random token batches. Every step draws the SAME global batch
+// for --steps AdamW (or SGD) steps on seeded random token batches. Every step draws the SAME global batch
 // of --global-batch rows on every rank; rank r of W takes rows [r*G/W, (r+1)*G/W), optionally in
 // --accum micro-batches (no_sync for all but the last), and its loss is the mean over its rows
 // (divided by --accum), so the average of the ranks' gradients is the single-process gradient.
@@ -81,11 +81,24 @@ int run_training(const apps::Flags& f, const std::shared_ptr<train::Communicator
   cfg.head_dim = 16;
   cfg.mlp_hidden = 64;
   cfg.max_len = len;
+  // No linear biases: a key-projection bias has a true gradient of exactly zero (softmax ignores a
+  // shift shared by all keys), so its computed gradient is rounding noise, which Adam scales up to
+  // updates near lr * noise / eps that differ run to run. That says nothing about the reduction.
+  cfg.bias = false;
   Generator init_gen(seed);
   nn::DecoderLM lm(cfg, {init_gen});
   train::GradReducer reducer(lm.named_parameters(), comm_ptr, bucket_kib * 1024);
   reducer.broadcast_parameters();
-  train::AdamW opt(train::decay_groups(lm, 0.01), lr);
+  // SGD as well as AdamW: Adam's update hardly changes when every gradient is scaled, so only an
+  // SGD run shows a reduction that forgot to divide by world.
+  const std::string opt_name = f.str("optimizer");
+  std::unique_ptr<train::Optimizer> opt;
+  if (opt_name == "adamw")
+    opt = std::make_unique<train::AdamW>(train::decay_groups(lm, 0.01), lr);
+  else if (opt_name == "sgd")
+    opt = std::make_unique<train::SGD>(train::single_group(lm, 0.0), lr, 0.9);
+  else
+    fail(str("--optimizer: unknown '", opt_name, "' (expected adamw or sgd)"));
   if (rank == 0)
     std::printf("dist_check: backend %s, %lld rank(s), global batch %lld (%lld per rank, %lld micro-batch(es)), "
                 "%lld buckets\n",
@@ -107,8 +120,8 @@ int run_training(const apps::Flags& f, const std::shared_ptr<train::Communicator
       loss_sum += loss.item<double>();
     }
     reducer.finish();
-    opt.step();
-    opt.zero_grad();
+    opt->step();
+    opt->zero_grad();
     lm.on_optimizer_step();
     Tensor l = scalar_tensor(loss_sum / world, DType::f64);
     comm.all_reduce_sum(l);
@@ -139,7 +152,8 @@ int main(int argc, char** argv) {
     f.add("global-batch", "8", "rows per step, split across the ranks");
     f.add("accum", "1", "gradient accumulation micro-batches per rank");
     f.add("seq-len", "16", "tokens per row");
-    f.add("lr", "0.003", "AdamW learning rate");
+    f.add("optimizer", "adamw", "adamw (decay 0.01) or sgd (momentum 0.9)");
+    f.add("lr", "0.003", "learning rate");
     f.add("seed", "1", "seed of the weights and the batches");
     f.add("bucket-kib", "16", "gradient bucket size in KiB (small: several buckets for a tiny model)");
     f.add("out", "", "weights written by rank 0 (safetensors); with --compare, the file to check");
