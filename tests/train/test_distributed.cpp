@@ -4,6 +4,7 @@
 // the local gradient). The real two-rank MPI run is a CTest (cmake/dist_tests.cmake).
 #include <doctest/doctest.h>
 
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <utility>
@@ -129,6 +130,18 @@ TEST_CASE("communicator: none is world 1; unknown and unbuilt backends are clear
   if (train::launcher_world_size() == 1) CHECK(train::make_communicator("auto")->backend() == "none");
 }
 
+TEST_CASE("communicator: auto under mpirun without MPI is an error, not N processes training alone") {
+  if (std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE")) return;  // really under mpirun
+  ::setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
+  CHECK(train::launcher_world_size() == 2);
+  CHECK_THROWS_WITH_AS(train::make_communicator("auto"),
+                       doctest::Contains("started by mpirun (2 processes) but this program was built without MPI"),
+                       hh::Error);
+  ::setenv("OMPI_COMM_WORLD_SIZE", "1", 1);  // a job of one: nothing to reduce, nothing lost
+  CHECK(train::make_communicator("auto")->backend() == "none");
+  ::unsetenv("OMPI_COMM_WORLD_SIZE");
+}
+
 TEST_CASE("GradReducer: buckets in reverse registration order, launched during backward, averaged") {
   auto comm = std::make_shared<TwoRankStandIn>();
   Tensor p0 = leaf({1, 2, 3}), p1 = leaf({1, 1, 1, 1, 1}), p2 = leaf({2, 2, 2, 2, 2, 2, 2});
@@ -178,6 +191,18 @@ TEST_CASE("GradReducer: a parameter without a gradient counts as zero; aliased g
   CHECK(values(a.grad()) == std::vector<double>{1.5, 1.5});
   CHECK(values(b.grad()) == std::vector<double>{1.5, 1.5});
   CHECK(a.grad().storage() != b.grad().storage());
+}
+
+TEST_CASE("GradReducer: a tied parameter (two uses) is reduced once, with both contributions") {
+  auto comm = std::make_shared<TwoRankStandIn>();
+  Tensor tied = leaf({1, 2}), other = leaf({1, 1});
+  train::GradReducer r({{"tied", tied}, {"other", other}}, comm, 4);  // one bucket each
+  // tied at the input and at the output, like an embedding shared with the vocabulary head.
+  Tensor h = mul(mul(tied, 2.0), other);
+  sum(mul(h, tied)).backward();  // d/dtied = 4 * tied * other = {4, 8}
+  CHECK(comm->launched.size() == 2);
+  r.finish();
+  CHECK(values(tied.grad()) == std::vector<double>{6, 12});
 }
 
 TEST_CASE("GradReducer: no_sync micro-steps only accumulate; the last one reduces the sum") {
