@@ -126,9 +126,10 @@ int run_training(const apps::Flags& f, const std::shared_ptr<train::Communicator
     Tensor l = scalar_tensor(loss_sum / world, DType::f64);
     comm.all_reduce_sum(l);
     if (rank == 0)
-      std::printf("step %lld: loss %.6f, buckets launched during backward %lld of %lld\n",
+      std::printf("step %lld: loss %.6f, buckets launched during backward %lld of %lld, completed %lld\n",
                   static_cast<long long>(step + 1), l.item<double>(),
-                  static_cast<long long>(reducer.launched_during_backward()), static_cast<long long>(reducer.buckets()));
+                  static_cast<long long>(reducer.launched_during_backward()), static_cast<long long>(reducer.buckets()),
+                  static_cast<long long>(reducer.completed_during_backward()));
   }
   if (rank == 0) {
     write_file_atomic(out, serialize_safetensors(lm.named_parameters(), {{"world", std::to_string(world)},

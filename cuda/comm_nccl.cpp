@@ -126,6 +126,7 @@ class NcclCommunicator final : public Communicator {
       cudaEventDestroy(done);
     }
     void wait() override { check_cuda_call(cudaEventSynchronize(done), "cudaEventSynchronize (all-reduce)"); }
+    bool test() override { return cudaEventQuery(done) == cudaSuccess; }
     Tensor tensor;  // keeps the buffer alive until the reduction is done
     cudaEvent_t done = nullptr;
   };

@@ -106,6 +106,13 @@ class MpiCommunicator final : public Communicator {
       check_mpi(MPI_Wait(&request, MPI_STATUS_IGNORE), "MPI_Wait (all-reduce)");
       bump_version(tensor);
     }
+    bool test() override {
+      if (request == MPI_REQUEST_NULL) return true;
+      int flag = 0;
+      check_mpi(MPI_Test(&request, &flag, MPI_STATUS_IGNORE), "MPI_Test (all-reduce)");
+      if (flag) bump_version(tensor);  // MPI_Test freed the request: wait() has nothing left to do
+      return flag != 0;
+    }
     Tensor tensor;
     MPI_Request request = MPI_REQUEST_NULL;
   };

@@ -151,6 +151,7 @@ void GradReducer::reset_step() {
   for (Bucket& b : buckets_) {
     b.waiting = static_cast<int64_t>(b.params.size());
     b.op.reset();
+    b.done = false;
     b.flat = Tensor();
   }
   next_launch_ = 0;
@@ -162,7 +163,18 @@ void GradReducer::on_grad_ready(size_t param) {
   Param& p = params_[param];
   if (p.ready) return;  // a second backward before finish(): its gradient was already taken
   p.ready = true;
+  poll_launched();
   if (--buckets_[p.bucket].waiting == 0) launch_ready_buckets(true);
+}
+
+int64_t GradReducer::poll_launched() {
+  int64_t done = 0;
+  for (size_t i = 0; i < next_launch_; ++i) {
+    Bucket& b = buckets_[i];
+    if (!b.done) b.done = b.op->test();
+    done += b.done ? 1 : 0;
+  }
+  return done;
 }
 
 void GradReducer::launch_ready_buckets(bool from_backward) {
@@ -186,6 +198,7 @@ void GradReducer::launch_ready_buckets(bool from_backward) {
 
 void GradReducer::finish() {
   if (!enabled_ || comm_->world() == 1) return;
+  completed_in_backward_last_ = poll_launched();
   // Whatever backward did not make ready (no gradient in this backward) is final now.
   for (Bucket& b : buckets_) {
     for (size_t i : b.params) {

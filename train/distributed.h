@@ -34,6 +34,9 @@ class Communicator {
    public:
     virtual ~Pending() = default;  // waits when wait() was not called (the buffer stays valid)
     virtual void wait() = 0;
+    // True once the reduction is complete; never blocks. Also moves it on: MPI advances
+    // non-blocking collectives only inside MPI calls, so the reducer calls this during backward.
+    virtual bool test() { return true; }
   };
   virtual std::unique_ptr<Pending> all_reduce_sum_async(Tensor& t) = 0;  // in place when wait() returns
   // Root's bytes into every rank's t (any dtype).
@@ -85,6 +88,8 @@ class GradReducer {
   // Buckets launched from inside backward (before finish) in the last synchronised step: the
   // overlap achieved. The rest were launched by finish().
   int64_t launched_during_backward() const { return launched_in_backward_last_; }
+  // Of those, the buckets whose reduction had already completed when finish() was called.
+  int64_t completed_during_backward() const { return completed_in_backward_last_; }
   const Communicator& communicator() const { return *comm_; }
 
  private:
@@ -104,9 +109,11 @@ class GradReducer {
     int64_t waiting = 0;  // parameters not yet ready in this step
     Tensor flat;
     std::unique_ptr<Communicator::Pending> op;
+    bool done = false;  // op completed (seen by poll_launched)
   };
   void on_grad_ready(size_t param);
   void launch_ready_buckets(bool from_backward);
+  int64_t poll_launched();  // test()s the launched, unfinished reductions; returns how many are done
   void reset_step();
 
   std::vector<Param> params_;
@@ -114,7 +121,7 @@ class GradReducer {
   std::shared_ptr<Communicator> comm_;
   bool enabled_ = true;
   size_t next_launch_ = 0;  // buckets before it are launched in this step
-  int64_t launched_in_backward_ = 0, launched_in_backward_last_ = 0;
+  int64_t launched_in_backward_ = 0, launched_in_backward_last_ = 0, completed_in_backward_last_ = 0;
 };
 
 }  // namespace hh::train

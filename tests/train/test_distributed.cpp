@@ -35,23 +35,28 @@ class TwoRankStandIn final : public train::Communicator {
   void all_reduce_sum(Tensor& t) override { all_reduce_sum_async(t)->wait(); }
   std::unique_ptr<Pending> all_reduce_sum_async(Tensor& t) override {
     launched.push_back(t.numel());
-    return std::make_unique<Triple>(t, &waits);
+    return std::make_unique<Triple>(t, this);
   }
   void broadcast(Tensor&, int) override { ++broadcasts; }
   void barrier() override {}
   std::vector<int64_t> launched;
-  int waits = 0, broadcasts = 0;
+  int waits = 0, broadcasts = 0, polls = 0;
 
  private:
+  // Completes on wait() only; test() counts the polls (the reducer's progress calls).
   struct Triple final : Pending {
-    Triple(Tensor t, int* waits) : t(std::move(t)), waits(waits) {}
+    Triple(Tensor t, TwoRankStandIn* comm) : t(std::move(t)), comm(comm) {}
     void wait() override {
       NoGradGuard no_grad;
       copy_(t, mul(t, 3.0));
-      ++*waits;
+      ++comm->waits;
+    }
+    bool test() override {
+      ++comm->polls;
+      return false;
     }
     Tensor t;
-    int* waits;
+    TwoRankStandIn* comm;
   };
 };
 
@@ -155,8 +160,10 @@ TEST_CASE("GradReducer: buckets in reverse registration order, launched during b
   y.backward();
   CHECK(comm->launched == std::vector<int64_t>{7, 5, 3});  // all three during backward
   CHECK(comm->waits == 0);
+  CHECK(comm->polls == 3);  // bucket 0 polled when p1 and p0 got ready, bucket 1 when p0 did
   r.finish();
   CHECK(r.launched_during_backward() == 3);
+  CHECK(r.completed_during_backward() == 0);  // the stand-in completes only on wait()
   CHECK(comm->waits == 3);
   CHECK(values(p0.grad()) == std::vector<double>{3, 3, 3});
   CHECK(values(p1.grad()) == std::vector<double>{4.5, 4.5, 4.5, 4.5, 4.5});
