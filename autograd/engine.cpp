@@ -3,6 +3,7 @@
 // iterative teardown of deep graphs.
 #include <algorithm>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"
@@ -87,7 +88,27 @@ Tensor record(const char* name, Tensor out, const std::vector<Tensor>& inputs, c
   return Tensor(impl);
 }
 
+int64_t Tensor::add_grad_ready_hook(std::function<void()> fn) const {
+  HH_CHECK(impl_, "add_grad_ready_hook: undefined tensor");
+  HH_CHECK(is_leaf(), "add_grad_ready_hook: only a leaf tensor gets a final gradient (this one has grad_fn)");
+  GradReadyHooks& h = impl_->grad_ready_hooks;
+  h.list.emplace_back(h.next_id, std::move(fn));
+  return h.next_id++;
+}
+
+void Tensor::remove_grad_ready_hook(int64_t id) const {
+  HH_CHECK(impl_, "remove_grad_ready_hook: undefined tensor");
+  auto& list = impl_->grad_ready_hooks.list;
+  list.erase(std::remove_if(list.begin(), list.end(), [id](const auto& h) { return h.first == id; }), list.end());
+}
+
 namespace {
+void run_grad_ready_hooks(TensorImpl& leaf) {
+  // A copy: a hook may remove hooks of this leaf while it runs.
+  std::vector<std::pair<int64_t, std::function<void()>>> hooks = leaf.grad_ready_hooks.list;
+  for (auto& h : hooks) h.second();
+}
+
 void accumulate_leaf(TensorImpl& leaf, const Tensor& g) {
   Tensor grad = g;
   if (grad.dtype() != leaf.dtype) grad = grad.to(leaf.dtype);
@@ -111,16 +132,23 @@ void run_backward(const Tensor& root, const Tensor& gradient, bool retain_graph)
   NoGradGuard no_grad;
   if (!root.grad_fn()) {
     accumulate_leaf(*root.impl_ptr(), g);
+    run_grad_ready_hooks(*root.impl_ptr());
     return;
   }
-  // Count, for every node reachable from the root, how many edges point at it.
+  // Count, for every node reachable from the root, how many edges point at it, and for every leaf
+  // with grad-ready hooks how many edges lead to it (its hooks run after the last one).
   std::unordered_map<Node*, int> deps;
+  std::unordered_map<TensorImpl*, int> leaf_edges;
+  auto count_leaf = [&leaf_edges](const Edge& e) {
+    if (e.leaf && !e.leaf->grad_ready_hooks.list.empty()) ++leaf_edges[e.leaf.get()];
+  };
   std::vector<Node*> stack{root.grad_fn().get()};
   deps[root.grad_fn().get()] = 0;
   while (!stack.empty()) {
     Node* n = stack.back();
     stack.pop_back();
     for (Edge& e : n->inputs) {
+      count_leaf(e);
       if (!e.fn) continue;
       auto it = deps.find(e.fn.get());
       if (it == deps.end()) {
@@ -132,6 +160,7 @@ void run_backward(const Tensor& root, const Tensor& gradient, bool retain_graph)
     }
   }
   // Process in reverse topological order: a node runs once every consumer has sent its grad.
+  std::unordered_set<TensorImpl*> got_grad;  // hooked leaves that received a gradient so far
   std::unordered_map<Node*, Tensor> pending;
   pending[root.grad_fn().get()] = g;
   std::vector<Node*> ready{root.grad_fn().get()};
@@ -170,8 +199,12 @@ void run_backward(const Tensor& root, const Tensor& gradient, bool retain_graph)
         Tensor& acc = pending[e.fn.get()];
         if (grads[i].defined()) acc = acc.defined() ? add(acc, grads[i]) : grads[i];
         if (--deps[e.fn.get()] == 0) ready.push_back(e.fn.get());
-      } else if (e.leaf && grads[i].defined()) {
-        accumulate_leaf(*e.leaf, grads[i]);
+      } else if (e.leaf) {
+        if (grads[i].defined()) accumulate_leaf(*e.leaf, grads[i]);
+        auto it = leaf_edges.find(e.leaf.get());
+        if (it == leaf_edges.end()) continue;
+        if (grads[i].defined()) got_grad.insert(e.leaf.get());
+        if (--it->second == 0 && got_grad.count(e.leaf.get())) run_grad_ready_hooks(*e.leaf);
       }
     }
   }

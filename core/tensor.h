@@ -4,6 +4,7 @@
 // (reshape, sum, ...) forward to them.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <iosfwd>
 #include <memory>
 #include <string>
@@ -20,6 +21,17 @@ namespace hh {
 
 struct Node;  // autograd/node.h
 
+// Callbacks run by backward once a leaf's gradient is final in that backward (after its last
+// contribution; never for a leaf that got no gradient). They belong to one leaf: copying a
+// TensorImpl (detach, record) starts with none, so a copy never fires its source's hooks.
+struct GradReadyHooks {
+  GradReadyHooks() = default;
+  GradReadyHooks(const GradReadyHooks&) {}
+  GradReadyHooks& operator=(const GradReadyHooks&) { return *this; }
+  std::vector<std::pair<int64_t, std::function<void()>>> list;  // (id, callback), in order added
+  int64_t next_id = 0;
+};
+
 struct TensorImpl {
   std::shared_ptr<Storage> storage;
   int64_t offset = 0;  // in elements
@@ -30,6 +42,7 @@ struct TensorImpl {
   bool requires_grad = false;
   std::shared_ptr<TensorImpl> grad;
   std::shared_ptr<Node> grad_fn;  // null for leaves
+  GradReadyHooks grad_ready_hooks;
 };
 
 class Tensor {
@@ -77,6 +90,10 @@ class Tensor {
   void zero_grad() { impl_->grad.reset(); }
   const std::shared_ptr<Node>& grad_fn() const { return impl().grad_fn; }
   void set_grad_fn(std::shared_ptr<Node> fn) { impl_->grad_fn = std::move(fn); }
+  // Runs `fn` each time a backward has made this leaf's .grad final (autograd/engine.cpp), e.g. to
+  // start reducing it while backward goes on. Returns an id for remove_grad_ready_hook.
+  int64_t add_grad_ready_hook(std::function<void()> fn) const;
+  void remove_grad_ready_hook(int64_t id) const;
   // Runs reverse-mode autodiff from this tensor (autograd/engine.cpp). A non-scalar output needs
   // an explicit gradient. retain_graph keeps saved tensors for a second backward.
   void backward(const Tensor& gradient = Tensor(), bool retain_graph = false) const;
