@@ -245,7 +245,16 @@ void read_image_task(const std::string& dir, const std::string& split, int64_t m
   } else {
     for (int k = 1; k <= 5; ++k) files.push_back(file_in(dir, "data_batch_" + std::to_string(k) + ".bin"));
   }
-  for (const std::string& f : files) require_file(f, "image");
+  // A truncated last record is named here (read_cifar10 reports only the size).
+  constexpr uintmax_t kRecord = 3073;  // 1 label byte + 3 planes of 32 x 32
+  for (const std::string& f : files) {
+    require_file(f, "image");
+    std::error_code ec;
+    const uintmax_t size = fs::file_size(f, ec);
+    HH_CHECK(!ec, "lra image: ", f, ": ", ec.message());
+    HH_CHECK(size % kRecord == 0, "lra image: ", f, ": record ", size / kRecord, " (0-based) is truncated: ",
+             size % kRecord, " of its ", kRecord, " bytes");
+  }
   const ImageDataset d = read_cifar10(files);
   int64_t first = 0, last = d.n;
   if (split != "test") {
