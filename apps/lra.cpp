@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -18,11 +20,13 @@
 #include "apps/flags.h"
 #include "core/atomic_file.h"
 #include "core/backend.h"
+#include "core/memory.h"
 #include "core/parallel.h"
 #include "data/lra.h"
 #include "data/lra_generate.h"
 #include "nn/feature_maps.h"
 #include "train/lra_report.h"
+#include "train/optim.h"
 
 using namespace hh;
 
@@ -71,6 +75,57 @@ void check_resume_config(const std::string& out, const nlohmann::json& now) {
            "); resume with the original flags, or start afresh without --resume");
 }
 
+// --bench: the training step alone (the same step as train::run_lra: forward, cross-entropy,
+// backward, AdamW) on one random batch whose row i has max_len - 7·i real tokens (as
+// tools/lra_torch.py builds it); prints steps/s (median of `steps` after 2 warm-up steps) and the
+// peak of the engine's allocator (core/memory.h) above its level before the first step.
+void bench(const train::LraRunConfig& c, int64_t steps) {
+  const data::LraTaskInfo info = data::lra_task_info(c.task);
+  nn::LraModelConfig mc = c.model;
+  mc.vocab = info.vocab_size;
+  mc.classes = info.num_classes;
+  mc.two_documents = info.two_documents;
+  mc.max_len = c.max_len;
+  Generator gen(c.seed);
+  nn::LraClassifier model(mc, {gen, c.device});
+  model.train();
+  train::AdamWOptions ao;
+  ao.eps = c.adam_eps;
+  train::AdamW opt(train::decay_groups(model, c.weight_decay), c.lr, ao);
+  data::LraSplit split{c.task, {}};
+  Generator g(c.seed + 1);
+  for (int64_t i = 0; i < c.batch; ++i) {
+    data::LraExample e;
+    for (int64_t t = 0; t < std::max<int64_t>(1, c.max_len - 7 * i); ++t)
+      e.tokens.push_back(static_cast<int32_t>(g.next_int(1, mc.vocab)));
+    if (mc.two_documents) e.tokens2 = e.tokens;
+    e.label = static_cast<int32_t>(g.next_int(0, mc.classes));
+    split.examples.push_back(e);
+  }
+  std::vector<int64_t> rows;
+  for (int64_t i = 0; i < c.batch; ++i) rows.push_back(i);
+  const train::LraBatch b = train::lra_batch(split, rows, c.device);
+  const int64_t before = static_cast<int64_t>(memory_stats(c.device).current);
+  reset_peak_memory(c.device);
+  std::vector<double> times;
+  for (int64_t i = 0; i < 2 + steps; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    opt.zero_grad();
+    Tensor loss = cross_entropy(model.forward(b.ids, b.mask, b.ids2, b.mask2), b.labels);
+    loss.backward();
+    opt.step();
+    HH_CHECK(std::isfinite(loss.item<double>()), "--bench: non-finite loss");
+    if (i >= 2) times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(times.begin(), times.end());
+  const double peak = static_cast<double>(static_cast<int64_t>(memory_stats(c.device).peak) - before) / (1 << 20);
+  std::printf("{\"framework\": \"hedgehog\", \"device\": \"%s\", \"threads\": %d, \"task\": \"%s\", "
+              "\"attention\": \"%s\", \"len\": %lld, \"batch\": %lld, \"steps_per_s\": %.4f, \"peak_mib\": %.1f}\n",
+              c.device.str().c_str(), num_threads(), data::lra_task_name(c.task), c.model.attention.c_str(),
+              static_cast<long long>(c.max_len), static_cast<long long>(c.batch), 1.0 / times[times.size() / 2], peak);
+  std::fflush(stdout);
+}
+
 int run(int argc, char** argv) {
   apps::Flags f("lra", "Long Range Arena (Hedgehog paper Table 6): train each attention from scratch on each task.");
   f.add("tasks", "listops,pathfinder", "comma list of listops, text, retrieval, image, pathfinder");
@@ -109,6 +164,9 @@ int run(int argc, char** argv) {
   f.add("stop-after-steps", "0", "testing --resume: stop each run after N steps with a checkpoint (0 = off)");
   f.add("out", "out/lra", "output folder: table6.csv, results.json, report.html, learning_curves.svg, per-run folders");
   f.add("quiet", "false", "plain progress lines instead of a bar", true);
+  f.add("bench", "0", "time N training steps per (task, attention) on a random padded batch of --max-len\n"
+        "                       tokens (no data, no training run) and print steps/s and peak memory");
+  f.add("min-accuracy", "0", "exit 1 unless every run reaches this test accuracy in [0,1] (checks, CI)");
   if (!f.parse(argc, argv)) return 0;
 
   const std::string preset = f.str("preset");
@@ -118,12 +176,13 @@ int run(int argc, char** argv) {
   const auto attentions = parse_attentions(f.str("attentions"));
   const bool generate = f.boolean("generate");
   const std::string data_dir = f.str("data");
-  HH_CHECK(generate != !data_dir.empty(), "give exactly one of --data DIR (release files) and --generate");
+  const int64_t bench_steps = f.integer("bench", 0, 1000000);
+  HH_CHECK(bench_steps > 0 || generate != !data_dir.empty(), "give exactly one of --data DIR (release files) and --generate");
   if (generate)
     for (data::LraTask t : tasks)
       HH_CHECK(t == data::LraTask::listops || t == data::LraTask::pathfinder, "--generate: only listops and pathfinder "
                "have generators; '", data::lra_task_name(t), "' needs --data with the release files");
-  if (!generate) {
+  if (!generate && bench_steps == 0) {
     HH_CHECK(std::filesystem::is_directory(data_dir), "--data: '", data_dir, "' is not a folder");
     for (data::LraTask t : tasks) {
       const std::string d = data_dir + "/" + data::lra_task_name(t);
@@ -170,6 +229,7 @@ int run(int argc, char** argv) {
   base.quiet = f.boolean("quiet");
   base.stop_after_steps = f.integer("stop-after-steps", 0, INT64_MAX);
   const bool resume = f.boolean("resume");
+  const double min_accuracy = f.number("min-accuracy", 0, 1);
   if (base.device.is_cuda()) HH_CHECK(cuda_available(), "--device ", f.str("device"), ": ", cuda_unavailable_reason());
   int64_t threads = f.integer("threads", 0, 4096);
   if (threads == 0) threads = std::max(1, omp_get_num_procs());
@@ -202,6 +262,10 @@ int run(int argc, char** argv) {
     }
   }
 
+  if (bench_steps > 0) {
+    for (const auto& c : runs) bench(c, bench_steps);
+    return 0;
+  }
   const std::string out = f.str("out");
   HH_CHECK(!out.empty(), "--out: empty path (give the folder for the results)");
   ensure_writable_dir(out);
@@ -315,10 +379,17 @@ int run(int argc, char** argv) {
   std::printf("\n%s", train::lra_table(results).c_str());
   train::write_lra_report(out, results, cfg.dump());
   std::printf("\nwrote %s/{table6.csv,results.json,report.html,learning_curves.svg}\n", out.c_str());
-  size_t failed = 0;
-  for (const auto& r : results) failed += r.status != "ok";
+  size_t failed = 0, below = 0;
+  for (const auto& r : results) {
+    failed += r.status != "ok";
+    below += r.status == "ok" && r.test_accuracy < min_accuracy;
+  }
   if (failed > 0) {
     std::fprintf(stderr, "error: %zu of %zu run(s) failed (see the table)\n", failed, results.size());
+    return 1;
+  }
+  if (below > 0) {
+    std::fprintf(stderr, "error: %zu of %zu run(s) below --min-accuracy %g\n", below, results.size(), min_accuracy);
     return 1;
   }
   return 0;
