@@ -158,10 +158,10 @@ void generate_listops(const std::string& dir, const ListOpsOptions& o) {
     } catch (const std::exception& e) {
       errors[static_cast<size_t>(i)] = e.what();
     }
-    const int64_t now = ++done;
+    ++done;
     if (progress) {
 #pragma omp critical(hh_listops_progress)
-      progress->update(now);
+      progress->update(done.load());  // in the critical section, so the counts never go back
     }
   }
   for (const std::string& e : errors)

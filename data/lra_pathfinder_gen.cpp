@@ -335,10 +335,10 @@ void generate_pathfinder(const std::string& dir, const PathfinderOptions& o) {
     } catch (const std::exception& e) {
       errors[static_cast<size_t>(i)] = e.what();
     }
-    const int64_t now = ++done;
+    ++done;
     if (progress) {
 #pragma omp critical(hh_pathfinder_progress)
-      progress->update(now);
+      progress->update(done.load());  // in the critical section, so the counts never go back
     }
   }
   for (const std::string& e : errors)

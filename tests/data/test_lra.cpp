@@ -253,6 +253,7 @@ TEST_CASE("lra: errors name the file, the line or record, and what was wrong") {
     const std::string e = error_of(LraTask::image, d, "train");
     CHECK(contains(e, "data_batch_3.bin"));
     CHECK(contains(e, "record 1"));
+    t.write("data_batch_3.bin", record);
     std::filesystem::remove(t.file("data_batch_4.bin"));
     CHECK(contains(error_of(LraTask::image, d, "val"), "data_batch_4.bin: no such file"));
   }
