@@ -190,10 +190,13 @@ int run(int argc, char** argv) {
                "DIR/<task>)");
     }
   }
-  const bool tiny = preset == "tiny";
-  const int64_t gen_train = f.given("gen-train") ? f.integer("gen-train", 1, 10000000) : (tiny ? 400 : 4000);
-  const int64_t gen_eval = f.given("gen-eval") ? f.integer("gen-eval", 1, 10000000) : (tiny ? 100 : 400);
-  int64_t lo_len = tiny ? 8 : 32, hi_len = tiny ? 40 : 200;
+  // Generated sizes: paper = the release's ListOps (96k/2k/2k, 500-2000 tokens, depth 10) and
+  // Pathfinder-32 at contour length 14; demo and tiny are small and easy.
+  const bool tiny = preset == "tiny", paper = preset == "paper";
+  const int64_t gen_train =
+      f.given("gen-train") ? f.integer("gen-train", 1, 10000000) : (tiny ? 400 : paper ? 96000 : 2000);
+  const int64_t gen_eval = f.given("gen-eval") ? f.integer("gen-eval", 1, 10000000) : (tiny ? 100 : paper ? 2000 : 200);
+  int64_t lo_len = tiny ? 8 : paper ? 500 : 16, hi_len = tiny ? 40 : paper ? 2000 : 64;
   if (f.given("listops-len")) {
     const std::string v = f.str("listops-len");
     const size_t colon = v.find(':');
@@ -206,9 +209,11 @@ int run(int argc, char** argv) {
     }
     HH_CHECK(lo_len >= 1 && hi_len >= lo_len, "--listops-len: expected MIN:MAX with 1 <= MIN <= MAX, got '", v, "'");
   }
-  const int depth = static_cast<int>(f.given("listops-depth") ? f.integer("listops-depth", 1, 100) : (tiny ? 2 : 3));
-  const int pf_size = static_cast<int>(f.given("pathfinder-size") ? f.integer("pathfinder-size", 8, 1024) : 16);
-  const int pf_contour = static_cast<int>(f.given("pathfinder-contour") ? f.integer("pathfinder-contour", 1, 100) : (tiny ? 4 : 6));
+  const int depth =
+      static_cast<int>(f.given("listops-depth") ? f.integer("listops-depth", 1, 100) : (tiny ? 2 : paper ? 10 : 3));
+  const int pf_size = static_cast<int>(f.given("pathfinder-size") ? f.integer("pathfinder-size", 16, 512) : paper ? 32 : 16);
+  const int pf_contour =
+      static_cast<int>(f.given("pathfinder-contour") ? f.integer("pathfinder-contour", 1, 100) : paper ? 14 : 4);
 
   train::LraRunConfig base;
   nn::LraModelConfig& m = base.model;
@@ -319,6 +324,7 @@ int run(int argc, char** argv) {
         o.seed = base.seed;
         o.progress = !base.quiet;
         data::generate_pathfinder(dir, o);
+        dir += "/curv_contour_length_" + std::to_string(pf_contour);  // this run's difficulty
       }
     }
     int64_t max_len = 0;

@@ -32,11 +32,11 @@ LraPreset lra_preset(const std::string& preset, LraTask task) {
     }
   }
   if (preset == "demo") {
-    // The README's demonstration on generated sets (apps/lra.cpp sizes them): short ListOps
-    // sequences and 16x16 Pathfinder images, a few hundred steps at a higher peak lr.
+    // The README's demonstration on generated sets (apps/lra.cpp sizes them): ListOps of 16-64
+    // tokens and 16x16 Pathfinder images, a few hundred steps at a higher peak lr (minutes on 2 cores).
     switch (task) {
-      case LraTask::listops: return {256, 32, 600, 60, 100, 1e-3};
-      case LraTask::pathfinder: return {256, 32, 600, 60, 100, 1e-3};
+      case LraTask::listops: return {64, 16, 300, 30, 50, 1e-3};
+      case LraTask::pathfinder: return {256, 16, 240, 24, 40, 1e-3};
       case LraTask::text:
       case LraTask::retrieval: return {512, 16, 400, 40, 100, 1e-3};
       case LraTask::image: return {1024, 32, 400, 40, 100, 1e-3};
