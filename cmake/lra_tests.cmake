@@ -21,8 +21,8 @@ set_tests_properties(lra_resume_other_flags PROPERTIES FIXTURES_REQUIRED lra_res
 file(WRITE ${LRA_OUT}/bad_data/listops/basic_train.tsv "Source\tTarget\n[MAX 1 2 ]\tnot-a-label\n")
 file(WRITE ${LRA_OUT}/bad_data/listops/basic_val.tsv "Source\tTarget\n[MAX 1 2 ]\t2\n")
 file(WRITE ${LRA_OUT}/bad_data/listops/basic_test.tsv "Source\tTarget\n[MAX 1 2 ]\t2\n")
-set(LRA_BAD "--tasks=nope" "--attentions=softmax,nope" "--preset=huge" "--steps=abc" "--data=/nonexistent/hh_lra"
-            "--data=${LRA_OUT}/bad_data" "--generate|--tasks=text" "--nonsense=1" "--attentions=elu,elu"
+set(LRA_BAD "--tasks=nope" "--attentions=softmax,nope" "--preset=huge" "--generate|--steps=abc" "--data=/nonexistent/hh_lra"
+            "--data=${LRA_OUT}/bad_data|--tasks=listops" "--generate|--tasks=text" "--nonsense=1" "--attentions=elu,elu"
             "--generate|--data=${LRA_OUT}/bad_data" "--generate|--listops-len=9:3" "--generate|--device=tpu"
             "--generate|--min-accuracy=2")
 set(LRA_BAD_MESSAGES "nope" "unknown attention 'nope'" "--preset" "--steps" "/nonexistent/hh_lra"
