@@ -141,7 +141,7 @@ Tensor AttentionMixer::forward(const Tensor& q, const Tensor& k, const Tensor& v
   if (!feature_map) {
     y = softmax_attention(q, k, v, cfg.causal, key_mask, trace && trace->weights ? &tr.weights : nullptr);
   } else {
-    FeatureContext ctx{0, L};
+    FeatureContext ctx{0, L, key_mask};  // padded keys: see FeatureContext::key_mask
     Tensor pq = feature_map->forward(q, true, ctx), pk = feature_map->forward(k, false, ctx);
     bool need_weights = trace && (trace->weights || trace->teacher);
     if (need_weights || cfg.form == LinearForm::quadratic) {

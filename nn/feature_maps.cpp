@@ -17,8 +17,15 @@ Tensor head_affine(const Tensor& x, const Tensor& W, const Tensor& b) {
 // ε = 0 and φ adds no constant (performer's +1e-6 does), so it is part of the function computed
 // and differentiated like the rest (amax passes the gradient to the max element): a detached
 // shift gave gradients off by up to 2e-4 relative.
-Tensor stabilizer(const Tensor& z, bool is_query) {
-  return is_query ? amax(z, {-1}, true) : amax(z, {-2, -1}, true);
+// With a key mask, the key shift is the max over real tokens only (padding must not move it).
+Tensor stabilizer(const Tensor& z, bool is_query, const FeatureContext& ctx) {
+  if (is_query) return amax(z, {-1}, true);
+  if (!ctx.key_mask.defined()) return amax(z, {-2, -1}, true);
+  const Tensor& m = ctx.key_mask;
+  HH_CHECK(m.dim() == 2 && m.size(0) == z.size(0) && m.size(1) == z.size(2), "feature map: key mask ", m.shape(),
+           " does not match the keys ", z.shape());
+  Tensor pad = eq(reshape(m.to(z.dtype()), {m.size(0), 1, m.size(1), 1}), 0.0);  // (B,1,L,1)
+  return amax(masked_fill(z, pad, -1e30), {-2, -1}, true);
 }
 
 class Elu : public FeatureMap {
@@ -44,9 +51,9 @@ class Relu : public FeatureMap {
 class Exp : public FeatureMap {
  public:
   Exp(int64_t D, double t) : FeatureMap("exp"), D_(D), t_(t) {}
-  Tensor forward(const Tensor& x, bool is_query, const FeatureContext&) override {
+  Tensor forward(const Tensor& x, bool is_query, const FeatureContext& ctx) override {
     Tensor z = mul(x, t_);
-    return exp(sub(z, stabilizer(z, is_query)));
+    return exp(sub(z, stabilizer(z, is_query, ctx)));
   }
   int64_t feature_dim() const override { return D_; }
 
@@ -98,6 +105,17 @@ class CosFormer : public FeatureMap {
   CosFormer(int64_t D, int64_t M) : FeatureMap("cosformer"), D_(D), M_(M) {}
   Tensor forward(const Tensor& x, bool, const FeatureContext& ctx) override {
     int64_t L = x.size(2);
+    Tensor r = relu(x);
+    if (M_ == 0 && ctx.key_mask.defined() && ctx.pos_offset == 0) {
+      // Padded rows: M is each row's real length, as if the row were processed alone.
+      const Tensor& m = ctx.key_mask;
+      HH_CHECK(m.dim() == 2 && m.size(0) == x.size(0) && m.size(1) == L, "cosformer: key mask ", m.shape(),
+               " does not match ", x.shape());
+      Tensor Mb = reshape(sum(m.to(x.dtype()), {1}), {m.size(0), 1, 1, 1});             // (B,1,1,1)
+      Tensor pos = reshape(arange(1.0, static_cast<double>(L + 1), 1.0, {x.dtype(), x.device()}), {1, 1, L, 1});
+      Tensor ang = div(mul(pos, M_PI / 2.0), Mb);                                      // (B,1,L,1)
+      return cat({mul(r, cos(ang)), mul(r, sin(ang))}, -1);
+    }
     int64_t M = M_ > 0 ? M_ : (ctx.total_len > 0 ? ctx.total_len : L);
     HH_CHECK(ctx.pos_offset + L <= M, "cosformer: position ", ctx.pos_offset + L, " exceeds the reweighting length M=", M,
              " (set cosformer_length for decoding)");
@@ -106,7 +124,6 @@ class CosFormer : public FeatureMap {
                         {x.dtype(), x.device()});
     Tensor ang = mul(pos, M_PI / (2.0 * static_cast<double>(M)));
     Tensor c = reshape(cos(ang), {1, 1, L, 1}), s = reshape(sin(ang), {1, 1, L, 1});
-    Tensor r = relu(x);
     return cat({mul(r, c), mul(r, s)}, -1);
   }
   int64_t feature_dim() const override { return 2 * D_; }
@@ -125,13 +142,13 @@ class Performer : public FeatureMap {
     register_buffer("redraw_state", &state_,
                     from_vector(std::vector<int64_t>{static_cast<int64_t>(seed), static_cast<int64_t>(gen.offset()), 0}, {3}));
   }
-  Tensor forward(const Tensor& x, bool is_query, const FeatureContext&) override {
+  Tensor forward(const Tensor& x, bool is_query, const FeatureContext& ctx) override {
     const double d = static_cast<double>(D_);
     Tensor xs = mul(x, std::pow(d, -0.25));                                          // x' (B,H,L,D)
     Tensor proj = matmul(xs, transpose(omega_.to(x.dtype()).to(x.device()), 0, 1));  // Ω x' (B,H,L,m)
     Tensor sq = mul(sum(square(xs), {-1}, true), 0.5);                               // ‖x'‖²/2
     Tensor z = sub(proj, sq);
-    Tensor out = exp(sub(z, stabilizer(proj, is_query)));
+    Tensor out = exp(sub(z, stabilizer(proj, is_query, ctx)));
     return add(mul(out, 1.0 / std::sqrt(static_cast<double>(m_))), 1e-6);
   }
   int64_t feature_dim() const override { return m_; }
@@ -224,7 +241,7 @@ class Learned : public FeatureMap {
     }
   }
 
-  Tensor forward(const Tensor& x, bool is_query, const FeatureContext&) override {
+  Tensor forward(const Tensor& x, bool is_query, const FeatureContext& ctx) override {
     bool use_k = untied_ && !is_query;
     Tensor z = head_affine(x, use_k ? wk_ : wq_, use_k ? bk_ : bq_);  // (B,H,L,F)
     switch (kind_) {
@@ -234,7 +251,7 @@ class Learned : public FeatureMap {
         return cat({softmax(z, -1), softmax(neg(z), -1)}, -1);
       case Kind::hedgehog_exp: {
         Tensor both = cat({z, neg(z)}, -1);
-        return exp(sub(both, stabilizer(both, is_query)));
+        return exp(sub(both, stabilizer(both, is_query, ctx)));
       }
     }
     return z;

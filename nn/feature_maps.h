@@ -29,8 +29,14 @@ struct FeatureMapConfig {
 // Where the tokens sit in the sequence (cosformer needs absolute positions, the exp maps a
 // per-sequence key shift).
 struct FeatureContext {
+  FeatureContext(int64_t pos_offset_ = 0, int64_t total_len_ = 0, Tensor key_mask_ = Tensor())
+      : pos_offset(pos_offset_), total_len(total_len_), key_mask(std::move(key_mask_)) {}
   int64_t pos_offset = 0;  // position of the first token (decoding)
   int64_t total_len = 0;   // full sequence length M (0 = the L of this call)
+  // (B,L) bool, true = real token, or undefined: padded keys take no part in the key-side shift
+  // of exp / hedgehog-exp / performer, and cosformer's M is each row's real length, so that a
+  // padded row gives the same features as the row alone.
+  Tensor key_mask;
 };
 
 class FeatureMap : public Module {

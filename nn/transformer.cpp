@@ -114,7 +114,7 @@ void DecoderLM::on_optimizer_step() {
 EncoderClassifier::EncoderClassifier(const TransformerConfig& c, int64_t classes, const std::string& pool, Init init)
     : cfg(c), pooling(pool) {
   check_config(c);
-  HH_CHECK(classes > 1, "EncoderClassifier: need at least 2 classes, got ", classes);
+  HH_CHECK(classes > 1 || classes == 0, "EncoderClassifier: need at least 2 classes (or 0: no classifier), got ", classes);
   HH_CHECK(pool == "cls" || pool == "mean", "EncoderClassifier: pooling must be cls or mean, got '", pool, "'");
   cfg.attention.causal = false;
   if (cfg.attention.form == LinearForm::chunked) cfg.attention.form = LinearForm::noncausal;
@@ -123,7 +123,7 @@ EncoderClassifier::EncoderClassifier(const TransformerConfig& c, int64_t classes
   blocks = register_module("layers", std::make_shared<ModuleList<TransformerBlock>>());
   for (int64_t i = 0; i < c.layers; ++i) blocks->push_back(std::make_shared<TransformerBlock>(cfg, i, init));
   norm_f = register_module("norm", std::make_shared<Norm>(c.norm, c.dim, c.norm_eps, init));
-  classifier = register_module("classifier", std::make_shared<Linear>(c.dim, classes, true, init));
+  if (classes > 0) classifier = register_module("classifier", std::make_shared<Linear>(c.dim, classes, true, init));
 }
 
 Tensor EncoderClassifier::forward(const Tensor& ids, const Tensor& key_mask, TraceRequest* trace) {
@@ -145,7 +145,7 @@ Tensor EncoderClassifier::forward(const Tensor& ids, const Tensor& key_mask, Tra
   } else {
     pooled = mean(h, {1});
   }
-  return classifier->forward(pooled);
+  return classifier ? classifier->forward(pooled) : pooled;
 }
 
 }  // namespace hh::nn

@@ -75,15 +75,17 @@ class DecoderLM : public Module {
 
 class EncoderClassifier : public Module {
  public:
+  // classes 0 builds no classifier: forward then returns the pooled features (B,dim), the encoder
+  // of a two-tower model (nn/lra_classifier.h).
   EncoderClassifier(const TransformerConfig& cfg, int64_t classes, const std::string& pooling, Init init);
-  // ids (B,L), key_mask (B,L) bool or undefined -> logits (B,classes).
+  // ids (B,L), key_mask (B,L) bool or undefined -> logits (B,classes), or (B,dim) when classes is 0.
   Tensor forward(const Tensor& ids, const Tensor& key_mask = Tensor(), TraceRequest* trace = nullptr);
   TransformerConfig cfg;
   std::string pooling;  // "cls" (token 0) or "mean" (over unmasked tokens)
   std::shared_ptr<Embedding> embed, pos_embed;
   std::shared_ptr<ModuleList<TransformerBlock>> blocks;
   std::shared_ptr<Norm> norm_f;
-  std::shared_ptr<Linear> classifier;
+  std::shared_ptr<Linear> classifier;  // null when classes is 0
 };
 
 }  // namespace hh::nn
