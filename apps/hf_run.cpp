@@ -28,6 +28,7 @@
 #include "data/tokenizer.h"
 #include "nn/feature_maps.h"
 #include "nn/models/bert.h"
+#include "nn/models/generate.h"
 #include "nn/models/hf_model.h"
 #include "nn/models/vit.h"
 #include "train/progress.h"
@@ -58,45 +59,11 @@ std::vector<int64_t> parse_ids(const std::string& s, const std::string& flag) {
   return ids;
 }
 
-// Sampling over one row of logits (host f64): temperature 0 = greedy (argmax, first on ties);
-// otherwise softmax(logits / T) restricted to the top-k tokens and the smallest top-p nucleus.
-struct Sampler {
-  double temperature = 1.0;
-  int64_t top_k = 0;   // 0 = all
-  double top_p = 1.0;  // 1 = all
-  std::mt19937_64 rng;
-
-  int64_t next(const std::vector<double>& logits) {
-    const int64_t V = static_cast<int64_t>(logits.size());
-    if (temperature == 0.0) return std::max_element(logits.begin(), logits.end()) - logits.begin();
-    std::vector<int64_t> order(V);
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return logits[a] > logits[b]; });
-    int64_t keep = top_k > 0 ? std::min(top_k, V) : V;
-    std::vector<double> p(keep);
-    double mx = logits[order[0]], total = 0;
-    for (int64_t i = 0; i < keep; ++i) total += p[i] = std::exp((logits[order[i]] - mx) / temperature);
-    double mass = 0;
-    int64_t n = 0;
-    while (n < keep) {  // the nucleus: the fewest top tokens whose probability reaches top_p
-      mass += p[n++] / total;
-      if (mass >= top_p) break;
-    }
-    std::discrete_distribution<int64_t> pick(p.begin(), p.begin() + n);
-    return order[pick(rng)];
-  }
-};
-
-std::vector<double> last_row(const Tensor& logits) {  // (1,L,V) -> logits of the last position
-  const int64_t L = logits.size(1);
-  return to_vector<double>(logits.slice(1, L - 1, L));
-}
-
 struct Inputs {
   std::string model_dir, out_dir, prompt, ids, text, text_pair, image, tokenizer_dir;
 };
 
-json run_decoder(nn::CausalLM& lm, const apps::Flags& f, const Inputs& in, Device device) {
+json run_decoder(nn::CausalLM& lm, const apps::Flags& f, const Inputs& in) {
   std::unique_ptr<data::Tokenizer> tok;
   std::vector<int64_t> prompt;
   if (!in.ids.empty()) {
@@ -113,37 +80,22 @@ json run_decoder(nn::CausalLM& lm, const apps::Flags& f, const Inputs& in, Devic
   const int64_t limit = lm.max_positions();
   HH_CHECK(limit < 0 || static_cast<int64_t>(prompt.size()) + new_tokens <= limit, "prompt (", prompt.size(),
            " tokens) + --max-new-tokens ", new_tokens, " exceeds the model's ", limit, " positions");
-  Sampler s{f.number("temperature", 0.0, 100.0), f.integer("top-k", 0), f.number("top-p", 1e-6, 1.0),
-            std::mt19937_64(static_cast<uint64_t>(f.integer("seed", 0)))};
-  const bool stop_at_eos = f.boolean("stop-at-eos");
-  const int64_t eos = tok ? tok->eos_id() : lm.config().get_int("eos_token_id", -1);
-
-  NoGradGuard ng;
-  nn::DecodeState state = lm.start_decoding();
-  auto feed = [&](int64_t id) {
-    Tensor x = from_vector(std::vector<int64_t>{id}, {1, 1}, {DType::i64}).to(device);
-    return lm.step(x, state);  // (1,1,V)
-  };
-  auto t0 = std::chrono::steady_clock::now();
-  Tensor logits;
-  for (int64_t id : prompt) logits = feed(id);
-  const double prefill_s = seconds_since(t0);
-
-  std::vector<int64_t> generated;
+  nn::SamplingOptions so{f.number("temperature", 0.0, 100.0), f.integer("top-k", 0), f.number("top-p", 1e-6, 1.0),
+                        static_cast<uint64_t>(f.integer("seed", 0))};
+  nn::Sampler sampler(so);
+  nn::GenerateOptions go;
+  go.max_new_tokens = new_tokens;
+  go.eos = f.boolean("stop-at-eos") ? (tok ? tok->eos_id() : lm.config().get_int("eos_token_id", -1)) : -1;
   ProgressOptions po;
   po.label = "generate";
   po.total = new_tokens;
   Progress bar(po);
-  auto t1 = std::chrono::steady_clock::now();
-  for (int64_t i = 0; i < new_tokens; ++i) {
-    int64_t next = s.next(last_row(logits));
-    generated.push_back(next);
-    bar.update(i + 1, {{"tok/s", (i + 1) / std::max(seconds_since(t1), 1e-9)}});
-    if (stop_at_eos && next == eos) break;
-    if (i + 1 < new_tokens) logits = feed(next);
-  }
-  const double gen_s = seconds_since(t1);
+  const auto t1 = std::chrono::steady_clock::now();
+  go.on_token = [&](int64_t n, int64_t) { bar.update(n, {{"tok/s", n / std::max(seconds_since(t1), 1e-9)}}); };
+  nn::Generation g = nn::generate(lm, prompt, sampler, go);
   bar.finish();
+  const std::vector<int64_t>& generated = g.ids;
+  const double prefill_s = g.prefill_seconds, gen_s = g.generate_seconds;
 
   json r = {{"prompt_ids", prompt},
             {"generated_ids", generated},
@@ -287,7 +239,7 @@ int run(int argc, char** argv) {
   json result;
   if (auto* lm = dynamic_cast<nn::CausalLM*>(model.get())) {
     HH_CHECK(in.text.empty() && in.image.empty(), model->architecture(), " generates text: give --prompt or --ids");
-    result = run_decoder(*lm, f, in, opt.device);
+    result = run_decoder(*lm, f, in);
   } else if (auto* bert = dynamic_cast<nn::BertForSequenceClassification*>(model.get())) {
     HH_CHECK(in.prompt.empty() && in.image.empty(), model->architecture(), " classifies text: give --text or --ids");
     result = run_bert(*bert, f, in, opt.device);

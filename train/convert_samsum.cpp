@@ -7,6 +7,7 @@
 #include "autograd/ops/nn.h"
 #include "autograd/ops/reduce.h"
 #include "autograd/ops/shape.h"
+#include "nn/models/generate.h"
 #include "train/task_metrics.h"
 
 namespace hh::train {
@@ -57,27 +58,13 @@ SamsumData make_samsum_data(const data::Tokenizer& tok, const std::vector<data::
 
 std::vector<int32_t> greedy_generate(nn::CausalLM& lm, const std::vector<int32_t>& prompt, int64_t max_new_tokens,
                                      int32_t eos) {
-  HH_CHECK(!prompt.empty(), "greedy_generate: empty prompt");
-  NoGradGuard no_grad;
-  const int64_t P = lm.max_positions();
-  HH_CHECK(P < 0 || static_cast<int64_t>(prompt.size()) <= P, "greedy_generate: the prompt has ", prompt.size(),
-           " tokens, more than the model's ", P, " positions");
-  const Device dev = lm.parameters().empty() ? Device::cpu() : lm.parameters().front().device();
-  nn::DecodeState state = lm.start_decoding();
-  const auto feed = [&](int32_t id) {
-    Tensor logits = lm.step(from_vector(std::vector<int64_t>{id}, {1, 1}).to(dev), state);  // (1,1,V)
-    return static_cast<int32_t>(argmax(reshape(logits, {-1}), 0).to(Device::cpu()).item<int64_t>());
-  };
-  int32_t next = 0;
-  for (int32_t id : prompt) next = feed(id);
-  std::vector<int32_t> out;
-  while (static_cast<int64_t>(out.size()) < max_new_tokens && next != eos) {
-    out.push_back(next);
-    if (P >= 0 && state.pos >= P) break;  // no position left to read the token just generated
-    if (static_cast<int64_t>(out.size()) == max_new_tokens) break;
-    next = feed(next);
-  }
-  return out;
+  nn::Sampler greedy(nn::SamplingOptions{0.0, 0, 1.0, 0});
+  nn::GenerateOptions o;
+  o.max_new_tokens = max_new_tokens;
+  o.eos = eos;
+  o.keep_eos = false;
+  const nn::Generation g = nn::generate(lm, std::vector<int64_t>(prompt.begin(), prompt.end()), greedy, o);
+  return std::vector<int32_t>(g.ids.begin(), g.ids.end());
 }
 
 SamsumConversionTask::SamsumConversionTask(std::shared_ptr<nn::CausalLM> model,

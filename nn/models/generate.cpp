@@ -1,0 +1,87 @@
+#include "nn/models/generate.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <numeric>
+
+#include "autograd/grad_mode.h"
+#include "core/error.h"
+#include "autograd/ops.h"
+#include "core/tensor.h"
+
+namespace hh::nn {
+
+Sampler::Sampler(const SamplingOptions& o) : o_(o), rng_(o.seed) {
+  HH_CHECK(std::isfinite(o.temperature) && o.temperature >= 0.0, "sampling: temperature must be >= 0, got ",
+           o.temperature);
+  HH_CHECK(o.top_k >= 0, "sampling: top-k must be >= 0, got ", o.top_k);
+  HH_CHECK(o.top_p > 0.0 && o.top_p <= 1.0, "sampling: top-p must be in (0, 1], got ", o.top_p);
+}
+
+int64_t Sampler::next(const std::vector<double>& logits) {
+  const int64_t V = static_cast<int64_t>(logits.size());
+  HH_CHECK(V > 0, "sampling: empty logits");
+  if (o_.temperature == 0.0) return std::max_element(logits.begin(), logits.end()) - logits.begin();
+  std::vector<int64_t> order(static_cast<size_t>(V));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return logits[a] > logits[b]; });
+  const int64_t keep = o_.top_k > 0 ? std::min(o_.top_k, V) : V;
+  std::vector<double> p(static_cast<size_t>(keep));
+  const double mx = logits[order[0]];
+  double total = 0;
+  for (int64_t i = 0; i < keep; ++i) total += p[i] = std::exp((logits[order[i]] - mx) / o_.temperature);
+  double mass = 0;
+  int64_t n = 0;
+  while (n < keep) {  // the nucleus: the fewest top tokens whose probability reaches top_p
+    mass += p[n++] / total;
+    if (mass >= o_.top_p) break;
+  }
+  std::discrete_distribution<int64_t> pick(p.begin(), p.begin() + n);
+  return order[pick(rng_)];
+}
+
+namespace {
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace
+
+Generation generate(CausalLM& lm, const std::vector<int64_t>& prompt, Sampler& sampler, const GenerateOptions& o) {
+  HH_CHECK(!prompt.empty(), "generate: empty prompt");
+  HH_CHECK(o.max_new_tokens >= 0, "generate: max_new_tokens must be >= 0, got ", o.max_new_tokens);
+  const int64_t P = lm.max_positions();
+  HH_CHECK(P < 0 || static_cast<int64_t>(prompt.size()) <= P, "generate: the prompt has ", prompt.size(),
+           " tokens, more than the model's ", P, " positions");
+  for (int64_t id : prompt)
+    HH_CHECK(id >= 0 && id < lm.vocab_size(), "generate: prompt token id ", id, " is outside the vocabulary of ",
+             lm.vocab_size());
+  NoGradGuard no_grad;
+  const Device dev = lm.parameters().empty() ? Device::cpu() : lm.parameters().front().device();
+  DecodeState state = lm.start_decoding();
+  const auto feed = [&](int64_t id) {  // -> logits of the next token, on the host
+    Tensor logits = lm.step(from_vector(std::vector<int64_t>{id}, {1, 1}, {DType::i64}).to(dev), state);
+    return to_vector<double>(reshape(logits, {-1}));
+  };
+  Generation g;
+  auto t0 = std::chrono::steady_clock::now();
+  std::vector<double> logits;
+  for (int64_t id : prompt) logits = feed(id);
+  g.prefill_seconds = seconds_since(t0);
+  t0 = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < o.max_new_tokens; ++i) {
+    const int64_t next = sampler.next(logits);
+    const bool stop = next == o.eos && o.eos >= 0;
+    if (!stop || o.keep_eos) {
+      g.ids.push_back(next);
+      if (o.on_token) o.on_token(static_cast<int64_t>(g.ids.size()), next);
+    }
+    if (stop || i + 1 == o.max_new_tokens) break;
+    if (P >= 0 && state.pos >= P) break;  // no position left to read the token just drawn
+    logits = feed(next);
+  }
+  g.generate_seconds = seconds_since(t0);
+  return g;
+}
+
+}  // namespace hh::nn
