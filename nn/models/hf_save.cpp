@@ -26,14 +26,19 @@ const char* kCopied[] = {"tokenizer.json", "tokenizer_config.json", "special_tok
 }  // namespace
 
 void save_hf_model(const HFModel& model, const std::string& out_folder, const std::string& source_folder) {
+  const std::string src_config = (std::filesystem::path(source_folder) / "config.json").string();
+  save_hf_model(model, out_folder, read_file(src_config), src_config, source_folder);
+}
+
+void save_hf_model(const HFModel& model, const std::string& out_folder, const std::string& config_json,
+                   const std::string& config_origin, const std::string& files_folder) {
   namespace fs = std::filesystem;
   NamedTensors weights = model.hf_state_dict();
   for (const auto& [name, t] : weights)
     HH_CHECK(name.find(".lora_") == std::string::npos, "save_hf_model: the model still has LoRA adapters ('", name,
              "'); merge them first (merge_lora)");
-  const std::string src_config = (fs::path(source_folder) / "config.json").string();
-  nlohmann::json config = nlohmann::json::parse(read_file(src_config), nullptr, false);
-  HH_CHECK(config.is_object(), "save_hf_model: ", src_config, " is not a JSON object");
+  nlohmann::json config = nlohmann::json::parse(config_json, nullptr, false);
+  HH_CHECK(config.is_object(), "save_hf_model: ", config_origin, " is not a JSON object");
   const HFModelOptions& o = model.options();
   config.erase("hedgehog");
   if (o.mixer != "softmax") {
@@ -54,7 +59,8 @@ void save_hf_model(const HFModel& model, const std::string& out_folder, const st
   }
   ensure_writable_dir(out_folder);
   for (const char* name : kCopied) {
-    const fs::path from = fs::path(source_folder) / name;
+    if (files_folder.empty()) break;
+    const fs::path from = fs::path(files_folder) / name;
     if (fs::exists(from)) write_file_atomic((fs::path(out_folder) / name).string(), read_file(from.string()));
   }
   std::vector<std::pair<std::string, Tensor>> tensors;

@@ -12,6 +12,10 @@ namespace hh::nn {
 
 // LoRA adapters must be merged first (an error says so). The weights are written in their own dtype.
 void save_hf_model(const HFModel& model, const std::string& out_folder, const std::string& source_folder);
+// The same with the source config.json given as text (config_origin names it in errors) and the
+// tokenizer files copied from files_folder ("" = none): a model trained from scratch.
+void save_hf_model(const HFModel& model, const std::string& out_folder, const std::string& config_json,
+                   const std::string& config_origin, const std::string& files_folder);
 
 // The "hedgehog" section of a config.json, applied to `options` (mixer, form, chunk, eps, feature
 // map) when `config` has one; a malformed section is an error naming the file and the key.
