@@ -25,21 +25,10 @@ const char* kCopied[] = {"tokenizer.json", "tokenizer_config.json", "special_tok
                          "preprocessor_config.json", "added_tokens.json"};
 }  // namespace
 
-void save_hf_model(const HFModel& model, const std::string& out_folder, const std::string& source_folder) {
-  const std::string src_config = (std::filesystem::path(source_folder) / "config.json").string();
-  save_hf_model(model, out_folder, read_file(src_config), src_config, source_folder);
-}
-
-void save_hf_model(const HFModel& model, const std::string& out_folder, const std::string& config_json,
-                   const std::string& config_origin, const std::string& files_folder) {
-  namespace fs = std::filesystem;
-  NamedTensors weights = model.hf_state_dict();
-  for (const auto& [name, t] : weights)
-    HH_CHECK(name.find(".lora_") == std::string::npos, "save_hf_model: the model still has LoRA adapters ('", name,
-             "'); merge them first (merge_lora)");
+std::string config_with_hedgehog_section(const std::string& config_json, const std::string& config_origin,
+                                        const HFModelOptions& o) {
   nlohmann::json config = nlohmann::json::parse(config_json, nullptr, false);
   HH_CHECK(config.is_object(), "save_hf_model: ", config_origin, " is not a JSON object");
-  const HFModelOptions& o = model.options();
   config.erase("hedgehog");
   if (o.mixer != "softmax") {
     const FeatureMapConfig& f = o.feature_map;
@@ -57,6 +46,22 @@ void save_hf_model(const HFModel& model, const std::string& out_folder, const st
                             {"cosformer_length", f.cosformer_length},
                             {"seed", f.seed}}}};
   }
+  return config.dump(2) + "\n";
+}
+
+void save_hf_model(const HFModel& model, const std::string& out_folder, const std::string& source_folder) {
+  const std::string src_config = (std::filesystem::path(source_folder) / "config.json").string();
+  save_hf_model(model, out_folder, read_file(src_config), src_config, source_folder);
+}
+
+void save_hf_model(const HFModel& model, const std::string& out_folder, const std::string& config_json,
+                   const std::string& config_origin, const std::string& files_folder) {
+  namespace fs = std::filesystem;
+  NamedTensors weights = model.hf_state_dict();
+  for (const auto& [name, t] : weights)
+    HH_CHECK(name.find(".lora_") == std::string::npos, "save_hf_model: the model still has LoRA adapters ('", name,
+             "'); merge them first (merge_lora)");
+  const std::string config = config_with_hedgehog_section(config_json, config_origin, model.options());
   ensure_writable_dir(out_folder);
   for (const char* name : kCopied) {
     if (files_folder.empty()) break;
@@ -67,7 +72,7 @@ void save_hf_model(const HFModel& model, const std::string& out_folder, const st
   for (auto& [name, t] : weights) tensors.emplace_back(name, t.to(Device::cpu()).contiguous());
   save_safetensors((fs::path(out_folder) / "model.safetensors").string(), tensors, {{"format", "pt"}});
   // config.json last: a folder with a config is a complete one.
-  write_file_atomic((fs::path(out_folder) / "config.json").string(), config.dump(2) + "\n");
+  write_file_atomic((fs::path(out_folder) / "config.json").string(), config);
 }
 
 void apply_hedgehog_section(const HFConfig& config, HFModelOptions& options) {

@@ -17,6 +17,10 @@ void save_hf_model(const HFModel& model, const std::string& out_folder, const st
 void save_hf_model(const HFModel& model, const std::string& out_folder, const std::string& config_json,
                    const std::string& config_origin, const std::string& files_folder);
 
+// config_json (an HF config.json's text) with the "hedgehog" section of `options` (replaced; none
+// for softmax): the config.json save_hf_model writes. Errors name config_origin.
+std::string config_with_hedgehog_section(const std::string& config_json, const std::string& config_origin,
+                                         const HFModelOptions& options);
 // The "hedgehog" section of a config.json, applied to `options` (mixer, form, chunk, eps, feature
 // map) when `config` has one; a malformed section is an error naming the file and the key.
 void apply_hedgehog_section(const HFConfig& config, HFModelOptions& options);
