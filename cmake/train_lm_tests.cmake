@@ -1,0 +1,112 @@
+# train_lm end to end on the committed WikiText fixture (tests/fixtures/wikitext: hand-written wiki
+# text and gpt2-bytes, a small byte-level GPT-2 tokenizer): prepare, train two attentions, resume,
+# sample. Bad input must give "error: " and a non-zero exit before any training.
+set(LMFX ${CMAKE_CURRENT_SOURCE_DIR}/tests/fixtures)
+set(TLM ${CMAKE_CURRENT_BINARY_DIR}/train_lm_tests)
+add_test(NAME train_lm_prepare COMMAND train_lm prepare --input ${LMFX}/wikitext --tokenizer ${LMFX}/wikitext/gpt2-bytes
+         --out ${TLM}/data --quiet)
+set_tests_properties(train_lm_prepare PROPERTIES FIXTURES_SETUP train_lm_data
+                     PASS_REGULAR_EXPRESSION "train +[0-9]+ tokens.*valid +[0-9]+ tokens")
+set(TLM_TINY train --data ${TLM}/data --preset tiny --context 32 --steps 12 --eval-every 6 --samples 2
+    --sample-tokens 6 --quiet --attentions softmax,hedgehog)
+add_test(NAME train_lm_tiny COMMAND train_lm ${TLM_TINY} --out ${TLM}/runs)
+set_tests_properties(train_lm_tiny PROPERTIES FIXTURES_REQUIRED train_lm_data FIXTURES_SETUP train_lm_runs
+                     PASS_REGULAR_EXPRESSION "softmax +[0-9.]+ +[0-9.]+ +- .*ok\nhedgehog +[0-9.]+ .*ok\n.*samples from hedgehog.*report: ")
+# The exported folder is an HF GPT-2 folder that hf_run and train_lm sample load (Hedgehog attention,
+# recurrent decoding), with the tokenizer files copied.
+add_test(NAME train_lm_sample COMMAND train_lm sample --model ${TLM}/runs/hedgehog/model --tokens 5 --samples 1
+         --prompt "The river")
+set_tests_properties(train_lm_sample PROPERTIES FIXTURES_REQUIRED train_lm_runs PASS_REGULAR_EXPRESSION "^The river.*\n---")
+# A run's checkpoint samples too (the tokenizer is the one its data was prepared with).
+add_test(NAME train_lm_sample_checkpoint COMMAND train_lm sample --checkpoint ${TLM}/runs/softmax/checkpoint.safetensors
+         --tokens 5 --samples 2 --prompt "The river")
+set_tests_properties(train_lm_sample_checkpoint PROPERTIES FIXTURES_REQUIRED train_lm_runs
+                     PASS_REGULAR_EXPRESSION "^The river.*\n---\nThe river.*\n---")
+add_test(NAME train_lm_export_hf_run COMMAND hf_run --model ${TLM}/runs/softmax/model --prompt "The" --temperature 0
+         --max-new-tokens 3 --stop-at-eos=false)
+set_tests_properties(train_lm_export_hf_run PROPERTIES FIXTURES_REQUIRED train_lm_runs
+                     PASS_REGULAR_EXPRESSION "generated ids: \\[[0-9]+,[0-9]+,[0-9]+\\]")
+# --resume with other settings is refused before any work; with the same ones the finished runs stand.
+add_test(NAME train_lm_resume_other COMMAND train_lm ${TLM_TINY} --dim 64 --resume --out ${TLM}/runs)
+set_tests_properties(train_lm_resume_other PROPERTIES FIXTURES_REQUIRED train_lm_runs
+                     PASS_REGULAR_EXPRESSION "error: checkpoint [^\n]*another configuration \\(differs in /model/n_embd\\)")
+add_test(NAME train_lm_resume_same COMMAND train_lm ${TLM_TINY} --resume --out ${TLM}/runs)
+set_tests_properties(train_lm_resume_same PROPERTIES FIXTURES_REQUIRED train_lm_runs
+                     DEPENDS "train_lm_resume_other;train_lm_sample;train_lm_export_hf_run;train_lm_sample_checkpoint"
+                     PASS_REGULAR_EXPRESSION "softmax +[0-9.]+ .*ok\nhedgehog +[0-9.]+ .*ok\n" FAIL_REGULAR_EXPRESSION "error: ")
+
+# Pairs: arguments (one string, split like a shell line) and a fragment of the expected error.
+set(TLM_BAD ${TLM}/bad)
+file(MAKE_DIRECTORY ${TLM_BAD}/empty_dir)
+file(WRITE ${TLM_BAD}/empty.txt "")
+set(T "train --data ${TLM}/data --preset tiny --out ${TLM_BAD}/out")
+set(TRAIN_LM_BAD
+    "" "usage: train_lm prepare|train|sample"
+    "fit" "unknown command 'fit'"
+    "prepare --out ${TLM_BAD}/p" "--input is required"
+    "prepare --input /nonexistent/hh --out ${TLM_BAD}/p" "/nonexistent/hh does not exist"
+    "prepare --input ${TLM_BAD}/empty.txt --out ${TLM_BAD}/p" "empty.txt"
+    "prepare --input ${TLM_BAD}/empty_dir --out ${TLM_BAD}/p" "empty_dir"
+    "prepare --input ${LMFX}/wikitext/gpt2-bytes/model.safetensors --out ${TLM_BAD}/p" "model.safetensors"
+    "prepare --input ${LMFX}/wikitext --tokenizer /nonexistent/tok --out ${TLM_BAD}/p" "/nonexistent/tok"
+    "prepare --input ${LMFX}/wikitext --out ${CMAKE_CURRENT_SOURCE_DIR}/CMakeLists.txt" "not a folder"
+    "train --preset tiny --out ${TLM_BAD}/out" "--data is required"
+    "train --data /nonexistent/prepared --out ${TLM_BAD}/out" "/nonexistent/prepared"
+    "${T} --positions 64 --context 65" "--context 65 is longer than the model's 64 positions"
+    "${T} --attentions softmax,nope" "unknown attention 'nope'"
+    "${T} --attentions softmax,softmax" "'softmax' is given twice"
+    "${T} --dim 30 --heads 4" "n_embd (30) must be a positive multiple of n_head (4)"
+    "${T} --batch 6 --accumulation 4" "--batch 6 must be a positive multiple of --accumulation (4)"
+    "${T} --schedule onecycle --steps 0" "--steps"
+    "${T} --schedule zigzag" "zigzag"
+    "${T} --dist carrier-pigeon" "carrier-pigeon"
+    "train --data ${TLM}/data --preset huge --out ${TLM_BAD}/out" "--preset: unknown preset 'huge'"
+    "${T} --bogus 1" "unknown flag --bogus"
+    "${T} --device tpu" "tpu"
+    "${T} --top-p 0" "--top-p"
+    "train --data ${TLM}/data --preset tiny --out ${CMAKE_CURRENT_SOURCE_DIR}/CMakeLists.txt" "not a folder"
+    "sample --model /nonexistent/model" "/nonexistent/model is not a folder"
+    "sample" "give one of --model and --checkpoint"
+    "sample --checkpoint ${LMFX}/wikitext/gpt2-bytes/model.safetensors" "is not a train_lm checkpoint")
+list(LENGTH TRAIN_LM_BAD n)
+math(EXPR last "${n} / 2 - 1")
+foreach(i RANGE ${last})
+  math(EXPR a "2 * ${i}")
+  math(EXPR b "2 * ${i} + 1")
+  list(GET TRAIN_LM_BAD ${a} args)
+  list(GET TRAIN_LM_BAD ${b} msg)
+  separate_arguments(args UNIX_COMMAND "${args}")
+  add_test(NAME train_lm_rejects_${i} COMMAND train_lm ${args})
+  string(REGEX REPLACE "([][().*+?^$|\\\\])" "\\\\\\1" msg_re "${msg}")
+  set_tests_properties(train_lm_rejects_${i} PROPERTIES PASS_REGULAR_EXPRESSION "${msg_re}"
+                       FAIL_REGULAR_EXPRESSION "train_lm: [0-9]+ run")
+  if(NOT i EQUAL 0)
+    set_tests_properties(train_lm_rejects_${i} PROPERTIES PASS_REGULAR_EXPRESSION "error: .*${msg_re}"
+                         FIXTURES_REQUIRED train_lm_data)
+  endif()
+endforeach()
+
+# Data parallelism: 2 MPI ranks train the same global batches as one process (each rank half of
+# every batch); the exported weights must agree to 5e-6. Why not bit for bit: the gradients are
+# averaged as (sum of 4 rows + sum of 4 rows) / 2 instead of one sum of 8 rows, so they differ in
+# their last bits; AdamW turns that into ~lr·1e-7/eps-sized differences where a gradient is
+# rounding noise (the key part of c_attn's bias, whose true gradient is 0): measured 7.1e-7
+# (softmax) and 3.6e-7 (Hedgehog) after 6 steps. A real error (a missing division, a rank on other
+# windows) moves the weights by more than 1e-3 (tests of dist_check).
+if(HH_WITH_MPI AND MPIEXEC_EXECUTABLE)
+  set(TLM_DP train --data ${TLM}/data --preset tiny --context 32 --steps 6 --batch 8 --eval-every 0 --samples 0
+      --quiet --attentions softmax,hedgehog)
+  add_test(NAME train_lm_dp_single COMMAND train_lm ${TLM_DP} --dist none --out ${TLM}/dp1)
+  add_test(NAME train_lm_dp_mpi2 COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 --oversubscribe
+           --allow-run-as-root $<TARGET_FILE:train_lm> ${TLM_DP} --dist mpi --out ${TLM}/dp2)
+  set_tests_properties(train_lm_dp_single train_lm_dp_mpi2 PROPERTIES FIXTURES_REQUIRED train_lm_data
+                       ENVIRONMENT "OMP_NUM_THREADS=1" TIMEOUT 300 PASS_REGULAR_EXPRESSION "2 run\\(s\\).*hedgehog .* ok")
+  set_tests_properties(train_lm_dp_single PROPERTIES FIXTURES_SETUP train_lm_dp1)
+  set_tests_properties(train_lm_dp_mpi2 PROPERTIES FIXTURES_SETUP train_lm_dp2 PASS_REGULAR_EXPRESSION "2 rank\\(s\\)")
+  foreach(m softmax hedgehog)
+    add_test(NAME train_lm_dp_compare_${m} COMMAND dist_check --out ${TLM}/dp2/${m}/model/model.safetensors
+             --compare ${TLM}/dp1/${m}/model/model.safetensors --tol 5e-6)
+    set_tests_properties(train_lm_dp_compare_${m} PROPERTIES FIXTURES_REQUIRED "train_lm_dp1;train_lm_dp2"
+                         PASS_REGULAR_EXPRESSION "max \\|delta\\| = ")
+  endforeach()
+endif()

@@ -1,0 +1,263 @@
+// train_lm's model, trainer and sampling (train/lm_model, train/lm_train, nn/models/generate).
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "autograd/grad_mode.h"
+#include "autograd/ops/nn.h"
+#include "autograd/ops/reduce.h"
+#include "autograd/ops/shape.h"
+#include "core/generator.h"
+#include "data/token_shards.h"
+#include "nn/models/generate.h"
+#include "nn/models/hf_save.h"
+#include "tests/temp_dir.h"
+#include "train/lm_train.h"
+
+using namespace hh;
+
+namespace {
+
+// A stream a tiny model can learn: a fixed cycle of 12 ids with one random id in every 6.
+std::vector<int32_t> learnable_stream(int64_t n, uint64_t seed) {
+  Generator gen(seed);
+  const std::vector<double> noise = to_vector<double>(uniform({n}, 0.0, 1.0, gen));
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i)
+    ids[i] = i % 6 == 5 ? static_cast<int32_t>(noise[i] * 16) : static_cast<int32_t>((i * 7) % 12);
+  return ids;
+}
+
+data::TokenDataset write_train_split(const test::TempDir& dir) {
+  data::write_token_shard(dir.file("train_00000.bin"), learnable_stream(3000, 1), 16);
+  return data::TokenDataset::open(dir.path.string(), "train");
+}
+
+struct TinyData {
+  test::TempDir dir{"lm_train"};
+  std::vector<int32_t> valid = learnable_stream(400, 2);
+  data::TokenDataset train = write_train_split(dir);
+};
+
+train::LmTrainConfig tiny_config(const std::string& out, const std::string& mixer) {
+  train::LmTrainConfig c;
+  c.model = train::lm_model_preset("tiny");
+  c.model.vocab_size = 16;
+  c.model.n_positions = 32;
+  c.attention.mixer = mixer;
+  c.context = 32;
+  c.batch = 4;
+  c.steps = 12;
+  c.lr = 3e-3;
+  c.warmup = 2;
+  c.eval_every = 4;
+  c.eval_windows = 4;
+  c.out_dir = out;
+  c.progress = false;
+  return c;
+}
+
+std::vector<float> weights_of(const nn::Module& m) {
+  std::vector<float> all;
+  for (const auto& [name, p] : m.named_parameters()) {
+    const std::vector<float> v = to_vector<float>(p);
+    all.insert(all.end(), v.begin(), v.end());
+  }
+  return all;
+}
+
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  REQUIRE(a.size() == b.size());
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(static_cast<double>(a[i]) - b[i]));
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("train_lm: presets, config.json and GPT-2 initialisation") {
+  CHECK_THROWS_WITH_AS(train::lm_model_preset("huge"), doctest::Contains("unknown model preset 'huge'"), Error);
+  train::LmModelConfig c = train::lm_model_preset("paper");
+  CHECK(c.n_layer == 12);
+  CHECK(c.n_embd == 768);
+  CHECK(c.n_positions == 1024);
+  CHECK_THROWS_WITH_AS(train::gpt2_config_json(c, -1), doctest::Contains("vocab_size"), Error);  // not set yet
+  c = train::lm_model_preset("small");
+  c.vocab_size = 257;
+  c.n_layer = 8;  // so the c_proj scale 0.02 / sqrt(16) = 0.005 differs clearly from 0.02
+  c.n_embd = 96;
+  c.n_head = 3;
+  nn::HFModelOptions o;
+  o.seed = 3;
+  auto m = train::make_lm_model(train::gpt2_config_json(c, 256), o);
+  CHECK(m->config().get_int("eos_token_id") == 256);
+  CHECK(m->vocab_size() == 257);
+  double proj_sq = 0, fc_sq = 0, bias_abs = 0;
+  int64_t proj_n = 0, fc_n = 0;
+  for (const auto& [name, p] : m->named_parameters()) {
+    const std::vector<double> v = to_vector<double>(p);
+    double sq = 0;
+    for (double x : v) sq += x * x;
+    if (name.find("attn.c_proj.weight") != std::string::npos) proj_sq += sq, proj_n += p.numel();
+    if (name.find("mlp.c_fc.weight") != std::string::npos) fc_sq += sq, fc_n += p.numel();
+    if (name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0 && name.find(".ln_") == std::string::npos)
+      for (double x : v) bias_abs += std::fabs(x);
+  }
+  CHECK(std::sqrt(proj_sq / proj_n) == doctest::Approx(0.005).epsilon(0.05));
+  CHECK(std::sqrt(fc_sq / fc_n) == doctest::Approx(0.02).epsilon(0.05));
+  CHECK(bias_abs == 0.0);
+  // A bad size is named.
+  c.n_embd = 97;
+  CHECK_THROWS_WITH_AS(train::gpt2_config_json(c, -1), doctest::Contains("n_embd (97)"), Error);
+}
+
+TEST_CASE("train_lm: sampling (greedy, top-k 1, a tiny nucleus) and its checks") {
+  const std::vector<double> logits = {0.1, 2.0, -1.0, 1.9, 0.0};
+  nn::Sampler greedy(nn::SamplingOptions{0.0, 0, 1.0, 0});
+  CHECK(greedy.next(logits) == 1);
+  nn::Sampler top1(nn::SamplingOptions{1.0, 1, 1.0, 7});
+  nn::Sampler nucleus(nn::SamplingOptions{1.0, 0, 1e-3, 7});
+  nn::Sampler wide(nn::SamplingOptions{1.0, 0, 1.0, 7});
+  int seen3 = 0;
+  for (int i = 0; i < 200; ++i) {
+    CHECK(top1.next(logits) == 1);
+    CHECK(nucleus.next(logits) == 1);
+    seen3 += wide.next(logits) == 3;
+  }
+  CHECK(seen3 > 40);  // p(3) = 0.33 with every token allowed
+  CHECK_THROWS_WITH_AS(nn::Sampler(nn::SamplingOptions{-1.0, 0, 1.0, 0}), doctest::Contains("temperature"), Error);
+  CHECK_THROWS_WITH_AS(nn::Sampler(nn::SamplingOptions{1.0, 0, 0.0, 0}), doctest::Contains("top-p"), Error);
+}
+
+TEST_CASE("train_lm: a tiny GPT learns; a resumed run ends bit for bit where an uninterrupted one ends") {
+  TinyData d;
+  auto comm = train::make_communicator("none");
+  for (const std::string mixer : {"softmax", "hedgehog"}) {
+    CAPTURE(mixer);
+    test::TempDir out("lm_train_run");
+    train::LmTrainConfig c = tiny_config(out.file("full"), mixer);
+    c.steps = 40;
+    const train::LmTrainResult full = train::train_language_model(c, d.train, d.valid, *comm);
+    REQUIRE(full.status == "ok");
+    REQUIRE(full.evals.size() == 10);  // steps 4, 8, ..., 36 and the final one
+    CHECK(full.evals.back().step == 40);
+    // Learned: it starts near ln 16 = 2.77; the unigram frequencies alone give about 2.5 (12
+    // cycle ids and the noise), so a loss below 2 needs the context (5 of 6 ids follow from the
+    // ones before; the best possible loss is about 0.5).
+    CHECK(full.train_loss.front() > 2.5);
+    CHECK(full.evals.back().loss < 2.0);
+    CHECK(std::filesystem::exists(out.file("full/metrics.jsonl")));
+
+    train::LmTrainConfig a = c;
+    a.out_dir = out.file("resumed");
+    a.stop_after_steps = 13;  // between evaluations: the checkpoint is written by the interruption
+    const train::LmTrainResult part = train::train_language_model(a, d.train, d.valid, *comm);
+    CHECK(part.status == "interrupted at step 13");
+    a.stop_after_steps = 0;
+    a.resume = true;
+    const train::LmTrainResult rest = train::train_language_model(a, d.train, d.valid, *comm);
+    REQUIRE(rest.status == "ok");
+    CHECK(rest.train_loss == full.train_loss);
+    CHECK(max_abs_diff(weights_of(*rest.model), weights_of(*full.model)) == 0.0);
+    CHECK(rest.evals.back().loss == full.evals.back().loss);
+    // Another configuration's checkpoint is refused before any step, naming what differs.
+    train::LmTrainConfig other = a;
+    other.lr = 1e-3;
+    CHECK_THROWS_WITH_AS(train::check_lm_resume(other.out_dir, train::lm_run_fingerprint(other)),
+                         doctest::Contains("differs in /lr"), Error);
+    CHECK_THROWS_WITH_AS(train::train_language_model(other, d.train, d.valid, *comm),
+                         doctest::Contains("another configuration"), Error);
+  }
+}
+
+TEST_CASE("train_lm: gradient accumulation gives the update of the whole batch") {
+  TinyData d;
+  auto comm = train::make_communicator("none");
+  test::TempDir out("lm_train_acc");
+  train::LmTrainConfig c = tiny_config(out.file("one"), "hedgehog");
+  c.steps = 3;
+  c.eval_every = 0;
+  const train::LmTrainResult one = train::train_language_model(c, d.train, d.valid, *comm);
+  c.accumulation = 2;
+  c.out_dir = out.file("two");
+  const train::LmTrainResult two = train::train_language_model(c, d.train, d.valid, *comm);
+  // The same windows and the same mean loss; only the f32 summation order differs (two halves
+  // of the batch added, instead of one sum), so the weights after three AdamW steps agree to
+  // rounding, not bit for bit.
+  CHECK(max_abs_diff(weights_of(*one.model), weights_of(*two.model)) < 2e-5);
+  CHECK(std::fabs(one.train_loss[2] - two.train_loss[2]) < 1e-5);
+  c.accumulation = 3;  // 4 sequences cannot be cut into 3 micro-batches
+  CHECK_THROWS_WITH_AS(train::train_language_model(c, d.train, d.valid, *comm),
+                       doctest::Contains("--batch 4 must be a positive multiple of --accumulation (3)"), Error);
+}
+
+TEST_CASE("train_lm: validation perplexity over blocks and sliding windows") {
+  TinyData d;
+  auto comm = train::make_communicator("none");
+  nn::HFModelOptions o;
+  train::LmModelConfig mc = train::lm_model_preset("tiny");
+  mc.vocab_size = 16;
+  mc.n_positions = 32;
+  auto m = train::make_lm_model(train::gpt2_config_json(mc, -1), o);
+  m->eval();
+  const std::vector<int32_t> ids(d.valid.begin(), d.valid.begin() + 97);  // 3 blocks of 32 + 1
+  const train::LmEval blocks = train::evaluate_lm(*m, ids, 32, 0, 0, 2, *comm);
+  CHECK(blocks.tokens == 96);
+  // By hand: the three blocks in one batch.
+  std::vector<int64_t> x, y;
+  for (int64_t b = 0; b < 3; ++b)
+    for (int64_t j = 0; j < 32; ++j) x.push_back(ids[b * 32 + j]), y.push_back(ids[b * 32 + j + 1]);
+  NoGradGuard ng;
+  const Tensor logits = m->forward(from_vector(x, {3, 32}));
+  const double expect = cross_entropy(logits, from_vector(y, {3, 32})).item<double>();
+  CHECK(blocks.loss == doctest::Approx(expect).epsilon(1e-6));
+  CHECK(blocks.ppl == doctest::Approx(std::exp(expect)).epsilon(1e-6));
+  // A stride equal to the context is the block layout; a smaller stride scores each token once,
+  // with more context.
+  const train::LmEval strided = train::evaluate_lm(*m, ids, 32, 32, 0, 2, *comm);
+  CHECK(strided.tokens == 96);
+  CHECK(strided.loss == doctest::Approx(blocks.loss).epsilon(1e-6));
+  const train::LmEval sliding = train::evaluate_lm(*m, ids, 32, 8, 0, 2, *comm);
+  CHECK(sliding.tokens == 96);
+  // At most 2 windows (of the 3 blocks).
+  CHECK(train::evaluate_lm(*m, ids, 32, 0, 2, 2, *comm).tokens == 64);
+}
+
+TEST_CASE("train_lm: the exported HF folder loads back with the same outputs") {
+  TinyData d;
+  auto comm = train::make_communicator("none");
+  for (const std::string mixer : {"softmax", "hedgehog"}) {
+    CAPTURE(mixer);
+    test::TempDir out("lm_train_export");
+    train::LmTrainConfig c = tiny_config(out.file("run"), mixer);
+    c.steps = 3;
+    c.eos_id = 15;
+    const train::LmTrainResult r = train::train_language_model(c, d.train, d.valid, *comm);
+    nn::save_hf_model(*r.model, out.file("model"), r.config_json, "test config", "");
+    auto back = nn::load_causal_lm(out.file("model"));
+    CHECK(back->options().mixer == mixer);
+    CHECK(back->config().get_int("eos_token_id") == 15);
+    NoGradGuard ng;
+    const Tensor ids = from_vector(std::vector<int64_t>(d.valid.begin(), d.valid.begin() + 20), {1, 20});
+    CHECK(max_abs_diff(to_vector<float>(r.model->forward(ids)), to_vector<float>(back->forward(ids))) == 0.0);
+    // The run's checkpoint rebuilds the same model (its config.json and attention are in it).
+    auto from_ckpt = train::load_lm_checkpoint_model(train::lm_checkpoint_path(out.file("run")));
+    CHECK(max_abs_diff(to_vector<float>(r.model->forward(ids)), to_vector<float>(from_ckpt->forward(ids))) == 0.0);
+    // Decoding one token at a time (KV cache or recurrent state) gives the same next-token logits.
+    nn::Sampler greedy(nn::SamplingOptions{0.0, 0, 1.0, 0});
+    nn::GenerateOptions go;
+    go.max_new_tokens = 5;
+    const nn::Generation g = nn::generate(*back, {3, 5, 7}, greedy, go);
+    CHECK(g.ids.size() == 5);
+    std::vector<int64_t> seq = {3, 5, 7};
+    for (int64_t id : g.ids) {
+      const Tensor l = back->forward(from_vector(seq, {1, static_cast<int64_t>(seq.size())}));
+      const int64_t n = static_cast<int64_t>(seq.size());
+      CHECK(argmax(reshape(l.slice(1, n - 1, n), {-1}), 0).item<int64_t>() == id);
+      seq.push_back(id);
+    }
+  }
+}
