@@ -12,10 +12,7 @@
 // (seed, i, retry), so the files are the same for any thread count: the trees are drawn in
 // parallel, then duplicates are redrawn in index order on one thread.
 #include <algorithm>
-#include <atomic>
-#include <exception>
 #include <filesystem>
-#include <memory>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -23,9 +20,8 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/generator.h"
-#include "core/parallel.h"
 #include "data/lra_generate.h"
-#include "train/progress.h"
+#include "data/parallel_items.h"
 
 namespace hh::data {
 
@@ -141,32 +137,8 @@ void generate_listops(const std::string& dir, const ListOpsOptions& o) {
   ensure_writable_dir(dir);
   const int64_t n = o.train + o.val + o.test;
   std::vector<Drawn> all(static_cast<size_t>(n));
-  std::vector<std::string> errors(static_cast<size_t>(n));
-  const int threads = o.threads > 0 ? o.threads : num_threads();
-  std::atomic<int64_t> done{0};
-  std::unique_ptr<Progress> progress;
-  if (o.progress) {
-    ProgressOptions po;
-    po.label = "listops";
-    po.total = n;
-    progress = std::make_unique<Progress>(po);
-  }
-#pragma omp parallel for schedule(dynamic, 4) num_threads(threads)
-  for (int64_t i = 0; i < n; ++i) {
-    try {
-      all[static_cast<size_t>(i)] = draw_example(o, i, 0);
-    } catch (const std::exception& e) {
-      errors[static_cast<size_t>(i)] = e.what();
-    }
-    ++done;
-    if (progress) {
-#pragma omp critical(hh_listops_progress)
-      progress->update(done.load());  // in the critical section, so the counts never go back
-    }
-  }
-  for (const std::string& e : errors)
-    if (!e.empty()) fail(e);
-  if (progress) progress->finish();
+  parallel_items(n, o.threads, o.progress ? "listops" : "",
+                 [&](int64_t i) { all[static_cast<size_t>(i)] = draw_example(o, i, 0); });
   // Duplicates (rare at the official lengths) are redrawn from the next retry streams, in order.
   std::unordered_set<std::string> seen;
   for (int64_t i = 0; i < n; ++i) {

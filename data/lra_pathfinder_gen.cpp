@@ -26,22 +26,18 @@
 #include <png.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstring>
-#include <exception>
 #include <filesystem>
 #include <fstream>
-#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/generator.h"
-#include "core/parallel.h"
 #include "data/lra_generate.h"
-#include "train/progress.h"
+#include "data/parallel_items.h"
 
 namespace hh::data {
 
@@ -316,34 +312,11 @@ void generate_pathfinder(const std::string& dir, const PathfinderOptions& o) {
   }
   for (int64_t k = 0; k * kPerFolder < n; ++k) fs::create_directories(root / "imgs" / std::to_string(k));
 
-  std::vector<std::string> errors(static_cast<size_t>(n));
-  const int threads = o.threads > 0 ? o.threads : num_threads();
-  std::atomic<int64_t> done{0};
-  std::unique_ptr<Progress> progress;
-  if (o.progress) {
-    ProgressOptions po;
-    po.label = "pathfinder";
-    po.total = n;
-    progress = std::make_unique<Progress>(po);
-  }
-#pragma omp parallel for schedule(dynamic, 8) num_threads(threads)
-  for (int64_t i = 0; i < n; ++i) {
-    try {
-      const std::vector<uint8_t> grey = draw_image(o, i, labels[static_cast<size_t>(i)]);
-      const fs::path file = root / "imgs" / std::to_string(i / kPerFolder) / ("sample_" + std::to_string(i % kPerFolder) + ".png");
-      write_plain(file.string(), encode_grey_png(grey, o.size));
-    } catch (const std::exception& e) {
-      errors[static_cast<size_t>(i)] = e.what();
-    }
-    ++done;
-    if (progress) {
-#pragma omp critical(hh_pathfinder_progress)
-      progress->update(done.load());  // in the critical section, so the counts never go back
-    }
-  }
-  for (const std::string& e : errors)
-    if (!e.empty()) fail(e);
-  if (progress) progress->finish();
+  parallel_items(n, o.threads, o.progress ? "pathfinder" : "", [&](int64_t i) {
+    const std::vector<uint8_t> grey = draw_image(o, i, labels[static_cast<size_t>(i)]);
+    const fs::path file = root / "imgs" / std::to_string(i / kPerFolder) / ("sample_" + std::to_string(i % kPerFolder) + ".png");
+    write_plain(file.string(), encode_grey_png(grey, o.size));
+  });
 
   // Metadata lines as the release writes them: folder, file name, number, label, then settings
   // (continuity, contour length, distractor length, dash length, line width, gap, contrasts),
