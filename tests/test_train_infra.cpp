@@ -654,3 +654,13 @@ TEST_CASE("output folder: created and probed before any work; bad paths are name
                        hh::Error);
   fs::remove_all(dir);
 }
+
+TEST_CASE("checkpoint: fingerprint_diff names the settings that differ") {
+  const std::string a = R"({"lr": 0.001, "model": {"n_embd": 32, "n_head": 2}, "seed": 0})";
+  CHECK(train::fingerprint_diff(a, a) == "");
+  CHECK(train::fingerprint_diff(a, R"({"seed": 0, "model": {"n_head": 2, "n_embd": 32}, "lr": 0.001})") == "");
+  CHECK(train::fingerprint_diff(a, R"({"lr": 0.01, "model": {"n_embd": 64, "n_head": 2}, "seed": 0})") ==
+        "/lr, /model/n_embd");
+  CHECK(train::fingerprint_diff(a, R"({"lr": 0.001, "model": {"n_embd": 32, "n_head": 2}})") == "/seed");
+  CHECK(train::fingerprint_diff("{not json", a) == "its unreadable fingerprint");
+}

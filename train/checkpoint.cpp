@@ -1,6 +1,7 @@
 #include "train/checkpoint.h"
 
 #include <charconv>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "core/atomic_file.h"
@@ -64,6 +65,16 @@ void load_checkpoint(const std::string& path, nn::Module& model, Optimizer* opt,
   }
   for (auto& [k, v] : st.metadata)
     if (k.rfind("hedgehog.", 0) != 0 && k.rfind("rng.", 0) != 0 && k != "format") meta.extra[k] = v;
+}
+
+std::string fingerprint_diff(const std::string& saved, const std::string& now) {
+  const nlohmann::json a = nlohmann::json::parse(saved, nullptr, false);
+  const nlohmann::json b = nlohmann::json::parse(now, nullptr, false);
+  if (a.is_discarded()) return "its unreadable fingerprint";
+  if (a == b) return "";
+  std::string diff;
+  for (const auto& op : nlohmann::json::diff(a, b)) diff += (diff.empty() ? "" : ", ") + op["path"].get<std::string>();
+  return diff;
 }
 
 }  // namespace hh::train

@@ -27,4 +27,9 @@ void save_checkpoint(const std::string& path, const nn::Module& model, const Opt
 // meta.extra and meta.tensors. Errors name the file and what is missing or mismatched.
 void load_checkpoint(const std::string& path, nn::Module& model, Optimizer* opt, CheckpointMeta& meta);
 
+// Where two run fingerprints (JSON texts: every setting that decides a run's result) differ: their
+// JSON pointers joined by ", " ("/lr, /model/n_embd"), or "" when they are equal. A saved text that
+// is not JSON gives "its unreadable fingerprint". Resuming apps refuse a checkpoint that differs.
+std::string fingerprint_diff(const std::string& saved, const std::string& now);
+
 }  // namespace hh::train

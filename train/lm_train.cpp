@@ -89,15 +89,10 @@ void save_run(const std::string& path, const std::string& fingerprint, const nn:
 }
 
 void compare_fingerprints(const std::string& path, const std::string& saved_text, const std::string& fingerprint) {
-  const json saved = json::parse(saved_text, nullptr, false);
-  const json now = json::parse(fingerprint);
-  if (saved == now) return;
-  std::string diff;
-  if (saved.is_discarded()) diff = "its fingerprint is malformed";
-  else
-    for (const auto& op : json::diff(saved, now)) diff += (diff.empty() ? "" : ", ") + op["path"].get<std::string>();
-  fail(str("checkpoint ", path, " was saved by a run with another configuration (differs in ", diff,
-           "); start afresh without --resume, or use the original settings"));
+  const std::string diff = fingerprint_diff(saved_text, fingerprint);
+  if (!diff.empty())
+    fail(str("checkpoint ", path, " was saved by a run with another configuration (differs in ", diff,
+             "); start afresh without --resume, or use the original settings"));
 }
 
 void load_run(const std::string& path, const std::string& fingerprint, nn::Module& model, AdamW& opt, Checkpointed& s) {

@@ -179,12 +179,8 @@ void load_run(const std::string& path, const std::string& fingerprint, nn::LraCl
     HH_CHECK(it != meta.extra.end(), "checkpoint ", path, ": metadata lacks '", key, "' (not an lra checkpoint)");
     return it->second;
   };
-  const nlohmann::json saved = nlohmann::json::parse(get("lra.fingerprint"), nullptr, false);
-  const nlohmann::json now = nlohmann::json::parse(fingerprint);
-  if (saved != now) {
-    std::string diff;
-    for (const auto& op : nlohmann::json::diff(saved, now))
-      diff += (diff.empty() ? "" : ", ") + op["path"].get<std::string>();
+  const std::string diff = fingerprint_diff(get("lra.fingerprint"), fingerprint);
+  if (!diff.empty()) {
     fail(str("checkpoint ", path, ": it was saved by a run with another configuration or data (differs in ", diff,
              "); start afresh without --resume, or use the original settings"));
   }
