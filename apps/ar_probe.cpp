@@ -183,7 +183,10 @@ int run(int argc, char** argv) {
   f.add("feature-map", "paper", "a name, a comma list of distinct maps (exp:T sets exp's temperature; no other map\n"
         "                       takes a parameter), 'paper' or 'all'");
   f.add("preset", "small", "small (minutes on a CPU) or paper (REFERENCE.md §4 sizes)");
-  f.add("vocab", "", "vocabulary size (keys and values: half each)");
+  f.add("style", "pairs", "sequence style: pairs (a bijection per sequence, query over pairs) or safari (the\n"
+        "                       H3/safari generator: values drawn with replacement, '=>' before the query;\n"
+        "                       data/associative_recall.h)");
+  f.add("vocab", "", "vocabulary size (keys and values: half each; safari: 2 special tokens first)");
   f.add("seq-len", "", "sequence length");
   f.add("train-samples", "", "training samples (10% held out for validation)");
   f.add("test-samples", "", "test samples (fresh associations)");
@@ -194,15 +197,23 @@ int run(int argc, char** argv) {
   f.add("mlp-hidden", "", "MLP hidden size (default 2*dim)");
   f.add("positions", "rope", "position encoding: rope (the paper's) or learned");
   f.add("feature-dim", "0", "feature dim for t2r/hedgehog (0 = head dim) or performer features (0 = 256)");
+  f.add("untied", "false", "hedgehog / t2r: separate feature maps for queries and keys", true);
+  f.add("joint-softmax", "false", "hedgehog: one softmax over [z, -z] instead of one per half", true);
   f.add("epochs", "", "maximum epochs");
   f.add("lr", "", "peak learning rate (AdamW)");
   f.add("batch", "", "batch size");
   f.add("weight-decay", "0", "AdamW weight decay");
   f.add("patience", "", "early stopping: epochs without validation improvement");
+  f.add("early-stop", "", "what early stopping follows: accuracy or loss (validation cross-entropy on the\n"
+        "                       answer; the paper's rule) (default: accuracy; paper preset: loss)");
   f.add("schedule", "constant", "lr schedule after a 50-step warmup: constant, cosine, linear, onecycle");
-  f.add("stop-at", "0.99", "stop a run once its validation accuracy reaches this (solved)");
-  f.add("dense-targets", "true", "also train on every repeated key's value (accuracy is always on the query)", true);
-  f.add("sweep", "false", "the paper's grid: lr {1e-2,1e-4} x wd {0,5e-4} x batch {8,32}; best validation per map", true);
+  f.add("stop-at", "", "stop a run once its validation accuracy reaches this (solved) (default: 0.99; paper\n"
+        "                       preset: 1)");
+  f.add("targets", "recall", "training targets: query (the answer only), recall (also every value whose key\n"
+        "                       occurred before) or all (every next token, as safari trains); accuracy is\n"
+        "                       always on the query");
+  f.add("sweep", "", "the paper's grid: lr {1e-2,1e-4} x wd {0,5e-4} x batch {8,32}; best validation per map\n"
+        "                       (default: false; paper preset: true)", true);
   f.add("temperature", "1", "temperature for exp / hedgehog-exp when not given as exp:T");
   f.add("chunk", "64", "chunk size of the chunked causal linear form");
   f.add("seed", "0", "seed for data and initialization");
@@ -239,6 +250,7 @@ int run(int argc, char** argv) {
   data_cfg.num_train = pick("train-samples", 20000, 10000, 2, 100000000);
   data_cfg.num_test = pick("test-samples", 1000, 2000, 1, 100000000);
   data_cfg.seed = static_cast<uint64_t>(f.integer("seed", 0));
+  data_cfg.style = parse_ar_style(f.str("style"));
   validate(data_cfg);
 
   train::ArRunConfig rc;
@@ -256,15 +268,20 @@ int run(int argc, char** argv) {
   m.attention.chunk = f.integer("chunk", 1, 1 << 20);
   m.attention.form = nn::LinearForm::chunked;
   m.attention.feature_map.feature_dim = f.integer("feature-dim", 0, 1 << 20);
+  m.attention.feature_map.untied = f.boolean("untied");
+  m.attention.feature_map.joint_softmax = f.boolean("joint-softmax");
   rc.epochs = pick("epochs", 4, 100, 1, 100000);
   rc.patience = pick("patience", 4, 10, 1, 100000);
   rc.batch = pick("batch", 32, 32, 1, 1 << 20);
   rc.lr = f.given("lr") ? f.number("lr", 0, 10) : 1e-3;
-  rc.stop_accuracy = f.number("stop-at", 1e-9, 1);
+  rc.stop_accuracy = f.given("stop-at") ? f.number("stop-at", 1e-9, 1) : (paper ? 1.0 : 0.99);
+  rc.early_stop = f.given("early-stop") ? f.str("early-stop") : (paper ? "loss" : "accuracy");
+  HH_CHECK(rc.early_stop == "accuracy" || rc.early_stop == "loss", "--early-stop: expected accuracy or loss, got '",
+           rc.early_stop, "'");
   rc.weight_decay = f.number("weight-decay", 0, 10);
   rc.schedule = f.str("schedule");
   parse_schedule_kind(rc.schedule);  // a bad name fails here, not in every run
-  rc.dense_targets = f.boolean("dense-targets");
+  rc.targets = train::parse_ar_targets(f.str("targets"));
   rc.seed = data_cfg.seed;
   rc.device = parse_device(f.str("device"));
   rc.quiet = f.boolean("quiet");
@@ -291,7 +308,8 @@ int run(int argc, char** argv) {
     int64_t batch;
   };
   std::vector<Grid> grid{{rc.lr, rc.weight_decay, rc.batch}};
-  if (f.boolean("sweep")) grid = {{1e-2, 0, 8}, {1e-2, 0, 32}, {1e-2, 5e-4, 8}, {1e-2, 5e-4, 32},
+  const bool sweep = f.given("sweep") ? f.boolean("sweep") : paper;
+  if (sweep) grid = {{1e-2, 0, 8}, {1e-2, 0, 32}, {1e-2, 5e-4, 8}, {1e-2, 5e-4, 32},
                                   {1e-4, 0, 8}, {1e-4, 0, 32}, {1e-4, 5e-4, 8}, {1e-4, 5e-4, 32}};
 
   jobs = std::min<int64_t>(jobs, static_cast<int64_t>(maps.size() * grid.size()));
@@ -329,9 +347,12 @@ int run(int argc, char** argv) {
                         {"head_dim", m.head_dim}, {"dim", m.dim}, {"mlp_hidden", m.mlp_hidden},
                         {"positions", m.positions}, {"chunk", m.attention.chunk},
                         {"feature_dim", m.attention.feature_map.feature_dim}, {"epochs", rc.epochs},
-                        {"patience", rc.patience}, {"stop_at", rc.stop_accuracy}, {"sweep", f.boolean("sweep")},
+                        {"patience", rc.patience}, {"stop_at", rc.stop_accuracy}, {"sweep", sweep},
                         {"lr", rc.lr}, {"batch", rc.batch}, {"weight_decay", rc.weight_decay},
-                        {"schedule", rc.schedule}, {"dense_targets", rc.dense_targets}, {"seed", data_cfg.seed},
+                        {"schedule", rc.schedule}, {"targets", train::ar_targets_name(rc.targets)},
+                        {"early_stop", rc.early_stop}, {"style", ar_style_name(data_cfg.style)},
+                        {"untied", m.attention.feature_map.untied},
+                        {"joint_softmax", m.attention.feature_map.joint_softmax}, {"seed", data_cfg.seed},
                         {"device", f.str("device")}, {"diverge_factor", rc.diverge_factor},
                         {"diverge_steps", rc.diverge_steps}, {"threads", threads}, {"jobs", jobs}};
 
@@ -363,6 +384,10 @@ int run(int argc, char** argv) {
               (long long)m.dim, maps.size(), grid.size(), (long long)jobs, (long long)threads, gib(need.total).c_str());
   std::fflush(stdout);
   ArDataset data = make_associative_recall(data_cfg);
+  const double counting = ar_counting_baseline(data.test, data_cfg);
+  std::printf("counting baseline (answer with the value seen most often in the context, no recall): %.1f%% of the "
+              "test split\n", 100 * counting);
+  std::fflush(stdout);
 
   // Every (map, config) run is independent (its own model, generator and batch order), so `jobs`
   // of them train at once on worker threads; the results are the same for any number of jobs.
@@ -492,6 +517,7 @@ int run(int argc, char** argv) {
   std::vector<train::ArRunResult> results;  // best validation accuracy per map
   for (size_t i = 0; i < maps.size(); ++i) results.push_back(map_row(i));
   std::printf("\n%s", train::ar_table(results).c_str());
+  cfg["counting_baseline"] = counting;
   train::write_ar_report(out, results, cfg.dump());
   std::printf("\nwrote %s/{results.json,results.csv,index.html,*.svg}\n", out.c_str());
   std::string failures;

@@ -198,3 +198,93 @@ TEST_CASE("ar data: config errors") {
   CHECK(d.test.inputs.shape() == Shape{0, 128});
   CHECK(d.train.inputs.shape() == Shape{4, 128});
 }
+
+TEST_CASE("ar data: the safari style (values with replacement, '=>' before the query)") {
+  for (int64_t L : {4, 5, 10, 128}) {
+    ArConfig c;  // vocab 40: '=>' 38, '.' 39, keys 0..18, values 19..37
+    c.style = ArStyle::safari;
+    c.seq_len = L;
+    c.num_train = 400;
+    c.num_test = 100;
+    c.seed = 9;
+    CAPTURE(L);
+    CHECK(ar_num_keys(c) == 19);
+    CHECK(ar_num_values(c) == 19);
+    CHECK(ar_prefix_token(c) == 38);
+    CHECK(ar_num_pairs(c) == (L - 2) / 2);
+    const ArDataset d = make_associative_recall(c);
+    for (const Rows& r : {host(d.train), host(d.test)}) {
+      int64_t bad = 0, shared_values = 0;
+      for (int64_t i = 0; i < r.n; ++i) {
+        const int64_t* row = r.row(i);
+        const int64_t first = L % 2;  // odd L: a leading value
+        bool ok = r.row(i)[L - 2] == 38 && ar_is_key(row[L - 1], c);
+        if (first == 1) ok = ok && ar_is_value(row[0], c);
+        std::map<int64_t, int64_t> value_of;
+        std::set<int64_t> values;
+        for (int64_t p = 0; p < ar_num_pairs(c) && ok; ++p) {
+          const int64_t k = row[first + 2 * p], v = row[first + 2 * p + 1];
+          ok = ar_is_key(k, c) && ar_is_value(v, c);
+          auto [it, fresh] = value_of.emplace(k, v);
+          ok = ok && (fresh || it->second == v);  // one value per key in the sequence
+          if (fresh) shared_values += !values.insert(v).second;
+        }
+        ok = ok && value_of.count(row[L - 1]) == 1 && r.y[static_cast<size_t>(i * L + L - 1)] == value_of[row[L - 1]];
+        for (int64_t t = 0; t < L - 1 && ok; ++t) ok = r.y[static_cast<size_t>(i * L + t)] == kArIgnoreIndex;
+        bad += !ok;
+      }
+      CHECK(bad == 0);
+      if (L == 128) CHECK(shared_values > r.n);  // not a bijection: keys share values (~7 per row)
+    }
+  }
+  // The query is uniform over the distinct keys present, not over pairs: a key that occurs once
+  // is asked as often as one that occurs five times.
+  ArConfig c;
+  c.style = ArStyle::safari;
+  c.num_train = 4000;
+  c.num_test = 0;
+  const Rows r = host(make_associative_recall(c).train);
+  double asked_once = 0, present_once = 0, asked_many = 0, present_many = 0;
+  for (int64_t i = 0; i < r.n; ++i) {
+    std::map<int64_t, int64_t> count;
+    for (int64_t p = 0; p < 63; ++p) count[r.row(i)[2 * p]]++;
+    for (const auto& kc : count) {
+      const bool asked = kc.first == r.row(i)[127];
+      (kc.second == 1 ? present_once : present_many) += 1.0 / static_cast<double>(count.size());
+      (kc.second == 1 ? asked_once : asked_many) += asked;
+    }
+  }
+  CHECK(asked_once / present_once == doctest::Approx(asked_many / present_many).epsilon(0.15));
+  CHECK_THROWS_WITH_AS(parse_ar_style("h3"), doctest::Contains("unknown style 'h3'"), hh::Error);
+  c.vocab = 5;
+  CHECK_THROWS_WITH_AS(make_associative_recall(c), doctest::Contains("vocab >= 6"), hh::Error);
+}
+
+TEST_CASE("ar data: the counting baseline") {
+  ArConfig c;
+  c.vocab = 8;  // keys 0..3, values 4..7
+  c.seq_len = 9;
+  // Context values 5, 6, 5, 7: the most frequent is 5. Row 0 asks key 0 (value 5): a hit; row 1
+  // asks key 1 (value 6): a miss; row 2 has a two-way tie (5 and 6) and asks for 6: half a hit.
+  ArSplit s;
+  s.inputs = from_vector(std::vector<int64_t>{0, 5, 1, 6, 0, 5, 2, 7, 0,  //
+                                              0, 5, 1, 6, 0, 5, 2, 7, 1,  //
+                                              0, 5, 1, 6, 0, 5, 1, 6, 1},
+                         {3, 9});
+  s.targets = full({3, 9}, static_cast<double>(kArIgnoreIndex), DType::i64);
+  auto t = to_vector<int64_t>(s.targets);
+  t[8] = 5;
+  t[17] = 6;
+  t[26] = 6;
+  s.targets = from_vector(t, {3, 9});
+  CHECK(ar_counting_baseline(s, c) == doctest::Approx(1.5 / 3.0));
+  // The paper's setting: ~11% for the pairs style, ~16% for safari's (the paper's failing maps: 17%).
+  ArConfig p;
+  p.num_train = 0;
+  p.num_test = 4000;
+  const double pairs = ar_counting_baseline(make_associative_recall(p).test, p);
+  p.style = ArStyle::safari;
+  const double safari = ar_counting_baseline(make_associative_recall(p).test, p);
+  CHECK(pairs == doctest::Approx(0.107).epsilon(0.1));
+  CHECK(safari == doctest::Approx(0.158).epsilon(0.1));
+}

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -97,6 +98,32 @@ TEST_CASE("ar experiment: dense targets mark exactly the repeated keys") {
   Tensor tg = from_vector(std::vector<int64_t>{-100, -100, -100, -100, -100, -100, -100, -100, 6}, {1, 9});
   auto d = to_vector<int64_t>(train::ar_dense_targets(in, tg, dc));
   CHECK(d == std::vector<int64_t>{-100, -100, -100, -100, 5, -100, -100, -100, 6});
+  using train::ArTargets;
+  CHECK(to_vector<int64_t>(train::ar_training_targets(in, tg, dc, ArTargets::recall)) == d);
+  CHECK(to_vector<int64_t>(train::ar_training_targets(in, tg, dc, ArTargets::query)) == to_vector<int64_t>(tg));
+  // all: every next token, the answer last.
+  CHECK(to_vector<int64_t>(train::ar_training_targets(in, tg, dc, ArTargets::all)) ==
+        std::vector<int64_t>{5, 1, 6, 0, 5, 2, 7, 1, 6});
+  CHECK(train::parse_ar_targets("all") == ArTargets::all);
+  CHECK_THROWS_WITH_AS(train::parse_ar_targets("dense"), doctest::Contains("unknown targets 'dense'"), hh::Error);
+}
+
+TEST_CASE("ar experiment: early stopping on validation loss records the loss curve") {
+  ArDataset data = tiny_data(64, 16);
+  train::ArRunConfig rc = tiny_run("hedgehog", 16);
+  rc.early_stop = "loss";
+  rc.epochs = 3;
+  train::ArRunResult r = train::run_associative_recall(data, rc);
+  REQUIRE(r.val_loss.size() == 3);
+  for (double l : r.val_loss) {
+    CHECK(std::isfinite(l));
+    CHECK(l > 0.0);
+  }
+  // The kept weights are those of the lowest validation loss: its epoch's accuracy is reported.
+  const size_t best = static_cast<size_t>(std::min_element(r.val_loss.begin(), r.val_loss.end()) - r.val_loss.begin());
+  CHECK(r.val_accuracy == r.val_acc[best]);
+  rc.early_stop = "perplexity";
+  CHECK_THROWS_WITH_AS(train::run_associative_recall(data, rc), doctest::Contains("early_stop must be"), hh::Error);
 }
 
 TEST_CASE("ar experiment: runs on concurrent threads match the same runs one after another") {

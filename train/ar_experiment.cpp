@@ -36,20 +36,45 @@ Tensor ar_dense_targets(const Tensor& inputs, const Tensor& targets, const ArCon
   return from_vector(out, {N, L}, {DType::i64});
 }
 
-double ar_accuracy(nn::DecoderLM& model, const ArSplit& split, int64_t batch, Device device) {
+const char* ar_targets_name(ArTargets t) {
+  return t == ArTargets::query ? "query" : t == ArTargets::all ? "all" : "recall";
+}
+
+ArTargets parse_ar_targets(const std::string& name) {
+  for (ArTargets t : {ArTargets::query, ArTargets::recall, ArTargets::all})
+    if (name == ar_targets_name(t)) return t;
+  fail(str("ar: unknown targets '", name, "' (expected query, recall or all)"));
+}
+
+Tensor ar_training_targets(const Tensor& inputs, const Tensor& targets, const ArConfig& cfg, ArTargets which) {
+  if (which == ArTargets::query) return targets;
+  if (which == ArTargets::recall) return ar_dense_targets(inputs, targets, cfg);
+  const int64_t N = inputs.size(0), L = inputs.size(1);
+  auto in = to_vector<int64_t>(inputs);
+  auto out = to_vector<int64_t>(targets);  // keeps the answer in column L-1
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t p = 0; p + 1 < L; ++p) out[static_cast<size_t>(n * L + p)] = in[static_cast<size_t>(n * L + p + 1)];
+  return from_vector(out, {N, L}, {DType::i64});
+}
+
+ArEval ar_evaluate(nn::DecoderLM& model, const ArSplit& split, int64_t batch, Device device) {
   NoGradGuard ng;
   const int64_t N = split.inputs.size(0), L = split.inputs.size(1);
   int64_t correct = 0;
+  double loss_sum = 0;
   for (int64_t s = 0; s < N; s += batch) {
     int64_t e = std::min(N, s + batch);
     Tensor ids = slice(split.inputs, 0, s, e).to(device);
     Tensor logits = model.forward(ids);                   // (b,L,V)
     Tensor last = select(logits, 1, L - 1);               // (b,V)
+    Tensor tgt = select(slice(split.targets, 0, s, e), 1, L - 1).contiguous();  // (b,)
+    loss_sum += cross_entropy(last, tgt.to(device)).item<double>() * static_cast<double>(e - s);
     auto pred = to_vector<int64_t>(argmax(last, -1));
-    auto tgt = to_vector<int64_t>(select(slice(split.targets, 0, s, e), 1, L - 1));
-    for (size_t i = 0; i < pred.size(); ++i) correct += pred[i] == tgt[i];
+    auto tv = to_vector<int64_t>(tgt);
+    for (size_t i = 0; i < pred.size(); ++i) correct += pred[i] == tv[i];
   }
-  return N ? static_cast<double>(correct) / static_cast<double>(N) : 0.0;
+  if (N == 0) return {};
+  return {static_cast<double>(correct) / static_cast<double>(N), loss_sum / static_cast<double>(N)};
 }
 
 std::string ar_label(const std::string& mixer, double t) {
@@ -64,18 +89,20 @@ std::string ar_run_fingerprint(const ArDataset& data, const ArRunConfig& cfg) {
   const nn::AttentionConfig& a = m.attention;
   const ArConfig& d = data.config;
   nlohmann::json j = {
-      {"data", {{"vocab", d.vocab}, {"seq_len", d.seq_len}, {"num_train", d.num_train}, {"num_test", d.num_test},
-                {"seed", d.seed}}},
+      {"data", {{"vocab", d.vocab}, {"seq_len", d.seq_len}, {"style", ar_style_name(d.style)},
+                {"num_train", d.num_train}, {"num_test", d.num_test}, {"seed", d.seed}}},
       {"model", {{"dim", m.dim}, {"layers", m.layers}, {"heads", m.heads}, {"head_dim", m.head_dim},
                  {"mlp_hidden", m.mlp_hidden}, {"max_len", m.max_len}, {"positions", m.positions},
                  {"pre_ln", m.pre_ln}, {"norm", m.norm}, {"mlp", m.mlp}, {"norm_eps", m.norm_eps},
                  {"dropout", m.dropout}, {"tie_embeddings", m.tie_embeddings}, {"bias", m.bias},
                  {"form", static_cast<int>(a.form)}, {"chunk", a.chunk}, {"eps", a.eps},
-                 {"feature_dim", a.feature_map.feature_dim}, {"redraw", a.feature_map.redraw_interval}}},
+                 {"feature_dim", a.feature_map.feature_dim}, {"redraw", a.feature_map.redraw_interval},
+                 {"joint_softmax", a.feature_map.joint_softmax}, {"untied", a.feature_map.untied}}},
       {"mixer", cfg.mixer}, {"temperature", cfg.temperature}, {"epochs", cfg.epochs}, {"batch", cfg.batch},
       {"lr", cfg.lr}, {"weight_decay", cfg.weight_decay}, {"patience", cfg.patience},
       {"stop_accuracy", cfg.stop_accuracy}, {"grad_clip", cfg.grad_clip}, {"schedule", cfg.schedule},
-      {"warmup_steps", cfg.warmup_steps}, {"dense_targets", cfg.dense_targets}, {"val_fraction", cfg.val_fraction},
+      {"warmup_steps", cfg.warmup_steps}, {"targets", ar_targets_name(cfg.targets)},
+      {"early_stop", cfg.early_stop}, {"val_fraction", cfg.val_fraction},
       {"seed", cfg.seed}, {"device", cfg.device.str()}, {"diverge_factor", cfg.diverge_factor},
       {"diverge_steps", cfg.diverge_steps}};
   return j.dump();
@@ -172,6 +199,7 @@ void save_run(const std::string& path, const std::string& fingerprint, const nn:
                           {"divergence", {watch.has_initial, watch.initial, watch.above}},
                           {"train_loss", r.train_loss},
                           {"val_acc", r.val_acc},
+                          {"val_loss", r.val_loss},
                           {"val_accuracy", r.val_accuracy},
                           {"epochs_run", r.epochs_run}};
   CheckpointMeta meta;
@@ -214,6 +242,7 @@ void load_run(const std::string& path, const std::string& fingerprint, nn::Decod
     watch.above = d.at(2).get<int64_t>();
     r.train_loss = st.at("train_loss").get<std::vector<double>>();
     r.val_acc = st.at("val_acc").get<std::vector<double>>();
+    r.val_loss = st.at("val_loss").get<std::vector<double>>();
     r.val_accuracy = st.at("val_accuracy").get<double>();
     r.epochs_run = st.at("epochs_run").get<int64_t>();
   } catch (const nlohmann::json::exception& e) {
@@ -227,6 +256,8 @@ void load_run(const std::string& path, const std::string& fingerprint, nn::Decod
 ArRunResult run_associative_recall(const ArDataset& data, const ArRunConfig& cfg) {
   HH_CHECK(cfg.epochs > 0 && cfg.batch > 0, "ar: epochs and batch must be positive, got ", cfg.epochs, ", ", cfg.batch);
   HH_CHECK(cfg.stop_accuracy > 0 && cfg.stop_accuracy <= 1, "ar: stop_accuracy must be in (0,1], got ", cfg.stop_accuracy);
+  HH_CHECK(cfg.early_stop == "accuracy" || cfg.early_stop == "loss", "ar: early_stop must be accuracy or loss, got '",
+           cfg.early_stop, "'");
   HH_CHECK(cfg.val_fraction > 0 && cfg.val_fraction < 1, "ar: val_fraction must be in (0,1), got ", cfg.val_fraction);
   HH_CHECK(cfg.diverge_factor == 0 || cfg.diverge_factor > 1, "ar: diverge_factor must be 0 (off) or > 1, got ",
            cfg.diverge_factor);
@@ -259,7 +290,7 @@ ArRunResult run_associative_recall(const ArDataset& data, const ArRunConfig& cfg
   HH_CHECK(N - n_val >= 1, "ar: not enough training samples (", N, ") for a validation split of ", n_val);
   ArSplit train{slice(data.train.inputs, 0, 0, N - n_val), slice(data.train.targets, 0, 0, N - n_val)};
   ArSplit val{slice(data.train.inputs, 0, N - n_val, N), slice(data.train.targets, 0, N - n_val, N)};
-  Tensor train_targets = cfg.dense_targets ? ar_dense_targets(train.inputs, train.targets, data.config) : train.targets;
+  Tensor train_targets = ar_training_targets(train.inputs, train.targets, data.config, cfg.targets);
 
   Batcher batches({train.inputs.contiguous(), train_targets}, {cfg.batch, true, false, cfg.seed + 17});
   const int64_t steps_per_epoch = batches.batches_per_epoch();
@@ -270,7 +301,8 @@ ArRunResult run_associative_recall(const ArDataset& data, const ArRunConfig& cfg
   sc.warmup_steps = std::min<int64_t>(cfg.warmup_steps, sc.total_steps / 2);
   LrSchedule schedule(sc);
   AdamW opt(decay_groups(model, cfg.weight_decay), cfg.lr);
-  EarlyStopping stopper(cfg.patience, EarlyStopMode::max);
+  const bool stop_on_loss = cfg.early_stop == "loss";
+  EarlyStopping stopper(cfg.patience, stop_on_loss ? EarlyStopMode::min : EarlyStopMode::max);
   DivergenceWatch watch;
   watch.factor = cfg.diverge_factor;
   watch.steps = cfg.diverge_steps;
@@ -349,12 +381,14 @@ ArRunResult run_associative_recall(const ArDataset& data, const ArRunConfig& cfg
     if (rs.finished) break;  // diverged
     model.eval();
     const double mean_loss = rs.epoch_loss_sum / static_cast<double>(std::max<int64_t>(rs.epoch_batches, 1));
-    double va = ar_accuracy(model, val, 64, cfg.device);
-    progress.finish({{"loss", mean_loss}, {"val_acc", va}});
+    const ArEval ve = ar_evaluate(model, val, 64, cfg.device);
+    const double va = ve.accuracy;
+    progress.finish({{"loss", mean_loss}, {"val_loss", ve.loss}, {"val_acc", va}});
     r.train_loss.push_back(mean_loss);
     r.val_acc.push_back(va);
+    r.val_loss.push_back(ve.loss);
     r.epochs_run = epoch + 1;
-    if (stopper.update(va)) {
+    if (stopper.update(stop_on_loss ? ve.loss : va)) {
       r.val_accuracy = va;
       snapshot();
     }

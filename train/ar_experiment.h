@@ -11,6 +11,16 @@
 
 namespace hh::train {
 
+// What the training loss sees (accuracy is always measured on the query's answer):
+//   query:  only the query's answer (one target per sequence);
+//   recall: also every value whose key occurred earlier in the sequence (the answers a model can
+//           know from the context);
+//   all:    every next token, keys and "=>" included (safari's training targets: the keys are
+//           noise the model cannot predict, the repeated values are recall).
+enum class ArTargets { query, recall, all };
+const char* ar_targets_name(ArTargets t);
+ArTargets parse_ar_targets(const std::string& name);  // throws hh::Error naming the value
+
 struct ArRunConfig {
   std::string mixer = "softmax";  // "softmax" or a feature-map name
   double temperature = 1.0;       // exp / hedgehog temperature
@@ -20,11 +30,15 @@ struct ArRunConfig {
   double lr = 1e-3;
   double weight_decay = 0.0;
   int64_t patience = 10;          // epochs without validation improvement before stopping
+  // What early stopping (and the choice of the weights evaluated on the test split) follows:
+  // "accuracy" (validation accuracy, higher is better) or "loss" (the paper's rule: validation
+  // cross-entropy on the query's answer, lower is better).
+  std::string early_stop = "accuracy";
   double stop_accuracy = 1.0;     // stop once validation accuracy reaches this (the task is solved)
   double grad_clip = 1.0;
   std::string schedule = "cosine";
   int64_t warmup_steps = 50;
-  bool dense_targets = true;      // also train on every value whose key appeared before (not just the query)
+  ArTargets targets = ArTargets::recall;
   double val_fraction = 0.1;      // held out from the training split for early stopping
   uint64_t seed = 0;
   Device device = Device::cpu();
@@ -58,7 +72,7 @@ struct ArRunResult {
   std::string mixer;
   double temperature = 1.0;
   double accuracy = 0.0;      // test accuracy on the query's answer, in [0,1]
-  double val_accuracy = 0.0;  // best validation accuracy
+  double val_accuracy = 0.0;  // validation accuracy of the kept (best) epoch
   double entropy = 0.0;       // mean attention entropy over layers, heads, query rows (test samples)
   double monotonicity = 0.0;  // mean per-row Spearman(q·k, weight)
   int64_t params = 0;
@@ -69,6 +83,7 @@ struct ArRunResult {
   int64_t batch = 0;
   std::vector<double> train_loss;    // per epoch
   std::vector<double> val_acc;       // per epoch
+  std::vector<double> val_loss;      // per epoch: cross-entropy on the query's answer
   // Figure material: one head's weights (heat_len × heat_len) on a test sample, and (q·k, weight)
   // pairs of that head's causal entries.
   std::vector<double> heat;
@@ -81,9 +96,19 @@ struct ArRunResult {
 // Targets for every value position whose key occurred earlier in the sequence, plus the query's
 // answer (the dataset's own target). inputs, targets (N,L) i64 on the CPU.
 Tensor ar_dense_targets(const Tensor& inputs, const Tensor& targets, const ArConfig& cfg);
+// The training targets of `which` (ArTargets): the dataset's own, ar_dense_targets, or every next
+// token with the answer last. inputs, targets (N,L) i64 on the CPU.
+Tensor ar_training_targets(const Tensor& inputs, const Tensor& targets, const ArConfig& cfg, ArTargets which);
 
-// Accuracy of `model` on the answer position of `split` (batched, no grad).
-double ar_accuracy(nn::DecoderLM& model, const ArSplit& split, int64_t batch, Device device);
+// Accuracy and mean cross-entropy of `model` on the answer position of `split` (batched, no grad).
+struct ArEval {
+  double accuracy = 0.0;
+  double loss = 0.0;
+};
+ArEval ar_evaluate(nn::DecoderLM& model, const ArSplit& split, int64_t batch, Device device);
+inline double ar_accuracy(nn::DecoderLM& model, const ArSplit& split, int64_t batch, Device device) {
+  return ar_evaluate(model, split, batch, device).accuracy;
+}
 
 // The label of a run of `mixer`: "exp (t=2)" for exp, which takes a temperature, else the name.
 std::string ar_label(const std::string& mixer, double temperature);

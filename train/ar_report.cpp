@@ -97,7 +97,8 @@ nlohmann::json result_to_json(const ArRunResult& r) {
           {"weight_decay", r.weight_decay},
           {"batch", r.batch},
           {"train_loss", r.train_loss},
-          {"val_accuracy_curve", r.val_acc}};
+          {"val_accuracy_curve", r.val_acc},
+          {"val_loss_curve", r.val_loss}};
 }
 
 }  // namespace
@@ -135,6 +136,7 @@ ArRunResult parse_ar_result(const std::string& json_text, const std::string& sou
     r.batch = j.at("batch").get<int64_t>();
     r.train_loss = j.at("train_loss").get<std::vector<double>>();
     r.val_acc = j.at("val_accuracy_curve").get<std::vector<double>>();
+    r.val_loss = j.value("val_loss_curve", std::vector<double>{});  // absent in results of older versions
     r.heat = j.at("heat").get<std::vector<double>>();
     r.heat_len = j.at("heat_len").get<int64_t>();
     r.heat_layer = j.at("heat_layer").get<int64_t>();

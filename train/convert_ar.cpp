@@ -16,7 +16,7 @@ ArConversionTask::ArConversionTask(std::shared_ptr<nn::DecoderLM> model, const A
       cfg_(cfg) {
   HH_CHECK(model_ != nullptr, "ArConversionTask: no model");
   HH_CHECK(cfg.batch >= 1, "ArConversionTask: batch must be >= 1, got ", cfg.batch);
-  train_targets_ = cfg.dense_targets ? ar_dense_targets(train_.inputs, train_.targets, data_) : train_.targets;
+  train_targets_ = ar_training_targets(train_.inputs, train_.targets, data_, cfg.targets);
   train_batches_ = RowBatches(train_.inputs.size(0), cfg.batch, true, cfg.seed);
   val_batches_ = RowBatches(val_.inputs.size(0), cfg.batch, false, 0);
   test_batches_ = RowBatches(test_.inputs.size(0), cfg.batch, false, 0);

@@ -1,6 +1,6 @@
 // Associative recall as a ConversionTask (the offline demonstration's part (a)): a causal decoder
-// (nn::DecoderLM) on AR sequences, next-token cross-entropy on the query's answer (and, with dense
-// targets, on every value whose key occurred before), accuracy on the query's answer.
+// (nn::DecoderLM) on AR sequences, next-token cross-entropy on the query's answer (and, with the
+// recall or all targets, on more positions: ArTargets), accuracy on the query's answer.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -8,13 +8,14 @@
 #include "data/associative_recall.h"
 #include "data/batching.h"
 #include "nn/transformer.h"
+#include "train/ar_experiment.h"
 #include "train/convert.h"
 
 namespace hh::train {
 
 struct ArTaskConfig {
   int64_t batch = 32;
-  bool dense_targets = true;
+  ArTargets targets = ArTargets::recall;
   uint64_t seed = 0;  // batch order
   Device device = Device::cpu();
 };
