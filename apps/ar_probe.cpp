@@ -520,6 +520,7 @@ int run(int argc, char** argv) {
   std::vector<train::ArRunResult> results;  // best validation accuracy per map
   for (size_t i = 0; i < maps.size(); ++i) results.push_back(map_row(i));
   std::printf("\n%s", train::ar_table(results).c_str());
+  std::printf("counting baseline (most frequent value in the context, no recall): %.1f%%\n", 100 * counting);
   cfg["counting_baseline"] = counting;
   train::write_ar_report(out, results, cfg.dump());
   std::printf("\nwrote %s/{results.json,results.csv,index.html,*.svg}\n", out.c_str());

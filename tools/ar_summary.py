@@ -23,7 +23,7 @@ COLORS = {
 def load(spec):
     if "=" not in spec:
         sys.exit(f"error: '{spec}' is not LABEL=OUT_DIR")
-    label, path = spec.split("=", 1)
+    label, _, path = spec.rpartition("=")
     try:
         with open(os.path.join(path, "results.json")) as f:
             results = json.load(f)
