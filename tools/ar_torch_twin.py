@@ -9,6 +9,7 @@ Philox, so runs are comparable in distribution, not bit for bit. Prints test acc
 query every 200 steps.
 
     python3 tools/ar_torch_twin.py --vocab 16 --seq-len 32 --attn softmax --steps 3000
+    python3 tools/ar_torch_twin.py --style safari --vocab 18 --targets all --attn hedgehog --steps 9000
 
 docs/ARCHITECTURE.md ("The AR demo's size") quotes runs of this script. Tooling only: the C++
 build and tests never need it.
@@ -41,6 +42,32 @@ def make_data(rng, n, vocab, length):
     return x, y
 
 
+def make_safari_data(rng, n, vocab, length):
+    """data/associative_recall's safari style: values drawn with replacement, '=>' before the query."""
+    import numpy as np
+    keys = (vocab - 2) // 2
+    values = vocab - 2 - keys
+    pairs = (length - 2) // 2
+    x = np.zeros((n, length), np.int64)
+    y = np.full((n, length), -100, np.int64)
+    for i in range(n):
+        value_of = rng.integers(values, size=keys) + keys
+        pos = 0
+        if length % 2 == 1:
+            x[i, 0] = value_of[rng.integers(keys)]
+            pos = 1
+        present = []
+        for _ in range(pairs):
+            k = rng.integers(keys)
+            x[i, pos], x[i, pos + 1] = k, value_of[k]
+            pos += 2
+            if k not in present:
+                present.append(k)
+        q = present[rng.integers(len(present))]
+        x[i, length - 2], x[i, length - 1], y[i, length - 1] = vocab - 2, q, value_of[q]
+    return x, y
+
+
 def dense_targets(x, y, keys):
     y = y.copy()
     for i in range(x.shape[0]):
@@ -70,10 +97,17 @@ def main():
     p.add_argument("--attn", choices=["softmax", "elu", "hedgehog"], default="softmax")
     p.add_argument("--prev-token-embedding", action="store_true",
                    help="add an embedding of the previous token (skips the induction step)")
+    p.add_argument("--style", choices=["pairs", "safari"], default="pairs")
+    p.add_argument("--targets", choices=["recall", "all"], default="recall",
+                   help="recall: values of repeated keys and the answer; all: every next token")
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args()
-    if a.vocab < 4 or a.vocab % 2 or a.seq_len < 3 or a.head_dim % 2:
-        sys.exit("error: need an even vocab >= 4, seq-len >= 3 and an even head-dim")
+    if a.style == "pairs" and (a.vocab < 4 or a.vocab % 2 or a.seq_len < 3):
+        sys.exit("error: the pairs style needs an even vocab >= 4 and seq-len >= 3")
+    if a.style == "safari" and (a.vocab < 6 or a.seq_len < 4):
+        sys.exit("error: the safari style needs vocab >= 6 and seq-len >= 4")
+    if a.head_dim % 2:
+        sys.exit("error: need an even head-dim")
     try:
         import numpy as np
         import torch
@@ -87,9 +121,13 @@ def main():
     rng = np.random.default_rng(a.seed)
     V, L, H, Dh = a.vocab, a.seq_len, a.heads, a.head_dim
     D = H * Dh
-    xtr, ytr = make_data(rng, a.train_samples, V, L)
-    xte, yte = make_data(rng, 500, V, L)
-    ytr = dense_targets(xtr, ytr, V // 2)
+    gen = make_safari_data if a.style == "safari" else make_data
+    xtr, ytr = gen(rng, a.train_samples, V, L)
+    xte, yte = gen(rng, 500, V, L)
+    if a.targets == "all":
+        ytr[:, :-1] = xtr[:, 1:]
+    else:
+        ytr = dense_targets(xtr, ytr, (V - 2) // 2 if a.style == "safari" else V // 2)
     xtr, ytr, xte, yte = (torch.tensor(t) for t in (xtr, ytr, xte, yte))
 
     def rope(x):  # (B,H,L,Dh), half-split pairs (i, i + Dh/2)
