@@ -90,8 +90,10 @@ ArSplit generate_ar_split(const ArConfig& c, int64_t n, uint64_t stream_offset) 
         int64_t key = gen.next_int(0, K);
         row[pos++] = key;
         row[pos++] = value_of[static_cast<size_t>(key)];
-        if (!seen[static_cast<size_t>(key)]) present.push_back(key);
-        seen[static_cast<size_t>(key)] = 1;
+        if (safari && !seen[static_cast<size_t>(key)]) {  // only safari's query needs the distinct keys
+          present.push_back(key);
+          seen[static_cast<size_t>(key)] = 1;
+        }
       }
       int64_t query;
       if (safari) {
@@ -121,6 +123,8 @@ double ar_counting_baseline(const ArSplit& split, const ArConfig& c) {
     const int64_t most = *std::max_element(count.begin(), count.end());
     const int64_t ties = std::count(count.begin(), count.end(), most);
     const int64_t answer = y[static_cast<size_t>(i * L + L - 1)];
+    HH_CHECK(ar_is_value(answer, c), "ar_counting_baseline: row ", i, "'s answer ", answer,
+             " is not a value token of this config");
     if (most > 0 && count[static_cast<size_t>(answer)] == most) hits += 1.0 / static_cast<double>(ties);
   }
   return N ? hits / static_cast<double>(N) : 0.0;

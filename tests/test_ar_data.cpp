@@ -278,6 +278,9 @@ TEST_CASE("ar data: the counting baseline") {
   t[26] = 6;
   s.targets = from_vector(t, {3, 9});
   CHECK(ar_counting_baseline(s, c) == doctest::Approx(1.5 / 3.0));
+  t[26] = kArIgnoreIndex;  // a row without an answer is an error, not an out-of-range read
+  s.targets = from_vector(t, {3, 9});
+  CHECK_THROWS_WITH_AS(ar_counting_baseline(s, c), doctest::Contains("row 2's answer -100"), hh::Error);
   // The paper's setting: ~11% for the pairs style, ~16% for safari's (the paper's failing maps: 17%).
   ArConfig p;
   p.num_train = 0;
