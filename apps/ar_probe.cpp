@@ -218,6 +218,7 @@ int run(int argc, char** argv) {
   f.add("chunk", "64", "chunk size of the chunked causal linear form");
   f.add("seed", "0", "seed for data and initialization");
   f.add("device", "cpu", "cpu or cuda[:N]");
+  add_precision_flag(f);
   f.add("threads", "", "CPU threads per run (default: 1 for the small preset, where the model is too small to\n"
         "                       gain from more; all cores for the paper preset)");
   f.add("jobs", "", "runs (maps x sweep configs) trained at once, each on --threads threads (default: as many\n"
@@ -296,6 +297,7 @@ int run(int argc, char** argv) {
   rc.stop_after_steps = f.integer("stop-after-steps", 0, INT64_MAX);
   const bool resume = f.boolean("resume");
   if (rc.device.is_cuda()) HH_CHECK(cuda_available(), "--device ", f.str("device"), ": ", cuda_unavailable_reason());
+  rc.precision = precision_flag(f, rc.device);
   const int cores = std::max(1, omp_get_num_procs());
   int64_t threads = f.given("threads") ? f.integer("threads", 0, 4096) : (paper ? 0 : 1);
   if (threads == 0) threads = cores;
@@ -356,7 +358,8 @@ int run(int argc, char** argv) {
                         {"early_stop", rc.early_stop}, {"style", ar_style_name(data_cfg.style)},
                         {"untied", m.attention.feature_map.untied},
                         {"joint_softmax", m.attention.feature_map.joint_softmax}, {"seed", data_cfg.seed},
-                        {"device", f.str("device")}, {"diverge_factor", rc.diverge_factor},
+                        {"device", f.str("device")}, {"precision", precision_name(rc.precision)},
+                        {"diverge_factor", rc.diverge_factor},
                         {"diverge_steps", rc.diverge_steps}, {"threads", threads}, {"jobs", jobs}};
 
   // Per run (map x sweep config): <out>/<map>/result[_g].json once finished, checkpoint[_g].safetensors

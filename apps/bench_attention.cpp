@@ -435,6 +435,7 @@ int run(int argc, char** argv) {
                 "or (--ar-step) the AR model's training-step throughput.");
   f.add("device", "cpu", "cpu or cuda[:N]");
   f.add("threads", "0", "CPU threads (0 = all cores)");
+  apps::add_precision_flag(f);
   f.add("lengths", "256,512,1024,2048,4096,8192", "sequence lengths L");
   f.add("batch", "1", "batch size B");
   f.add("heads", "0", "heads H (0 = 4 on cpu, 12 on cuda)");
@@ -458,13 +459,16 @@ int run(int argc, char** argv) {
 
   const Device device = parse_device(f.str("device"));
   if (device.is_cuda()) HH_CHECK(cuda_available(), "--device ", f.str("device"), ": no CUDA device available");
+  const Precision precision = apps::precision_flag(f, device);
+  PrecisionGuard autocast(precision);  // every timed forward (backward runs outside autocast)
   const int64_t threads = f.integer("threads", 0, 4096);
   if (threads > 0) set_num_threads(static_cast<int>(threads));
   const std::string json_path = f.str("json");
   // Fail on an unwritable --json before spending minutes measuring.
   if (!json_path.empty()) HH_CHECK(std::ofstream(json_path).good(), "--json: cannot write '", json_path, "'");
 
-  json out = {{"library", "hedgehog"}, {"device", device.str()}, {"threads", num_threads()}, {"dtype", "f32"}};
+  json out = {{"library", "hedgehog"}, {"device", device.str()}, {"threads", num_threads()},
+              {"precision", precision_name(precision)}};
   const bool ar = f.boolean("ar-step") || f.boolean("distill-step");
   out["benchmark"] = f.boolean("distill-step") ? "distill_step" : ar ? "ar_step" : "attention";
   const int rc = ar ? run_ar_step(f, device, out) : run_attention(f, device, out);

@@ -71,6 +71,7 @@ int run(int argc, char** argv) {
   f.add("loads", "3", "timed loads (median reported; the first run also counts the page cache filling)");
   f.add("device", "cpu", "cpu or cuda[:N]");
   f.add("threads", "0", "CPU threads (0 = all cores)");
+  apps::add_precision_flag(f);
   f.add("json", "", "also write the figures to this JSON file");
   if (!f.parse(argc, argv)) return 0;
   const std::string dir = f.str("dir");
@@ -79,6 +80,8 @@ int run(int argc, char** argv) {
   nn::HFModelOptions opt;
   opt.device = parse_device(f.str("device"));
   if (opt.device.is_cuda()) HH_CHECK(cuda_available(), "--device: ", cuda_unavailable_reason());
+  const Precision precision = apps::precision_flag(f, opt.device);
+  PrecisionGuard autocast(precision);
   if (f.integer("threads", 0, 4096) > 0) set_num_threads(static_cast<int>(f.integer("threads")));
 
   if (!fs::exists(dir + "/config.json")) {
@@ -115,7 +118,8 @@ int run(int argc, char** argv) {
   if (f.given("json")) {
     nlohmann::json j = {{"load_seconds_median", apps::median(load_s)}, {"load_seconds_first", load_s[0]},
                         {"batch", B}, {"seq", L}, {"forward_seconds_median", med}, {"tokens_per_second", B * L / med},
-                        {"threads", num_threads()}, {"device", f.str("device")}};
+                        {"threads", num_threads()}, {"device", f.str("device")},
+                        {"precision", precision_name(precision)}};
     write_file_atomic(f.str("json"), j.dump(2) + "\n");
   }
   return 0;

@@ -2,7 +2,10 @@
 // machine's measured FMA peak, or on a CUDA device (--device cuda). Companion:
 // tools/bench_torch_cpu.py prints the same table for PyTorch (its --device cuda too).
 //
-//   bench_ops [--threads 1,2] [--reps 7] [--json FILE] [--device cpu|cuda[:N]]
+//   bench_ops [--threads 1,2] [--reps 7] [--json FILE] [--device cpu|cuda[:N]] [--gemm-dtypes f32,bf16]
+//
+// --gemm-dtypes adds GEMM rows in bf16 (tensor cores with f32 accumulation on CUDA; on the CPU the
+// reference path: operands widened to f32, one f32 GEMM, the result rounded).
 //
 // GEMM rows time Backend::gemm into a preallocated output (what torch.matmul(a, b, out=c) does),
 // so page faults of a fresh 50 MB result do not blur the kernel; op rows call the hh:: op API
@@ -199,10 +202,12 @@ struct Flags {
   int reps = 7;
   std::string json;
   std::string device = "cpu";
+  std::vector<hh::DType> gemm_dtypes{hh::DType::f32};
 };
 
 [[noreturn]] void usage_error(const std::string& msg) {
-  std::fprintf(stderr, "error: %s\nusage: bench_ops [--threads 1,2] [--reps N] [--json FILE]\n", msg.c_str());
+  std::fprintf(stderr, "error: %s\nusage: bench_ops [--threads 1,2] [--reps N] [--json FILE] [--device D] "
+               "[--gemm-dtypes f32,bf16]\n", msg.c_str());
   std::exit(2);
 }
 
@@ -224,12 +229,13 @@ Flags parse_flags(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i], val;
     if (a == "-h" || a == "--help") {
-      std::printf("usage: bench_ops [--threads 1,2] [--reps N] [--json FILE] [--device cpu|cuda[:N]]\n");
+      std::printf("usage: bench_ops [--threads 1,2] [--reps N] [--json FILE] [--device cpu|cuda[:N]] "
+                  "[--gemm-dtypes f32,bf16]\n");
       std::exit(0);
     }
     size_t eq = a.find('=');
     std::string key = eq == std::string::npos ? a : a.substr(0, eq);
-    if (key != "--threads" && key != "--reps" && key != "--json" && key != "--device")
+    if (key != "--threads" && key != "--reps" && key != "--json" && key != "--device" && key != "--gemm-dtypes")
       usage_error("unknown flag '" + a + "'");
     if (eq != std::string::npos) {
       val = a.substr(eq + 1);
@@ -250,6 +256,18 @@ Flags parse_flags(int argc, char** argv) {
       f.reps = parse_positive(val, "--reps");
     } else if (key == "--device") {
       f.device = val;
+    } else if (key == "--gemm-dtypes") {
+      f.gemm_dtypes.clear();
+      size_t at = 0;
+      while (at <= val.size()) {
+        size_t comma = val.find(',', at);
+        if (comma == std::string::npos) comma = val.size();
+        const std::string name = val.substr(at, comma - at);
+        if (name == "f32") f.gemm_dtypes.push_back(hh::DType::f32);
+        else if (name == "bf16") f.gemm_dtypes.push_back(hh::DType::bf16);
+        else usage_error("--gemm-dtypes expects f32 and/or bf16, got '" + name + "'");
+        at = comma + 1;
+      }
     } else {
       if (val.empty()) usage_error("--json needs a file name");
       f.json = val;
@@ -295,24 +313,28 @@ int run(const Flags& flags) {
               "cpu GF/s", "%peak");
   json gemm_rows = json::array();
   hh::Generator gen(42);
-  for (const GemmCase& g : gemm_cases()) {
-    hh::Tensor a = hh::uniform({g.batch, g.m, g.k}, -1, 1, gen, opt), b = hh::uniform({g.batch, g.k, g.n}, -1, 1, gen, opt);
-    hh::Tensor c = hh::empty({g.batch, g.m, g.n}, opt);
-    hh::Backend& be = hh::backend_of(c);
-    auto sync = [&] { be.synchronize(); };
-    const double gflop = 2.0 * static_cast<double>(g.batch * g.m) * static_cast<double>(g.k * g.n) / 1e9;
-    for (size_t i = 0; i < threads.size(); ++i) {
-      const int th = threads[i];
-      if (!gpu) hh::set_num_threads(th);
-      Timing t = time_median([&] { be.gemm(a, b, c, {1.0, 0.0}); }, flags.reps, sync);
-      const double gf = gflop / t.wall, gfc = gpu ? gf : gflop / (t.cpu / th);
-      const double pct = peak[i].wall > 0 ? 100.0 * gf / peak[i].wall : 0.0;
-      const double pctc = peak[i].cpu > 0 ? 100.0 * gfc / peak[i].cpu : 0.0;
-      std::printf("%-28s %7d %9.3f %9.1f %6.1f%% %9.1f %6.1f%%\n", g.name.c_str(), th, t.wall * 1e3, gf, pct, gfc,
-                  pctc);
-      gemm_rows.push_back({{"name", g.name}, {"batch", g.batch}, {"m", g.m}, {"k", g.k}, {"n", g.n}, {"threads", th},
-                           {"ms", t.wall * 1e3}, {"gflops", gf}, {"pct_peak", pct}, {"cpu_gflops", gfc},
-                           {"cpu_pct_peak", pctc}});
+  for (hh::DType dt : flags.gemm_dtypes) {
+    for (const GemmCase& g : gemm_cases()) {
+      hh::Tensor a = hh::uniform({g.batch, g.m, g.k}, -1, 1, gen, opt).to(dt);
+      hh::Tensor b = hh::uniform({g.batch, g.k, g.n}, -1, 1, gen, opt).to(dt);
+      hh::Tensor c = hh::empty({g.batch, g.m, g.n}, {dt, dev});
+      const std::string label = dt == hh::DType::f32 ? g.name : g.name + " bf16";
+      hh::Backend& be = hh::backend_of(c);
+      auto sync = [&] { be.synchronize(); };
+      const double gflop = 2.0 * static_cast<double>(g.batch * g.m) * static_cast<double>(g.k * g.n) / 1e9;
+      for (size_t i = 0; i < threads.size(); ++i) {
+        const int th = threads[i];
+        if (!gpu) hh::set_num_threads(th);
+        Timing t = time_median([&] { be.gemm(a, b, c, {1.0, 0.0}); }, flags.reps, sync);
+        const double gf = gflop / t.wall, gfc = gpu ? gf : gflop / (t.cpu / th);
+        const double pct = peak[i].wall > 0 ? 100.0 * gf / peak[i].wall : 0.0;
+        const double pctc = peak[i].cpu > 0 ? 100.0 * gfc / peak[i].cpu : 0.0;
+        std::printf("%-28s %7d %9.3f %9.1f %6.1f%% %9.1f %6.1f%%\n", label.c_str(), th, t.wall * 1e3, gf, pct, gfc,
+                    pctc);
+        gemm_rows.push_back({{"name", g.name}, {"dtype", hh::dtype_name(dt)}, {"batch", g.batch}, {"m", g.m},
+                             {"k", g.k}, {"n", g.n}, {"threads", th}, {"ms", t.wall * 1e3}, {"gflops", gf}, {"pct_peak", pct}, {"cpu_gflops", gfc},
+                             {"cpu_pct_peak", pctc}});
+      }
     }
   }
   out["gemm"] = gemm_rows;

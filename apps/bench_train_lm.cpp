@@ -45,9 +45,11 @@ int run(int argc, char** argv) {
   f.add("steps", "12", "steps timed (after --warmup)");
   f.add("warmup", "3", "untimed steps first");
   f.add("threads", "0", "CPU threads (0 = every core)");
+  apps::add_precision_flag(f);
   f.add("json", "", "write the results here (atomically)");
   f.add("compare", "", "a JSON written by tools/bench_train_lm_torch.py: print torch / hedgehog time ratios");
   if (!f.parse(argc, argv)) return 0;
+  const Precision precision = apps::precision_flag(f, Device::cpu());
   if (f.integer("threads", 0, 4096) > 0) set_num_threads(static_cast<int>(f.integer("threads", 0, 4096)));
   const int64_t vocab = f.integer("vocab", 2, 1 << 24), context = f.integer("context", 2, 1 << 20);
   const int64_t batch = f.integer("batch", 1, 1 << 20), steps = f.integer("steps", 1, 100000);
@@ -87,6 +89,7 @@ int run(int argc, char** argv) {
     c.eval_batch = 1;
     c.out_dir = (dir / mixer).string();
     c.progress = false;
+    c.precision = precision;
     reset_peak_memory(Device::cpu());
     const double before = static_cast<double>(memory_stats(Device::cpu()).current);
     const train::LmTrainResult r = train::train_language_model(c, data, valid, *comm);

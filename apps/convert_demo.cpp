@@ -31,6 +31,7 @@ struct Common {
   std::vector<train::ConversionRow> rows;
   uint64_t seed = 0;
   bool quiet = false;
+  Precision precision = Precision::f32;
   int64_t distill_epochs = 0, finetune_epochs = 0, teacher_epochs = 0;
 };
 
@@ -77,6 +78,7 @@ train::ConvertConfig student_config(const Common& c, double finetune_lr) {
   cfg.finetune.patience = 2;
   cfg.seed = c.seed;
   cfg.quiet = c.quiet;
+  cfg.precision = c.precision;
   return cfg;
 }
 
@@ -194,12 +196,14 @@ int run(int argc, char** argv) {
   f.add("threads", "1", "CPU threads (0 = all cores; the demo models are too small to gain from more)");
   f.add("out", "out/convert_demo", "output folder: <out>/<part>/{results.json,results.csv,report.html,*.svg}");
   f.add("quiet", "false", "plain progress lines instead of a bar", true);
+  apps::add_precision_flag(f);
   if (!f.parse(argc, argv)) return 0;
   Common c;
   c.out = f.str("out");
   c.rows = train::parse_conversion_rows(f.str("feature-map"));
   c.seed = static_cast<uint64_t>(f.integer("seed", 0));
   c.quiet = f.boolean("quiet");
+  c.precision = apps::precision_flag(f, Device::cpu());
   c.teacher_epochs = f.integer("teacher-epochs", 1, 100000);
   c.distill_epochs = f.integer("distill-epochs", 0, 100000);
   c.finetune_epochs = f.integer("finetune-epochs", 0, 100000);

@@ -117,6 +117,7 @@ inline void add_conversion_flags(Flags& f, const ConversionDefaults& d) {
         "test batches for the attention fidelity (KL, entropy, monotonicity)");
   f.add("threads", "0", "CPU threads (0 = all cores)");
   f.add("device", "cpu", "cpu or cuda[:N]");
+  add_precision_flag(f);
   f.add("resume", "false", "continue each row from its checkpoint under --out (same settings)", true);
   f.add("save", "false", "write each converted model as an HF folder under <out>/<row>/model (loads back)", true);
   f.add("quiet", "false", "plain progress lines instead of a bar", true);
@@ -224,6 +225,7 @@ struct ConversionRun {
   int64_t fidelity_batches = 8;
   int threads = 1;                          // --threads resolved (0 = every core)
   Device device;
+  Precision precision = Precision::f32;
   std::string out;
   bool save = false;
 };
@@ -237,6 +239,7 @@ inline ConversionRun conversion_run(const Flags& f) {
   r.threads = static_cast<int>(threads == 0 ? std::max(1, omp_get_num_procs()) : threads);
   r.device = parse_device(f.str("device"));
   if (r.device.is_cuda()) HH_CHECK(cuda_available(), "--device ", f.str("device"), ": ", cuda_unavailable_reason());
+  r.precision = precision_flag(f, r.device);
   r.out = f.str("out");
   HH_CHECK(!r.out.empty(), "--out: empty path");
   r.save = f.boolean("save");
@@ -275,6 +278,7 @@ inline nlohmann::json conversion_settings(const Flags& f, const train::ConvertCo
           {"lora_targets", c.finetune.lora_targets},
           {"joint_weight", c.finetune.joint_weight},
           {"batch", r.batch},
+          {"precision", precision_name(r.precision)},
           {"seed", c.seed}};
 }
 
@@ -351,6 +355,7 @@ inline void convert_rows(const ConversionRun& opts, const train::ConvertConfig& 
     std::cerr << "== " << row.label << " (" << row.mixer << (row.distill ? ", distilled" : ", no distillation")
               << ")\n";
     train::ConvertConfig rc = cfg;
+    rc.precision = opts.precision;
     const std::string dir = row_dir(opts.out, row);
     ensure_writable_dir(dir);
     rc.checkpoint_path = dir + "/checkpoint.safetensors";

@@ -10,7 +10,10 @@
 #include <utility>
 #include <vector>
 
+#include "autograd/autocast.h"
+#include "core/device.h"
 #include "core/error.h"
+#include "cuda/cuda_config.h"
 
 namespace hh::apps {
 
@@ -126,5 +129,26 @@ class Flags {
   std::map<std::string, std::string> values_;
   std::set<std::string> given_;
 };
+
+// --precision: one flag, the same in every app that runs a model (autograd/autocast.h).
+inline void add_precision_flag(Flags& f) {
+  f.add("precision", "f32",
+        "f32; tf32 (CUDA only: f32 GEMMs on TF32 tensor cores); or bf16 (autocast: bf16 GEMMs and\n"
+        "attention with f32 accumulation; f32 weights, optimizer state and softmax/norm/loss statistics;\n"
+        "on the CPU a slow reference of the CUDA arithmetic)");
+}
+
+// Parses and checks --precision for `device` (before any long work); tf32 turns TF32 on for the
+// process.
+inline Precision precision_flag(const Flags& f, Device device) {
+  try {
+    const Precision p = parse_precision(f.str("precision"));
+    check_precision(p, device);
+    if (p == Precision::tf32) set_allow_tf32(true);
+    return p;
+  } catch (const Error& e) {
+    fail(str("--precision: ", e.what()));
+  }
+}
 
 }  // namespace hh::apps

@@ -202,6 +202,7 @@ int run(int argc, char** argv) {
   f.add("mixer", "softmax", "attention of every layer: softmax, or a feature map (hedgehog, taylor, ...)");
   f.add("form", "chunked", "linear mixers: chunked, quadratic, noncausal or recurrent");
   f.add("device", "cpu", "cpu or cuda[:N]");
+  add_precision_flag(f);
   f.add("threads", "0", "CPU threads (0 = all cores)");
   f.add("out", "", "folder for results.json and report.html (optional)");
   if (!f.parse(argc, argv)) return 0;
@@ -218,6 +219,7 @@ int run(int argc, char** argv) {
   opt.form = nn::parse_linear_form(f.str("form"));
   opt.device = parse_device(f.str("device"));
   if (opt.device.is_cuda()) HH_CHECK(cuda_available(), "--device ", f.str("device"), ": ", cuda_unavailable_reason());
+  const Precision precision = precision_flag(f, opt.device);
   if (f.integer("threads", 0, 4096) > 0) set_num_threads(static_cast<int>(f.integer("threads")));
   f.integer("max-new-tokens", 0, 1 << 20);
   f.number("temperature", 0.0, 100.0);
@@ -237,6 +239,7 @@ int run(int argc, char** argv) {
               model->architecture().c_str(), static_cast<long long>(model->num_parameters()), opt.mixer.c_str(), load_s);
 
   json result;
+  PrecisionGuard autocast(precision);
   if (auto* lm = dynamic_cast<nn::CausalLM*>(model.get())) {
     HH_CHECK(in.text.empty() && in.image.empty(), model->architecture(), " generates text: give --prompt or --ids");
     result = run_decoder(*lm, f, in);
@@ -253,6 +256,7 @@ int run(int argc, char** argv) {
   result["architecture"] = model->architecture();
   result["mixer"] = opt.mixer;
   result["device"] = f.str("device");
+  result["precision"] = precision_name(precision);
   result["load_seconds"] = load_s;
   if (!in.out_dir.empty()) {
     write_file_atomic(in.out_dir + "/results.json", result.dump(2) + "\n");

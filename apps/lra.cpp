@@ -159,6 +159,7 @@ int run(int argc, char** argv) {
   f.add("pathfinder-contour", "", "--generate: Pathfinder contour length, the difficulty (default: the preset's)");
   f.add("seed", "0", "seed for generation, initialization and batch order");
   f.add("device", "cpu", "cpu or cuda[:N]");
+  add_precision_flag(f);
   f.add("threads", "0", "CPU threads (0 = all cores)");
   f.add("resume", "false", "continue the run in --out: skip finished runs, resume the others from their checkpoints", true);
   f.add("stop-after-steps", "0", "testing --resume: stop each run after N steps with a checkpoint (0 = off)");
@@ -236,6 +237,7 @@ int run(int argc, char** argv) {
   const bool resume = f.boolean("resume");
   const double min_accuracy = f.number("min-accuracy", 0, 1);
   if (base.device.is_cuda()) HH_CHECK(cuda_available(), "--device ", f.str("device"), ": ", cuda_unavailable_reason());
+  base.precision = precision_flag(f, base.device);
   int64_t threads = f.integer("threads", 0, 4096);
   if (threads == 0) threads = std::max(1, omp_get_num_procs());
   set_num_threads(static_cast<int>(threads));

@@ -162,6 +162,7 @@ void add_train_flags(apps::Flags& f, const TrainPreset& p) {
   f.add("checkpoint-every", "0", "steps between checkpoints (0 = at each validation)");
   f.add("seed", "0", "model initialisation and training windows");
   f.add("device", "cpu", "cpu or cuda[:N]");
+  add_precision_flag(f);
   f.add("threads", "0", "CPU threads (0 = every core)");
   f.add("dist", "auto", "data parallelism: auto (mpi under mpirun, else none), none, mpi or nccl");
   f.add("resume", "false", "continue each run from its checkpoint (it must have the same settings)", true);
@@ -227,6 +228,7 @@ int train_cmd(int argc, char** argv) {
   if (threads > 0) set_num_threads(threads);
   const Device device = parse_device(f.str("device"));
   if (device.is_cuda()) HH_CHECK(cuda_available(), "--device ", f.str("device"), ": ", cuda_unavailable_reason());
+  const Precision precision = precision_flag(f, device);
   std::shared_ptr<train::Communicator> comm = train::make_communicator(f.str("dist"));
   const bool root = comm->rank() == 0;
 
@@ -262,6 +264,7 @@ int train_cmd(int argc, char** argv) {
   base.checkpoint_every = f.integer("checkpoint-every", 0, int64_t{1} << 40);
   base.seed = static_cast<uint64_t>(f.integer("seed", 0));
   base.device = device;
+  base.precision = precision;
   base.resume = f.boolean("resume");
   base.progress = !f.boolean("quiet") && root;
   base.eos_id = info.eos_id;
@@ -316,6 +319,7 @@ int train_cmd(int argc, char** argv) {
       if (root && res.status == "ok") {
         nn::save_hf_model(*res.model, (fs::path(r.cfg.out_dir) / "model").string(), res.config_json,
                           "train_lm model config", tokenizer_files);
+        PrecisionGuard autocast(precision);
         s.samples = draw_samples(*res.model, *tok, n_samples, sample_tokens, so, "");
       }
     } catch (const std::exception& e) {
@@ -357,6 +361,7 @@ int sample_cmd(int argc, char** argv) {
   f.add("top-p", "1", "nucleus mass (1 = all)");
   f.add("seed", "0", "");
   f.add("device", "cpu", "cpu or cuda[:N]");
+  add_precision_flag(f);
   if (!f.parse(argc, argv)) return 0;
   HH_CHECK(f.given("model") != f.given("checkpoint"), "give one of --model and --checkpoint");
   const std::string folder = f.str("model"), ckpt = f.str("checkpoint");
@@ -377,6 +382,7 @@ int sample_cmd(int argc, char** argv) {
   const int64_t n = f.integer("samples", 1, 1000), tokens = f.integer("tokens", 1, 1 << 20);
   const Device device = parse_device(f.str("device"));
   if (device.is_cuda()) HH_CHECK(cuda_available(), "--device ", f.str("device"), ": ", cuda_unavailable_reason());
+  const Precision precision = precision_flag(f, device);
   std::shared_ptr<nn::CausalLM> lm;
   if (!folder.empty()) {
     nn::HFModelOptions mo;
@@ -388,6 +394,7 @@ int sample_cmd(int argc, char** argv) {
   }
   HH_CHECK(tok->vocab_size() <= lm->vocab_size(), "the tokenizer (", spec, ") has ", tok->vocab_size(),
            " ids, more than the model's vocabulary of ", lm->vocab_size());
+  PrecisionGuard autocast(precision);
   for (const auto& line : draw_samples(*lm, *tok, n, tokens, so, f.str("prompt"))) std::printf("%s\n---\n", line.c_str());
   return 0;
 }

@@ -5,6 +5,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "autograd/autocast.h"
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"
 #include "autograd/ops.h"
@@ -130,6 +131,9 @@ void run_backward(const Tensor& root, const Tensor& gradient, bool retain_graph)
   HH_CHECK(g.shape() == root.shape(), "backward: gradient shape ", g.shape(), " does not match output shape ",
            root.shape());
   NoGradGuard no_grad;
+  // Backward runs outside autocast (as torch's): each backward computes in the dtypes its forward
+  // saved, and the casts autocast inserted carry the gradients back to the f32 leaves.
+  AutocastGuard no_autocast(DType::bf16, false);
   if (!root.grad_fn()) {
     accumulate_leaf(*root.impl_ptr(), g);
     run_grad_ready_hooks(*root.impl_ptr());

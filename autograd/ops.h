@@ -1,6 +1,7 @@
 // The differentiable op library, PyTorch-style free functions in namespace hh. Each family has
 // one header and one .cpp (checks, forward dispatch, backward together).
 #pragma once
+#include "autograd/autocast.h"
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"
 #include "autograd/ops/attention.h"

@@ -4,7 +4,8 @@
 //
 // Conventions: outputs are freshly allocated and contiguous unless said otherwise. "(N,R)"
 // means a contiguous tensor viewed as N rows of R elements; "(O,R,I)" is outer, reduced, inner.
-// Float kernels run in f32 or f64 (bf16/f16 are cast by the op first).
+// Float kernels run in f32 or f64 (bf16/f16 are cast by the op first), except gemm, which also
+// takes bf16/f16 operands and accumulates them in f32.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -93,6 +94,7 @@ class Backend {
   // ---- linear algebra ----
   // c (Bt,M,N) contiguous = alpha a·b + beta c, a (Bt,M,K), b (Bt,K,N). a and b have unit stride
   // in one of their last two dims (row- or column-major), any batch stride (0 = broadcast).
+  // One dtype for all three: f32, f64, or bf16/f16 with f32 accumulation and one rounding of c.
   virtual void gemm(const Tensor& a, const Tensor& b, const Tensor& c, const GemmParams& p) = 0;
 
   // ---- fused nn kernels (rows of the last dim) ----

@@ -5,7 +5,8 @@
 // (N,M) matrix Cᵀ. So we ask for Cᵀ = Bᵀ·Aᵀ. A row-major operand read column-major already is
 // its transpose (op N); a column-major one (a transposed view) needs op T. Leading dimensions
 // come from the strides, batch strides are passed as they are (0 broadcasts one matrix).
-// f32 runs in full f32 unless set_allow_tf32(true) (cuda/cuda_config.h).
+// f32 runs in full f32 unless set_allow_tf32(true) (cuda/cuda_config.h); bf16/f16 run on tensor
+// cores with f32 accumulation (cuBLAS picks its cuBLASLt kernels for them).
 #include <atomic>
 #include <climits>
 
@@ -43,18 +44,24 @@ bool matrix_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs, Layout& o
   return false;
 }
 
-template <typename T>
-struct GemmTypes;
-template <>
-struct GemmTypes<float> {
-  static constexpr cudaDataType data = CUDA_R_32F;
-  static cublasComputeType_t compute() { return allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F; }
+// cuBLAS's types for one GEMM: the storage type of a, b, c and the compute type (the type of
+// alpha and beta). bf16/f16 run on tensor cores with f32 accumulation; f32 on TF32 tensor cores
+// only when set_allow_tf32(true).
+struct GemmTypes {
+  cudaDataType data;
+  cublasComputeType_t compute;
 };
-template <>
-struct GemmTypes<double> {
-  static constexpr cudaDataType data = CUDA_R_64F;
-  static cublasComputeType_t compute() { return CUBLAS_COMPUTE_64F; }
-};
+
+GemmTypes gemm_types(DType t) {
+  switch (t) {
+    case DType::f32: return {CUDA_R_32F, allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F};
+    case DType::f64: return {CUDA_R_64F, CUBLAS_COMPUTE_64F};
+    case DType::bf16: return {CUDA_R_16BF, CUBLAS_COMPUTE_32F};
+    case DType::f16: return {CUDA_R_16F, CUBLAS_COMPUTE_32F};
+    default: break;
+  }
+  fail(str("gemm: no CUDA GEMM for dtype ", t, " (expected f32, f64, bf16 or f16)"));
+}
 
 struct GemmArgs {
   int64_t bt, m, n, k;
@@ -62,16 +69,17 @@ struct GemmArgs {
   int64_t sa, sb;  // batch strides of a and b
 };
 
-// c (row-major, contiguous) = alpha a·b + beta c for each of bt matrices.
-template <typename T>
-void gemm_cuda(cublasHandle_t handle, const T* a, const T* b, T* c, const GemmArgs& g, T alpha, T beta) {
+// c (row-major, contiguous) = alpha a·b + beta c for each of bt matrices; alpha and beta point
+// at values of the compute type (double for f64, float otherwise).
+void gemm_cuda(cublasHandle_t handle, const GemmTypes& t, const void* a, const void* b, void* c, const GemmArgs& g,
+               const void* alpha, const void* beta) {
   const cublasOperation_t op_b = g.lb.row_major ? CUBLAS_OP_N : CUBLAS_OP_T;
   const cublasOperation_t op_a = g.la.row_major ? CUBLAS_OP_N : CUBLAS_OP_T;
-  check_cublas(cublasGemmStridedBatchedEx(
-                   handle, op_b, op_a, static_cast<int>(g.n), static_cast<int>(g.m), static_cast<int>(g.k), &alpha, b,
-                   GemmTypes<T>::data, static_cast<int>(g.lb.ld), g.sb, a, GemmTypes<T>::data,
-                   static_cast<int>(g.la.ld), g.sa, &beta, c, GemmTypes<T>::data, static_cast<int>(g.n), g.m * g.n,
-                   static_cast<int>(g.bt), GemmTypes<T>::compute(), CUBLAS_GEMM_DEFAULT),
+  check_cublas(cublasGemmStridedBatchedEx(handle, op_b, op_a, static_cast<int>(g.n), static_cast<int>(g.m),
+                                          static_cast<int>(g.k), alpha, b, t.data, static_cast<int>(g.lb.ld), g.sb, a,
+                                          t.data, static_cast<int>(g.la.ld), g.sa, beta, c, t.data,
+                                          static_cast<int>(g.n), g.m * g.n, static_cast<int>(g.bt), t.compute,
+                                          CUBLAS_GEMM_DEFAULT),
                "gemm", "cublasGemmStridedBatchedEx");
 }
 
@@ -91,10 +99,16 @@ void CudaBackend::gemm(const Tensor& a, const Tensor& b, const Tensor& c, const 
   if (c.numel() == 0) return;
   cuda::GemmArgs g{a.size(0), a.size(1), b.size(2), a.size(2), {}, {}, a.stride(0), b.stride(0)};
   if (g.k == 0) {  // no products: c = beta c (and never reads a fresh c when beta is 0)
-    if (p.beta == 0.0)
+    if (p.beta == 0.0) {
       fill(c, 0.0);
-    else
+    } else if (c.dtype() == DType::bf16 || c.dtype() == DType::f16) {  // the unary kernels are f32/f64
+      Tensor c32 = empty(c.shape(), {DType::f32, c.device()});
+      copy(c32, c);
+      unary(UnaryOp::mul_scalar, c32, c32, UnaryParams{p.beta, 0.0});
+      copy(c, c32);
+    } else {
       unary(UnaryOp::mul_scalar, c, c, UnaryParams{p.beta, 0.0});
+    }
     return;
   }
   HH_CHECK(cuda::matrix_layout(g.m, g.k, a.stride(1), a.stride(2), g.la), "gemm: a ", a.shape(), " with strides ",
@@ -105,11 +119,14 @@ void CudaBackend::gemm(const Tensor& a, const Tensor& b, const Tensor& c, const 
     HH_CHECK(v <= INT_MAX, "gemm: shapes ", a.shape(), " · ", b.shape(), " exceed cuBLAS's 32-bit sizes");
   cuda::DeviceGuard guard(index_);
   cublasHandle_t handle = cublas();
-  dispatch_float(a.dtype(), "gemm", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    cuda::gemm_cuda<T>(handle, a.data<T>(), b.data<T>(), c.data<T>(), g, static_cast<T>(p.alpha),
-                       static_cast<T>(p.beta));
-  });
+  const cuda::GemmTypes types = cuda::gemm_types(a.dtype());
+  if (a.dtype() == DType::f64) {
+    const double alpha = p.alpha, beta = p.beta;
+    cuda::gemm_cuda(handle, types, a.raw_data(), b.raw_data(), c.raw_data(), g, &alpha, &beta);
+  } else {
+    const float alpha = static_cast<float>(p.alpha), beta = static_cast<float>(p.beta);
+    cuda::gemm_cuda(handle, types, a.raw_data(), b.raw_data(), c.raw_data(), g, &alpha, &beta);
+  }
 }
 
 }  // namespace hh

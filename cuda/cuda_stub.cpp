@@ -1,5 +1,6 @@
 // The CUDA backend's stand-in for CPU-only builds: every entry point says CUDA was not built.
 #include "core/backend.h"
+#include "cuda/cuda_config.h"
 #include "cuda/cuda_memory.h"
 
 namespace hh {
@@ -18,5 +19,9 @@ MemoryStats cuda_memory_stats(int index) {
 }
 void cuda_reset_peak(int index) { fail(str("cuda_reset_peak(", index, "): hedgehog was built without CUDA")); }
 void cuda_empty_cache(int index) { fail(str("cuda_empty_cache(", index, "): hedgehog was built without CUDA")); }
+void set_allow_tf32(bool on) {
+  if (on) fail("set_allow_tf32: TF32 is a mode of CUDA GEMMs and hedgehog was built without CUDA");
+}
+bool allow_tf32() { return false; }
 
 }  // namespace hh

@@ -84,7 +84,12 @@ def main():
     p.add_argument("--json", metavar="FILE", help="write machine-readable results here")
     p.add_argument("--compare", metavar="HH_JSON", help="bench_ops --json output to compare against")
     p.add_argument("--device", default="cpu", help="cpu or cuda[:N] (threads do not apply on a GPU)")
+    p.add_argument("--gemm-dtypes", default="f32",
+                   help="comma list of GEMM dtypes, f32 and/or bf16 (as bench_ops --gemm-dtypes)")
     args = p.parse_args()
+    gemm_dtypes = args.gemm_dtypes.split(",")
+    if any(d not in ("f32", "bf16") for d in gemm_dtypes):
+        p.error(f"--gemm-dtypes expects f32 and/or bf16, got '{args.gemm_dtypes}'")
 
     hh = None
     if args.compare:
@@ -106,7 +111,7 @@ def main():
 
     peaks = {int(k): v for k, v in (hh or {}).get("fma_peak_gflops", {}).items()}
     peaks_cpu = {int(k): v for k, v in (hh or {}).get("fma_peak_cpu_gflops", {}).items()}
-    hh_gemm = {(r["name"], r["threads"]): r for r in (hh or {}).get("gemm", [])}
+    hh_gemm = {(r["name"], r.get("dtype", "f32"), r["threads"]): r for r in (hh or {}).get("gemm", [])}
     hh_ops = {(r["name"], r["threads"]): r for r in (hh or {}).get("ops", [])}
     out = {"library": f"torch {torch.__version__}", "dtype": "f32", "reps": args.reps, "warmup": WARMUP,
            "device": args.device,
@@ -125,23 +130,25 @@ def main():
           f"{'cpu GF/s':>9} {'%peak':>7}{cmp_hdr}")
     g = torch.Generator().manual_seed(42)
     rows = []
-    for name, bt, m, k, n in GEMM_CASES:
-        a = (torch.rand(bt, m, k, generator=g) * 2 - 1).to(dev)
-        b = (torch.rand(bt, k, n, generator=g) * 2 - 1).to(dev)
+    for dtype_name, name, bt, m, k, n in [(d, *case) for d in gemm_dtypes for case in GEMM_CASES]:
+        dt = torch.bfloat16 if dtype_name == "bf16" else torch.float32
+        a = (torch.rand(bt, m, k, generator=g) * 2 - 1).to(dev, dt)
+        b = (torch.rand(bt, k, n, generator=g) * 2 - 1).to(dev, dt)
         if bt == 1:  # a single matrix product: 2-d operands, as a Linear layer's GEMM
             a, b = a[0], b[0]
-        c = torch.empty(*a.shape[:-1], n, device=dev)
+        c = torch.empty(*a.shape[:-1], n, device=dev, dtype=dt)
+        label = name if dtype_name == "f32" else name + " bf16"
         gflop = 2.0 * bt * m * k * n / 1e9
         for t in args.threads:
             set_threads(t)
             wall, cpu = time_median(lambda: torch.matmul(a, b, out=c), args.reps, sync)
             gf = gflop / wall
             gfc = gf if gpu else gflop / (cpu / t)
-            ref = hh_gemm.get((name, t))
+            ref = hh_gemm.get((name, dtype_name, t))
             cmp_s = f" {ratio(ref and ref['gflops'], gf)} {ratio(ref and ref.get('cpu_gflops'), gfc)}" if hh else ""
-            print(f"{name:<28} {t:7d} {wall * 1e3:9.2f} {gf:9.1f} {pct(gf, peaks.get(t))} "
+            print(f"{label:<28} {t:7d} {wall * 1e3:9.2f} {gf:9.1f} {pct(gf, peaks.get(t))} "
                   f"{gfc:9.1f} {pct(gfc, peaks_cpu.get(t))}{cmp_s}")
-            rows.append({"name": name, "batch": bt, "m": m, "k": k, "n": n, "threads": t, "ms": wall * 1e3,
+            rows.append({"name": name, "dtype": dtype_name, "batch": bt, "m": m, "k": k, "n": n, "threads": t, "ms": wall * 1e3,
                          "gflops": gf, "cpu_gflops": gfc,
                          "pct_peak": 100.0 * gf / peaks[t] if peaks.get(t) else None,
                          "cpu_pct_peak": 100.0 * gfc / peaks_cpu[t] if peaks_cpu.get(t) else None})

@@ -105,6 +105,7 @@ std::string ar_run_fingerprint(const ArDataset& data, const ArRunConfig& cfg) {
       {"early_stop", cfg.early_stop}, {"val_fraction", cfg.val_fraction},
       {"seed", cfg.seed}, {"device", cfg.device.str()}, {"diverge_factor", cfg.diverge_factor},
       {"diverge_steps", cfg.diverge_steps}};
+  if (cfg.precision != Precision::f32) j["precision"] = precision_name(cfg.precision);  // f32 runs keep their fingerprint
   return j.dump();
 }
 
@@ -267,6 +268,10 @@ ArRunResult run_associative_recall(const ArDataset& data, const ArRunConfig& cfg
   HH_CHECK(!(cfg.resume || cfg.stop_after_steps > 0) || checkpoints, "ar: resume and stop_after_steps need a checkpoint_path");
   // Dropout draws from generators that the checkpoint does not hold.
   HH_CHECK(!checkpoints || cfg.model.dropout == 0, "ar: checkpoints need dropout 0 (got ", cfg.model.dropout, ")");
+  check_precision(cfg.precision, cfg.device);
+  // bf16 autocast for the whole run: forward passes, losses and evaluations. Backward runs outside
+  // autocast (the engine turns it off), and the optimizer updates the f32 weights.
+  PrecisionGuard precision(cfg.precision);
   ArRunResult r;
   r.mixer = cfg.mixer;
   r.temperature = cfg.temperature;

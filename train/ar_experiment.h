@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "autograd/autocast.h"
 #include "data/associative_recall.h"
 #include "nn/transformer.h"
 
@@ -42,6 +43,7 @@ struct ArRunConfig {
   double val_fraction = 0.1;      // held out from the training split for early stopping
   uint64_t seed = 0;
   Device device = Device::cpu();
+  Precision precision = Precision::f32;  // autograd/autocast.h
   bool quiet = false;
   // Divergence stops the run (status "diverged at epoch E, step S: ..."): a non-finite loss at any
   // step, or a loss above diverge_factor × the first step's loss (about ln(vocab) for a fresh

@@ -234,6 +234,10 @@ ConvertResult convert(ConversionTask& task, const ConvertConfig& cfg) {
   HH_CHECK(task.batches(Split::train) > 0, "convert: the training split has no batches");
   HH_CHECK(task.batches(Split::val) > 0, "convert: the validation split has no batches");
   nn::Module& model = task.model();
+  check_precision(cfg.precision, model.parameters().front().device());
+  // bf16 autocast for the whole run (autograd/autocast.h): forward passes, losses, evaluations;
+  // backward runs outside autocast and the optimizer updates f32 weights.
+  PrecisionGuard precision(cfg.precision);
 
   ConvertState st;
   const bool resuming = cfg.resume && ::access(cfg.checkpoint_path.c_str(), F_OK) == 0;

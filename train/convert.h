@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "autograd/autocast.h"
 #include "nn/diagnostics.h"
 #include "nn/lora.h"
 #include "nn/module.h"
@@ -81,6 +82,7 @@ struct ConvertConfig {
   FinetuneStage finetune;
   uint64_t seed = 0;            // LoRA init
   bool quiet = false;           // plain progress lines instead of a bar
+  Precision precision = Precision::f32;  // autograd/autocast.h
   // Checkpoint after every epoch of either stage; resume continues from the last one written.
   std::string checkpoint_path;
   bool resume = false;

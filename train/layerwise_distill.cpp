@@ -50,6 +50,8 @@ LayerwiseResult distill_layerwise(nn::LlamaForCausalLM& student, const std::vect
     HH_CHECK(layers[l]->self_attn->feature_map != nullptr, "distill_layerwise: layer ", l,
              " has softmax attention; the student needs a linear mixer (a feature map) to distill");
   const Device device = student.options().device;
+  check_precision(cfg.precision, device);
+  PrecisionGuard precision(cfg.precision);  // forward passes and losses; backward runs outside autocast
   const Device keep = cfg.hidden_on_host ? Device::cpu() : device;
 
   TrainableFlags restore(student);

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "autograd/autocast.h"
 #include "core/tensor.h"
 #include "nn/diagnostics.h"
 #include "nn/models/llama.h"
@@ -27,6 +28,7 @@ struct LayerwiseConfig {
   nn::DistillOptions loss;    // soft cross-entropy or KL, sum or mean over heads, output MSE
   bool hidden_on_host = false;  // keep the batches' hidden states in host memory between layers
   bool quiet = true;          // false: one progress line per layer on stderr
+  Precision precision = Precision::f32;  // autograd/autocast.h
 };
 
 struct LayerwiseResult {

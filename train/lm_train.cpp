@@ -59,6 +59,7 @@ void check_lm_train_config(const LmTrainConfig& c, int world) {
   HH_CHECK(c.eval_every >= 0 && c.checkpoint_every >= 0 && c.eval_windows >= 0, "--eval-every, --checkpoint-every "
            "and --eval-windows must be >= 0");
   HH_CHECK(!c.out_dir.empty(), "train_language_model: no output folder");
+  check_precision(c.precision, c.device);
 }
 
 namespace {
@@ -189,6 +190,7 @@ std::string lm_run_fingerprint(const LmTrainConfig& c) {
             {"lr", c.lr}, {"min_lr", c.min_lr}, {"warmup", c.warmup}, {"schedule", c.schedule},
             {"weight_decay", c.weight_decay}, {"betas", {c.beta1, c.beta2}}, {"adam_eps", c.adam_eps},
             {"grad_clip", c.grad_clip}, {"seed", c.seed}, {"data", c.data_fingerprint}};
+  if (c.precision != Precision::f32) j["precision"] = precision_name(c.precision);  // f32 runs keep their fingerprint
   return j.dump();
 }
 
@@ -275,6 +277,7 @@ LmTrainResult train_language_model(const LmTrainConfig& c, const data::TokenData
     comm.barrier();
   };
   const auto validate = [&](int64_t max_windows) {
+    PrecisionGuard precision(c.precision);
     LmEval e = evaluate_lm(model, valid, eval_ctx, c.eval_stride, max_windows, c.eval_batch, comm);
     e.step = s.step;
     s.evals.push_back(e);
@@ -302,7 +305,11 @@ LmTrainResult train_language_model(const LmTrainConfig& c, const data::TokenData
       const int64_t first = s.step * c.batch + m * (c.batch / c.accumulation) + rank * micro;
       const Tensor rows = sampler.rows(first, micro).to(c.device);  // (micro, context+1)
       const Tensor x = rows.slice(1, 0, c.context), y = rows.slice(1, 1, c.context + 1);
-      Tensor loss = cross_entropy(model.forward(x), y);
+      Tensor loss;
+      {
+        PrecisionGuard precision(c.precision);  // forward and loss only; backward runs outside autocast
+        loss = cross_entropy(model.forward(x), y);
+      }
       step_loss += loss.to(Device::cpu()).item<double>() / static_cast<double>(c.accumulation);
       reducer.set_enabled(m + 1 == c.accumulation);
       mul(loss, 1.0 / static_cast<double>(c.accumulation)).backward();

@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "autograd/autocast.h"
 #include "data/token_shards.h"
 #include "nn/models/gpt2.h"
 #include "train/distributed.h"
@@ -52,6 +53,7 @@ struct LmTrainConfig {
   int64_t checkpoint_every = 0;      // steps (0 = at evaluations and the end)
   uint64_t seed = 0;                 // model initialisation and training windows
   Device device = Device::cpu();
+  Precision precision = Precision::f32;  // bf16: autocast around forward and loss (autograd/autocast.h)
   std::string out_dir;               // checkpoint.safetensors, metrics.jsonl
   bool resume = false;
   int64_t stop_after_steps = 0;      // tests: write the checkpoint and return after this many steps

@@ -129,6 +129,7 @@ std::string lra_run_fingerprint(const LraData& data, const LraRunConfig& cfg) {
       {"weight_decay", cfg.weight_decay}, {"adam_eps", cfg.adam_eps}, {"grad_clip", cfg.grad_clip},
       {"eval_every", cfg.eval_every}, {"patience", cfg.patience}, {"eval_batch", cfg.eval_batch},
       {"seed", cfg.seed}, {"device", cfg.device.str()}};
+  if (cfg.precision != Precision::f32) j["precision"] = precision_name(cfg.precision);  // f32 runs keep their fingerprint
   return j.dump();
 }
 
@@ -225,6 +226,10 @@ void check_config(const LraData& data, const LraRunConfig& c) {
 
 LraRunResult run_lra(const LraData& data, const LraRunConfig& cfg) {
   check_config(data, cfg);
+  check_precision(cfg.precision, cfg.device);
+  // bf16 autocast for the whole run (autograd/autocast.h): forward passes, losses, evaluations;
+  // backward runs outside autocast and the optimizer updates f32 weights.
+  PrecisionGuard precision(cfg.precision);
   const data::LraTaskInfo info = data::lra_task_info(cfg.task);
   LraRunResult r;
   r.task = data::lra_task_name(cfg.task);

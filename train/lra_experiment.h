@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "autograd/autocast.h"
 #include "data/lra.h"
 #include "nn/lra_classifier.h"
 
@@ -49,6 +50,7 @@ struct LraRunConfig {
   int64_t eval_batch = 0;     // 0 = batch
   uint64_t seed = 0;
   Device device = Device::cpu();
+  Precision precision = Precision::f32;  // autograd/autocast.h
   bool quiet = false;
   std::string log_path;       // JSONL: one line per evaluation (empty = none)
   std::string checkpoint_path;  // written atomically at every evaluation (empty = none)

@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "autograd/autocast.h"
 #include "autograd/ops.h"
 #include "core/backend.h"
 
@@ -11,8 +12,11 @@ namespace hh {
 
 static const OpName reg_linear_attention_causal("linear_attention_causal");
 
-Tensor linear_attention_causal(const Tensor& phi_q, const Tensor& phi_k, const Tensor& v, int64_t chunk, double eps) {
+Tensor linear_attention_causal(const Tensor& phi_q_in, const Tensor& phi_k_in, const Tensor& v_in, int64_t chunk,
+                               double eps) {
   const char* op = "linear_attention_causal";
+  // Autocast's lower-precision list (autograd/autocast.h): bf16 inputs, f32 state and output rounded to bf16.
+  const Tensor phi_q = autocast_lower(phi_q_in), phi_k = autocast_lower(phi_k_in), v = autocast_lower(v_in);
   HH_CHECK(phi_q.dim() == 4 && phi_k.dim() == 4 && v.dim() == 4, op, ": expected phi_q, phi_k (B,H,L,F) and v (B,H,L,D), got ",
            phi_q.shape(), ", ", phi_k.shape(), ", ", v.shape());
   HH_CHECK(phi_q.shape() == phi_k.shape(), op, ": phi_q ", phi_q.shape(), " and phi_k ", phi_k.shape(), " differ");
@@ -46,8 +50,11 @@ Tensor linear_attention_causal(const Tensor& phi_q, const Tensor& phi_k, const T
 
 static const OpName reg_scaled_dot_product_attention("scaled_dot_product_attention");
 
-Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale) {
+Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, bool causal,
+                                    double scale) {
   const char* op = "scaled_dot_product_attention";
+  // Autocast's lower-precision list: bf16 inputs, f32 softmax statistics, output rounded to bf16.
+  const Tensor q = autocast_lower(q_in), k = autocast_lower(k_in), v = autocast_lower(v_in);
   HH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, op,
            ": expected q (B,H,Lq,D), k (B,H,Lk,D), v (B,H,Lk,Dv), got ", q.shape(), ", ", k.shape(), ", ", v.shape());
   HH_CHECK(k.size(0) == q.size(0) && k.size(1) == q.size(1) && k.size(3) == q.size(3), op, ": k ", k.shape(),

@@ -6,7 +6,9 @@
 
 #include <cmath>
 #include <limits>
+#include <utility>
 
+#include "autograd/autocast.h"
 #include "autograd/node.h"
 #include "autograd/ops.h"
 #include "core/backend.h"
@@ -42,9 +44,24 @@ bool fits_integral(DType t, double v) {
 
 // ---- unary -------------------------------------------------------------------------------------
 
+// Autocast's f32 list (autograd/autocast.h) among the unary ops, as torch's: functions whose
+// result needs more range or precision than bf16 gives (exp, log, powers, reciprocals).
+bool on_autocast_f32_list(UnaryOp op) {
+  switch (op) {
+    case UnaryOp::exp: case UnaryOp::log: case UnaryOp::log1p: case UnaryOp::rsqrt: case UnaryOp::softplus:
+    case UnaryOp::pow_scalar: case UnaryOp::rdiv_scalar:
+      return true;
+    default:
+      return false;
+  }
+}
+
 Tensor unary_op(const char* name, UnaryOp op, const Tensor& x, const UnaryParams& p = {}) {
   HH_CHECK(is_floating(x.dtype()), name, ": expected a floating tensor, got ", x.dtype(), " of shape ", x.shape());
-  if (is_half(x.dtype())) return to_dtype(unary_op(name, op, to_dtype(x, DType::f32), p), x.dtype());
+  if (is_half(x.dtype())) {
+    Tensor r = unary_op(name, op, to_dtype(x, DType::f32), p);
+    return AutocastMode::is_enabled() && on_autocast_f32_list(op) ? r : to_dtype(r, x.dtype());
+  }
   Tensor xc = contiguous(x);  // x: any shape, computed as one flat run
   Tensor y = empty(xc.shape(), {xc.dtype(), xc.device()});
   if (y.numel() > 0) backend_of(y).unary(op, xc, y, p);
@@ -92,8 +109,19 @@ using BinaryGrad = std::vector<Tensor> (*)(const Tensor& g, const Tensor& a, con
                                            const NeedsGrad& needs);
 enum Saves : unsigned { kSaveNone = 0, kSaveA = 1, kSaveB = 2, kSaveOut = 4 };
 
-Tensor binary_op(const char* name, BinaryOp op, const Tensor& a, const Tensor& b, BinaryGrad grad = nullptr,
+// Under autocast, operands of two different floating dtypes are cast to the wider one (the promote
+// list of autograd/autocast.h); otherwise they are returned as they are.
+std::pair<Tensor, Tensor> autocast_promoted(const Tensor& a, const Tensor& b) {
+  if (!AutocastMode::is_enabled() || a.dtype() == b.dtype() || !is_floating(a.dtype()) || !is_floating(b.dtype()))
+    return {a, b};
+  const DType t = autocast_promote(a.dtype(), b.dtype());
+  return {to_dtype(a, t), to_dtype(b, t)};
+}
+
+Tensor binary_op(const char* name, BinaryOp op, const Tensor& a_in, const Tensor& b_in, BinaryGrad grad = nullptr,
                  unsigned saves = kSaveNone) {
+  const std::pair<Tensor, Tensor> ab = autocast_promoted(a_in, b_in);
+  const Tensor &a = ab.first, &b = ab.second;
   check_pair(name, a, b);
   Shape s = broadcast_shapes(a.shape(), b.shape(), name);
   if (is_half(a.dtype())) {
@@ -309,7 +337,9 @@ Tensor ge(const Tensor& a, double b) { return compare_scalar("ge", BinaryOp::ge,
 
 // ---- selection ---------------------------------------------------------------------------------
 
-Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+Tensor where(const Tensor& cond, const Tensor& a_in, const Tensor& b_in) {
+  const std::pair<Tensor, Tensor> ab = autocast_promoted(a_in, b_in);
+  const Tensor &a = ab.first, &b = ab.second;
   HH_CHECK(cond.dtype() == DType::boolean, "where: condition must be a bool tensor, got ", cond.dtype(), " of shape ",
            cond.shape());
   HH_CHECK(cond.device() == a.device(), "where: condition is on ", cond.device(), " but values are on ", a.device());

@@ -4,9 +4,12 @@
 // (a transposed operand is just the other storage order), broadcasts batch dims with stride 0
 // instead of copying, and folds batch dims into the rows when the right operand is a single
 // matrix ((B,L,D)·(D,E) is one (B·L,D)·(D,E) GEMM). Backward: gA = gC·Bᵀ, gB = Aᵀ·gC, with
-// broadcast batch dims summed back by sum_to.
+// broadcast batch dims summed back by sum_to. bf16/f16 operands go to the backend's half GEMM
+// (f32 accumulation, one rounding), forward and backward; under autocast (autograd/autocast.h)
+// f32 operands are cast to bf16 first.
 #include "autograd/ops/linalg.h"
 
+#include "autograd/autocast.h"
 #include "autograd/node.h"
 #include "autograd/ops.h"
 #include "core/backend.h"
@@ -155,19 +158,16 @@ void check_pair(const char* op, const char* what_a, const Tensor& a, const char*
            " is on ", b.device());
 }
 
-bool is_half(DType t) { return t == DType::bf16 || t == DType::f16; }
-
 }  // namespace
 
-Tensor matmul(const Tensor& a, const Tensor& b) {
-  HH_CHECK(a.defined() && b.defined(), "matmul: undefined tensor argument");
+Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
+  HH_CHECK(a_in.defined() && b_in.defined(), "matmul: undefined tensor argument");
+  const Tensor a = autocast_lower(a_in), b = autocast_lower(b_in);  // autograd/autocast.h
   HH_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: both arguments need at least 1 dimension, got shapes ", a.shape(),
            " and ", b.shape());
   check_pair("matmul", "a", a, "b", b);
   HH_CHECK(is_floating(a.dtype()), "matmul: expected floating tensors, got ", a.dtype(), " (shapes ", a.shape(),
            " and ", b.shape(), ")");
-  // bf16/f16 are storage types: compute in f32 (differentiably) and round the result once.
-  if (is_half(a.dtype())) return to_dtype(matmul(to_dtype(a, DType::f32), to_dtype(b, DType::f32)), a.dtype());
 
   const bool a1 = a.dim() == 1, b1 = b.dim() == 1;
   const int64_t ka = a.size(-1), kb = b1 ? b.size(0) : b.size(-2);
@@ -205,8 +205,10 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   });
 }
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  HH_CHECK(x.defined() && weight.defined(), "linear: undefined input or weight");
+Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in) {
+  HH_CHECK(x_in.defined() && weight_in.defined(), "linear: undefined input or weight");
+  // autograd/autocast.h: input, weight and bias in the lower-precision dtype.
+  const Tensor x = autocast_lower(x_in), weight = autocast_lower(weight_in), bias = autocast_lower(bias_in);
   HH_CHECK(x.dim() >= 1, "linear: input needs at least 1 dimension, got shape ", x.shape());
   HH_CHECK(weight.dim() == 2, "linear: weight must be 2-d (out_features, in_features), got shape ", weight.shape());
   check_pair("linear", "input", x, "weight", weight);
@@ -218,10 +220,6 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     check_pair("linear", "bias", bias, "weight", weight);
     HH_CHECK(bias.dim() == 1 && bias.size(0) == out_f, "linear: bias shape ", bias.shape(),
              " does not match weight shape ", weight.shape(), " (expected (", out_f, ",))");
-  }
-  if (is_half(x.dtype())) {
-    Tensor b32 = bias.defined() ? to_dtype(bias, DType::f32) : bias;
-    return to_dtype(linear(to_dtype(x, DType::f32), to_dtype(weight, DType::f32), b32), x.dtype());
   }
 
   // x (..., in) as rows (R, in); leading dims folded into the GEMM's rows.

@@ -4,6 +4,8 @@
 // Saved tensors are detached copies, so a node never keeps its own output's graph alive.
 #include "autograd/ops/nn.h"
 
+#include "autograd/autocast.h"
+
 #include <cmath>
 
 #include "autograd/node.h"
@@ -106,11 +108,14 @@ const char* reduction_name(Reduction r) {
 
 }  // namespace
 
-Tensor softmax(const Tensor& x, int64_t dim) { return softmax_impl(x, dim, false); }
-Tensor log_softmax(const Tensor& x, int64_t dim) { return softmax_impl(x, dim, true); }
+// The ops below are on autocast's f32 list (autograd/autocast.h): under autocast, bf16/f16 inputs
+// are cast to f32 and the results stay f32.
+Tensor softmax(const Tensor& x, int64_t dim) { return softmax_impl(autocast_f32(x), dim, false); }
+Tensor log_softmax(const Tensor& x, int64_t dim) { return softmax_impl(autocast_f32(x), dim, true); }
 
-Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+Tensor layer_norm(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in, double eps) {
   const char* op = "layer_norm";
+  const Tensor x = autocast_f32(x_in), weight = autocast_f32(weight_in), bias = autocast_f32(bias_in);
   check_norm_input(op, x, eps);
   check_param(op, "weight", x, weight);
   check_param(op, "bias", x, bias);
@@ -140,8 +145,9 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
   });
 }
 
-Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
+Tensor rms_norm(const Tensor& x_in, const Tensor& weight_in, double eps) {
   const char* op = "rms_norm";
+  const Tensor x = autocast_f32(x_in), weight = autocast_f32(weight_in);
   check_norm_input(op, x, eps);
   check_param(op, "weight", x, weight);
   if (is_half(x.dtype())) return to_dtype(rms_norm(to_compute(x), to_compute(weight), eps), x.dtype());
@@ -168,9 +174,10 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
 
 // mean divides by the number of non-ignored rows; when every row is ignored that is 0/0 = NaN,
 // as in torch (the gradient is then all zeros: ignored rows never receive gradient).
-Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index, double label_smoothing,
+Tensor cross_entropy(const Tensor& logits_in, const Tensor& target, int64_t ignore_index, double label_smoothing,
                      Reduction reduction) {
   const char* op = "cross_entropy";
+  const Tensor logits = autocast_f32(logits_in);
   check_float(op, "logits", logits);
   HH_CHECK(logits.dim() >= 1, op, ": logits must be (..., V), got shape ", logits.shape());
   HH_CHECK(target.dtype() == DType::i64 || target.dtype() == DType::i32, op,
@@ -222,8 +229,9 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_
   });
 }
 
-Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+Tensor mse_loss(const Tensor& input_in, const Tensor& target_in, Reduction reduction) {
   const char* op = "mse_loss";
+  const Tensor input = autocast_f32(input_in), target = autocast_f32(target_in);
   check_float(op, "input", input);
   check_float(op, "target", target);
   HH_CHECK(input.shape() == target.shape(), op, ": input shape ", input.shape(), " and target shape ",

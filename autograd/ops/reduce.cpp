@@ -171,7 +171,9 @@ Tensor flip_r(const Tensor& t3) {
 
 }  // namespace
 
-Tensor sum(const Tensor& x, const Dims& dims, bool keepdim) {
+// sum, prod and cumsum are on autocast's f32 list (autograd/autocast.h): a bf16 input gives f32.
+Tensor sum(const Tensor& x_in, const Dims& dims, bool keepdim) {
+  const Tensor x = autocast_f32(x_in);
   Plan p = make_plan(x, dims, keepdim, "sum");
   const DType xt = x.dtype(), ct = compute_dtype(xt, "sum", true);
   Tensor out = run_reduce(ReduceOp::sum, x, p, ct, false).values;
@@ -279,7 +281,8 @@ ValuesIndices min(const Tensor& x, int64_t dim, bool keepdim) { return extremum_
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) { return arg_extremum(x, dim, keepdim, true); }
 Tensor argmin(const Tensor& x, int64_t dim, bool keepdim) { return arg_extremum(x, dim, keepdim, false); }
 
-Tensor cumsum(const Tensor& x, int64_t dim) {
+Tensor cumsum(const Tensor& x_in, int64_t dim) {
+  const Tensor x = autocast_f32(x_in);
   Plan p = make_plan(x, {dim}, true, "cumsum");
   const DType xt = x.dtype(), ct = compute_dtype(xt, "cumsum", true);
   const int64_t O = p.O, R = p.R, I = p.I;

@@ -293,6 +293,20 @@ void CpuBackend::gemm(const Tensor& a, const Tensor& b, const Tensor& c, const G
            c.dtype(), " differ");
   HH_CHECK(c.is_contiguous(), "gemm: c must be contiguous, got strides ", c.strides());
   if (c.numel() == 0) return;
+  if (a.dtype() == DType::bf16 || a.dtype() == DType::f16) {
+    // The arithmetic of a tensor-core GEMM with f32 compute (cuBLAS's bf16/f16 GEMMs): the
+    // operands' values are exact in f32, the products are summed in f32, the result is rounded
+    // once to c's dtype. This is the CPU reference of the CUDA half GEMM and of bf16 autocast.
+    auto to_f32 = [this](const Tensor& t) {
+      Tensor out = empty(t.shape(), {DType::f32, t.device()});
+      copy(out, t);
+      return out;
+    };
+    Tensor c32 = p.beta != 0.0 ? to_f32(c) : empty(c.shape(), {DType::f32, c.device()});
+    gemm_typed<float>(to_f32(a), to_f32(b), c32, p);
+    copy(c, c32);
+    return;
+  }
   dispatch_float(a.dtype(), "gemm", [&](auto tag) {
     using T = typename decltype(tag)::type;
     gemm_typed<T>(a, b, c, p);
