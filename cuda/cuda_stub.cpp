@@ -1,6 +1,7 @@
 // The CUDA backend's stand-in for CPU-only builds: every entry point says CUDA was not built.
 #include "core/backend.h"
 #include "cuda/cuda_memory.h"
+#include "cuda/cuda_stream.h"
 
 namespace hh {
 
@@ -18,5 +19,8 @@ MemoryStats cuda_memory_stats(int index) {
 }
 void cuda_reset_peak(int index) { fail(str("cuda_reset_peak(", index, "): hedgehog was built without CUDA")); }
 void cuda_empty_cache(int index) { fail(str("cuda_empty_cache(", index, "): hedgehog was built without CUDA")); }
+std::shared_ptr<void> cuda_use_own_stream(int index) {
+  fail(str("cuda_use_own_stream(", index, "): hedgehog was built without CUDA"));
+}
 
 }  // namespace hh

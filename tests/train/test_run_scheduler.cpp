@@ -1,6 +1,7 @@
 // The concurrent-run scheduler (train/run_scheduler.h): hand-out order, every job run exactly
 // once, a failing job losing nothing of the others, results equal to a serial run, K > N, and
-// the setup hook's and on_done's contracts.
+// the setup hook's and on_done's contracts; on CUDA (HH_DEVICE=cuda), concurrent jobs on their
+// own streams against the CPU.
 #include <doctest/doctest.h>
 
 #include <atomic>
@@ -18,6 +19,8 @@
 #include "core/generator.h"
 #include "core/parallel.h"
 #include "core/tensor.h"
+#include "cuda/cuda_stream.h"
+#include "tests/cuda_compare.h"
 #include "tests/op_table.h"
 #include "train/run_scheduler.h"
 
@@ -235,6 +238,40 @@ TEST_CASE("run scheduler: a failing setup or on_done stops the hand-out and is r
   train::run_jobs(jobs, o);
   CHECK(guarded);
   CHECK(alive->load() == 0);
+}
+
+// Each worker gets a stream of its own (cuda_use_own_stream): jobs run forward and backward at
+// once on several streams of one device, and each must match the CPU.
+TEST_CASE("run scheduler: concurrent jobs on their own CUDA streams match the CPU" *
+          doctest::skip(!cuda_requested())) {
+  constexpr size_t kJobs = 6;
+  auto compute = [](size_t i, Device d) {
+    Generator gen(7 + i);
+    Tensor a = place(uniform({64, 96}, -1, 1, gen), d).requires_grad_(), b = place(uniform({96, 48}, -1, 1, gen), d);
+    Tensor y = softmax(matmul(a, b), -1);
+    Tensor loss = sum(y * y);
+    loss.backward();
+    return std::vector<Tensor>{y.detach().to(Device::cpu()), a.grad().to(Device::cpu())};
+  };
+  std::vector<std::vector<Tensor>> want(kJobs), got(kJobs);
+  for (size_t i = 0; i < kJobs; ++i) want[i] = compute(i, Device::cpu());
+  std::vector<ScheduledJob> jobs;
+  for (size_t i = 0; i < kJobs; ++i) jobs.push_back({1, [&, i] { got[i] = compute(i, test_device()); }});
+  SchedulerOptions o;
+  o.workers = 3;
+  o.setup = [](int) { return cuda_use_own_stream(test_device().index); };
+  std::vector<JobOutcome> out = train::run_jobs(jobs, o);
+  for (size_t i = 0; i < kJobs; ++i) {
+    CAPTURE(i);
+    REQUIRE_MESSAGE(out[i].ok, out[i].error);
+    for (size_t k = 0; k < 2; ++k) {
+      std::vector<double> g = to_vector<double>(got[i][k]), w = to_vector<double>(want[i][k]);
+      REQUIRE(g.size() == w.size());
+      double worst = 0;
+      for (size_t e = 0; e < g.size(); ++e) worst = std::max(worst, std::fabs(g[e] - w[e]));
+      CHECK(worst < 1e-4);
+    }
+  }
 }
 
 }  // namespace hh::test
