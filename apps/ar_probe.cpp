@@ -300,7 +300,8 @@ int run(int argc, char** argv) {
   int64_t jobs = f.given("jobs") ? f.integer("jobs", 1, 4096)
                                  : (paper || rc.device.is_cuda() ? 1 : std::max<int64_t>(1, cores / threads));
   HH_CHECK(jobs == 1 || !rc.device.is_cuda(), "--jobs ", jobs,
-           ": concurrent runs are CPU-only (a CUDA device runs one stream); use --jobs 1");
+           ": concurrent runs are CPU-only for now (runs on their own CUDA streams are built but have not been "
+           "tested on a GPU); use --jobs 1");
   set_num_threads(static_cast<int>(threads));
   auto maps = parse_maps(f.str("feature-map"), f.number("temperature", 1e-6, 1e6));
 

@@ -131,5 +131,8 @@ bool allow_tf32() { return cuda_module::api_or_throw("allow_tf32").allow_tf32();
 std::shared_ptr<void> cuda_use_own_stream(int index) {
   return cuda_module::api_or_throw(str("cuda_use_own_stream(", index, ")")).use_own_stream(index);
 }
+std::shared_ptr<CudaGraphReplay> cuda_capture_graph(int index, const std::function<void()>& work) {
+  return cuda_module::api_or_throw(str("cuda_capture_graph(", index, ")")).capture_graph(index, work);
+}
 
 }  // namespace hh

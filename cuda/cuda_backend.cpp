@@ -225,7 +225,7 @@ extern "C" const hh::cuda_module::Api* hh_cuda_module_api() {
   static const hh::cuda_module::Api api{
       hh::cuda_module::kAbiVersion, sizeof(hh::Tensor), &hh::cuda_backend,  &hh::cuda_device_count,
       &hh::cuda_memory_stats,       &hh::cuda_reset_peak, &hh::cuda_empty_cache, &hh::set_allow_tf32,
-      &hh::allow_tf32,           &hh::cuda_use_own_stream,
+      &hh::allow_tf32,           &hh::cuda_use_own_stream, &hh::cuda_capture_graph,
   };
   return &api;
 }

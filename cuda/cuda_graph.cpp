@@ -4,6 +4,7 @@
 #include "core/error.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_check.h"
+#include "cuda/cuda_stream.h"
 
 namespace hh::cuda {
 
@@ -80,3 +81,20 @@ void CudaGraph::replay() {
 }
 
 }  // namespace hh::cuda
+
+namespace hh {
+
+std::shared_ptr<CudaGraphReplay> cuda_capture_graph(int index, const std::function<void()>& work) {
+  struct Captured final : CudaGraphReplay {
+    explicit Captured(int device) : graph(device) {}
+    void replay() override { graph.replay(); }
+    cuda::CudaGraph graph;
+  };
+  auto c = std::make_shared<Captured>(index);
+  c->graph.begin();
+  work();  // if it throws, c's destructor ends the capture and releases the pool
+  c->graph.end();
+  return c;
+}
+
+}  // namespace hh

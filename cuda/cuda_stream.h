@@ -1,6 +1,8 @@
-// Streams for concurrent work on one CUDA device, as the core sees them. Plain header (no CUDA
-// include); the CUDA backend's side is in cuda/cuda_backend.h (StreamGuard, current_stream).
+// Streams and graphs of one CUDA device, as the core sees them. Plain header (no CUDA include);
+// the CUDA backend's side is in cuda/cuda_backend.h (StreamGuard, thread_stream) and
+// cuda/cuda_graph.h (CudaGraph).
 #pragma once
+#include <functional>
 #include <memory>
 
 namespace hh {
@@ -12,5 +14,21 @@ namespace hh {
 // made on one stream must not be used on another before it is synchronized. Throws when the device
 // does not exist or CUDA was not built.
 std::shared_ptr<void> cuda_use_own_stream(int index);
+
+// A captured CUDA graph: replay() runs the captured work again, on the calling thread's current
+// stream of its device, on the same memory (see cuda/cuda_graph.h). Destroying it waits for the
+// last replay and gives its memory pool back to the cache.
+class CudaGraphReplay {
+ public:
+  virtual ~CudaGraphReplay() = default;
+  virtual void replay() = 0;
+};
+
+// Captures `work` on the calling thread's current stream of CUDA device `index`: its kernels are
+// recorded, not run, and its allocations come from the graph's own pool. Run the work once
+// before (warm-up), make its inputs before, and keep the tensors it reads and writes alive for
+// as long as the graph is replayed; work must not synchronize (no copy to the host). Throws when
+// the capture fails (the graph is then discarded) or CUDA was not built.
+std::shared_ptr<CudaGraphReplay> cuda_capture_graph(int index, const std::function<void()>& work);
 
 }  // namespace hh

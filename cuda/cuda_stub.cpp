@@ -22,5 +22,8 @@ void cuda_empty_cache(int index) { fail(str("cuda_empty_cache(", index, "): hedg
 std::shared_ptr<void> cuda_use_own_stream(int index) {
   fail(str("cuda_use_own_stream(", index, "): hedgehog was built without CUDA"));
 }
+std::shared_ptr<CudaGraphReplay> cuda_capture_graph(int index, const std::function<void()>& /*work*/) {
+  fail(str("cuda_capture_graph(", index, "): hedgehog was built without CUDA"));
+}
 
 }  // namespace hh

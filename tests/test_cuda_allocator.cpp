@@ -1,6 +1,7 @@
 // The CUDA caching allocator's bookkeeping (cuda/cuda_allocator.h) on host memory: reuse per
 // stream, graph-capture pools, release at exit, no double free. The bookkeeping makes no CUDA
-// call, so these run in every build, with or without CUDA or a GPU.
+// call, so these run in every build, with or without CUDA or a GPU. At the end, CUDA-graph
+// capture and replay on a GPU (HH_DEVICE=cuda only; skipped otherwise).
 #include <doctest/doctest.h>
 
 #include <cstdint>
@@ -12,6 +13,8 @@
 #include <vector>
 
 #include "cuda/cuda_allocator.h"
+#include "cuda/cuda_stream.h"
+#include "tests/cuda_compare.h"
 #include "tests/op_table.h"
 
 namespace hh::test {
@@ -356,6 +359,43 @@ TEST_CASE("cuda allocator: release_all frees capture pools and live pool blocks 
   CHECK(heap().bad_frees == 0);
   CHECK(a.stats().current == 0);
   CHECK(a.stats().reserved == 0);
+}
+
+// ---- on a GPU: capture and replay through the allocator's pools ----
+
+TEST_CASE("cuda graph: a captured step replays on new inputs written into its input tensor" *
+          doctest::skip(!cuda_requested())) {
+  const Device d = test_device();
+  const Tensor w_cpu = input({16, 16}, -1, 1, DType::f32, 2);
+  Tensor x = place(input({8, 16}, -1, 1, DType::f32, 1), d), w = place(w_cpu, d);
+  auto step = [&] { return softmax(matmul(x, w), -1) + x; };
+  step();  // warm-up: the cuBLAS handle and the cache
+  Tensor y;
+  std::shared_ptr<CudaGraphReplay> g = cuda_capture_graph(d.index, [&] { y = step(); });
+  for (uint64_t seed : {3, 4, 5}) {
+    const Tensor xn = input({8, 16}, -1, 1, DType::f32, seed);
+    copy_(x, place(xn, d));  // new input, in the tensor the capture read
+    const size_t reserved = cuda_memory_stats(d.index).reserved;
+    g->replay();
+    CHECK(cuda_memory_stats(d.index).reserved == reserved);  // a replay allocates nothing
+    expect_close(y, softmax(matmul(xn, w_cpu), -1) + xn, 1e-5, 1e-6, "replay, input seed " + std::to_string(seed));
+  }
+  // Eager work after the capture gets none of the graph's memory: y survives it.
+  Tensor eager = step() * 3.0;
+  g->replay();
+  expect_close(y, softmax(matmul(input({8, 16}, -1, 1, DType::f32, 5), w_cpu), -1) + input({8, 16}, -1, 1, DType::f32, 5),
+               1e-5, 1e-6, "replay after eager work");
+}
+
+TEST_CASE("cuda graph: work that synchronizes during a capture fails clearly and leaves no capture open" *
+          doctest::skip(!cuda_requested())) {
+  const Device d = test_device();
+  Tensor x = place(input({4, 4}, -1, 1, DType::f32, 1), d);
+  (void)(x * x);  // warm-up
+  check_throws([&] { cuda_capture_graph(d.index, [&] { (void)(x * x).to(Device::cpu()); }); }, {"CUDA error"});
+  // The stream and the allocator work as before.
+  expect_close(x * x, input({4, 4}, -1, 1, DType::f32, 1) * input({4, 4}, -1, 1, DType::f32, 1), 1e-6, 1e-7,
+               "after a failed capture");
 }
 
 }  // namespace hh::test
