@@ -6,14 +6,11 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdio>
 #include <fstream>
 #include <exception>
 #include <iostream>
-#include <mutex>
 #include <nlohmann/json.hpp>
-#include <thread>
 
 #include <omp.h>
 
@@ -24,6 +21,7 @@
 #include "nn/feature_maps.h"
 #include "nn/transformer.h"
 #include "train/ar_report.h"
+#include "train/run_scheduler.h"
 #include "train/schedule.h"
 
 using namespace hh;
@@ -304,7 +302,8 @@ int run(int argc, char** argv) {
   int64_t jobs = f.given("jobs") ? f.integer("jobs", 1, 4096)
                                  : (paper || rc.device.is_cuda() ? 1 : std::max<int64_t>(1, cores / threads));
   HH_CHECK(jobs == 1 || !rc.device.is_cuda(), "--jobs ", jobs,
-           ": concurrent runs are CPU-only (a CUDA device runs one stream); use --jobs 1");
+           ": concurrent runs are CPU-only for now (runs on their own CUDA streams are built but have not been "
+           "tested on a GPU); use --jobs 1");
   set_num_threads(static_cast<int>(threads));
   auto maps = parse_maps(f.str("feature-map"), f.number("temperature", 1e-6, 1e6));
 
@@ -411,20 +410,8 @@ int run(int argc, char** argv) {
       if (jobs > 1) c.quiet = true;  // concurrent progress bars would overwrite each other
       runs.push_back(c);
     }
-  // Hand out the costliest runs first (cost ~ feature dimension) so that the last run to start
-  // is a short one.
-  std::vector<size_t> order(runs.size());
-  std::vector<int64_t> cost(runs.size());
-  for (size_t i = 0; i < runs.size(); ++i) {
-    order[i] = i;
-    cost[i] = feature_cost(runs[i], data_cfg.seq_len);
-  }
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return cost[a] > cost[b]; });
   std::vector<train::ArRunResult> done(runs.size());
   std::vector<char> complete(runs.size(), 0);  // finished, failed or diverged (not interrupted)
-  std::exception_ptr fatal;                    // writing the results failed: stop everything
-  std::atomic<size_t> next{0};
-  std::mutex mu;  // guards done, complete, fatal and the console
 
   // The row of map m: its best finished run by validation accuracy (ok runs first); a map whose
   // runs all failed shows its first failure.
@@ -446,8 +433,8 @@ int run(int argc, char** argv) {
     }
     return rows;
   };
-  // Records run i (under mu): its own result file when it was evaluated, then results.json/csv with
-  // every map finished so far.
+  // Records run i (one call at a time): its own result file when it was evaluated, then
+  // results.json/csv with every map finished so far.
   auto record = [&](size_t i, const train::ArRunResult& r) {
     done[i] = r;
     const size_t m_index = i / grid.size(), g = i % grid.size();
@@ -481,40 +468,41 @@ int run(int argc, char** argv) {
     complete[i] = 1;
     std::printf("  %-20s finished earlier (%s)\n", done[i].label.c_str(), path.c_str());
   }
-  auto worker = [&]() {
-    set_num_threads(static_cast<int>(threads));  // OpenMP's thread count is per thread
-    for (size_t n; (n = next.fetch_add(1)) < runs.size();) {
-      const size_t i = order[n];
-      if (complete[i]) continue;  // read back above, before the workers started
-      train::ArRunResult r;
-      try {
-        r = train::run_associative_recall(data, runs[i]);
-      } catch (const std::exception& e) {
-        r.label = train::ar_label(runs[i].mixer, runs[i].temperature);
-        r.mixer = runs[i].mixer;
-        r.temperature = runs[i].temperature;
-        r.lr = runs[i].lr;
-        r.weight_decay = runs[i].weight_decay;
-        r.batch = runs[i].batch;
-        r.status = std::string("error: ") + e.what();
-      }
-      std::lock_guard<std::mutex> lock(mu);
-      try {
-        record(i, r);
-      } catch (...) {
-        if (!fatal) fatal = std::current_exception();
-        next = runs.size();  // stop handing out runs
-      }
-    }
-  };
-  if (jobs <= 1) {
-    worker();
-  } else {
-    std::vector<std::thread> pool;
-    for (int64_t j = 0; j < jobs; ++j) pool.emplace_back(worker);
-    for (auto& t : pool) t.join();
+  // The runs left, to train `jobs` at once (train/run_scheduler.h), costliest first (cost ~ the
+  // feature dimension) so that the last run to start is a short one. record() runs as each run
+  // completes, one at a time; if it throws (writing the results failed), no further run starts
+  // and the error ends the program.
+  std::vector<size_t> todo;
+  std::vector<train::ScheduledJob> sched;
+  std::vector<train::ArRunResult> trained(runs.size());
+  for (size_t i = 0; i < runs.size(); ++i) {
+    if (complete[i]) continue;  // read back above
+    todo.push_back(i);
+    sched.push_back({static_cast<double>(feature_cost(runs[i], data_cfg.seq_len)),
+                     [&, i] { trained[i] = train::run_associative_recall(data, runs[i]); }});
   }
-  if (fatal) std::rethrow_exception(fatal);
+  train::SchedulerOptions so;
+  so.workers = static_cast<int>(jobs);
+  so.setup = [threads](int) {
+    set_num_threads(static_cast<int>(threads));  // OpenMP's thread count is per thread
+    return std::shared_ptr<void>();
+  };
+  so.on_done = [&](const train::JobOutcome& o) {
+    const size_t i = todo[o.index];
+    train::ArRunResult r = trained[i];
+    if (!o.ok) {
+      r = train::ArRunResult{};
+      r.label = train::ar_label(runs[i].mixer, runs[i].temperature);
+      r.mixer = runs[i].mixer;
+      r.temperature = runs[i].temperature;
+      r.lr = runs[i].lr;
+      r.weight_decay = runs[i].weight_decay;
+      r.batch = runs[i].batch;
+      r.status = "error: " + o.error;
+    }
+    record(i, r);
+  };
+  train::run_jobs(sched, so);
   if (std::find(complete.begin(), complete.end(), 0) != complete.end()) {
     std::printf("\nstopped early (--stop-after-steps): finished maps are in %s/results.json; continue with --resume\n",
                 out.c_str());

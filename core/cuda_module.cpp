@@ -9,6 +9,7 @@
 #include <cstdlib>
 
 #include "cuda/cuda_config.h"
+#include "cuda/cuda_stream.h"
 
 namespace hh {
 
@@ -127,5 +128,11 @@ void cuda_empty_cache(int index) {
 }
 void set_allow_tf32(bool on) { cuda_module::api_or_throw("set_allow_tf32").set_allow_tf32(on); }
 bool allow_tf32() { return cuda_module::api_or_throw("allow_tf32").allow_tf32(); }
+std::shared_ptr<void> cuda_use_own_stream(int index) {
+  return cuda_module::api_or_throw(str("cuda_use_own_stream(", index, ")")).use_own_stream(index);
+}
+std::shared_ptr<CudaGraphReplay> cuda_capture_graph(int index, const std::function<void()>& work) {
+  return cuda_module::api_or_throw(str("cuda_capture_graph(", index, ")")).capture_graph(index, work);
+}
 
 }  // namespace hh

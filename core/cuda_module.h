@@ -2,19 +2,22 @@
 // core loads with dlopen the first time a CUDA device is asked for, so CPU-only programs neither
 // link nor map cudart/cuBLAS. The module exports one C function returning the table below; the
 // core's cuda_backend(), cuda_available(), ... (core/backend.h, cuda/cuda_memory.h,
-// cuda/cuda_config.h) forward to it.
+// cuda/cuda_config.h, cuda/cuda_stream.h) forward to it.
 #pragma once
 #include <cstddef>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/backend.h"
 #include "cuda/cuda_memory.h"
+#include "cuda/cuda_stream.h"
 
 namespace hh::cuda_module {
 
 // Bump when Api changes; the loader refuses a module built with another value.
-inline constexpr int kAbiVersion = 1;
+inline constexpr int kAbiVersion = 2;  // 2: use_own_stream, capture_graph
 inline constexpr const char* kEntryPoint = "hh_cuda_module_api";
 inline constexpr const char* kFileName = "libhedgehog_cuda.so";
 
@@ -28,6 +31,8 @@ struct Api {
   void (*empty_cache)(int index);
   void (*set_allow_tf32)(bool on);
   bool (*allow_tf32)();
+  std::shared_ptr<void> (*use_own_stream)(int index);
+  std::shared_ptr<CudaGraphReplay> (*capture_graph)(int index, const std::function<void()>& work);
 };
 
 using EntryPoint = const Api* (*)();

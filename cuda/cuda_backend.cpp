@@ -8,6 +8,7 @@
 #include "core/cuda_module.h"
 #include "cuda/cuda_config.h"
 #include "cuda/cuda_memory.h"
+#include "cuda/cuda_stream.h"
 
 namespace hh {
 
@@ -20,6 +21,47 @@ DeviceGuard::DeviceGuard(int device) : device_(device) {
 
 DeviceGuard::~DeviceGuard() {
   if (prev_ >= 0 && prev_ != device_) (void)cudaSetDevice(prev_);
+}
+
+// ---- streams ----
+
+namespace {
+constexpr int kMaxDevices = 64;
+// This thread's current stream per device (null: the backend's default stream).
+thread_local std::array<cudaStream_t, kMaxDevices> t_streams{};
+
+size_t device_slot(int device) {
+  HH_CHECK(device >= 0 && device < kMaxDevices, "cuda:", device, ": device index out of range (at most ", kMaxDevices,
+           " devices)");
+  return static_cast<size_t>(device);
+}
+}  // namespace
+
+cudaStream_t thread_stream(int device) {
+  return device >= 0 && device < kMaxDevices ? t_streams[static_cast<size_t>(device)] : nullptr;
+}
+
+cudaStream_t set_current_stream(int device, cudaStream_t stream) {
+  cudaStream_t& slot = t_streams[device_slot(device)];
+  cudaStream_t prev = slot;
+  slot = stream;
+  return prev;
+}
+
+StreamGuard::StreamGuard(int device, cudaStream_t stream) : device_(device), prev_(set_current_stream(device, stream)) {}
+StreamGuard::~StreamGuard() { t_streams[static_cast<size_t>(device_)] = prev_; }
+
+Stream::Stream(int device) : device_(device) {
+  backend(device);  // checks the device exists
+  DeviceGuard guard(device_);
+  HH_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cuda stream create");
+}
+
+Stream::~Stream() {
+  DeviceGuard guard(device_);
+  (void)cudaStreamSynchronize(stream_);  // a destructor cannot throw; a failure here is sticky and seen later
+  backend(device_).forget_stream(stream_);
+  (void)cudaStreamDestroy(stream_);
 }
 
 namespace {
@@ -46,8 +88,6 @@ const DeviceCount& device_count_info() {
   return info;
 }
 
-constexpr int kMaxDevices = 64;
-
 }  // namespace
 
 CudaBackend& backend(int index) {
@@ -71,43 +111,67 @@ CudaBackend& backend_of(const Tensor& t, const char* op) {
 
 // ---- CudaBackend: context ----
 
-CudaBackend::CudaBackend(int index) : index_(index), allocator_(index) {
+CudaBackend::CudaBackend(int index) : index_(index), stream_(index, nullptr), allocator_(index) {
   cuda::DeviceGuard guard(index_);
-  HH_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cuda backend init");
+  HH_CUDA_CHECK(cudaStreamCreateWithFlags(&default_stream_, cudaStreamNonBlocking), "cuda backend init");
+  stream_ = cuda::CurrentStream(index_, default_stream_);
 }
 
 CudaBackend::~CudaBackend() {
   cuda::DeviceGuard guard(index_);
-  if (cublas_) (void)cublasDestroy(cublas_);
-  cublas_workspace_.reset();
-  if (stream_) (void)cudaStreamDestroy(stream_);
+  for (auto& [s, b] : blas_) (void)cublasDestroy(b.handle);
+  blas_.clear();
+  if (default_stream_) (void)cudaStreamDestroy(default_stream_);
 }
 
 cublasHandle_t CudaBackend::cublas() {
-  std::call_once(cublas_once_, [this] {
-    cuda::DeviceGuard guard(index_);
-    // 32 MiB: the workspace cuBLAS recommends for Hopper (more than enough before it).
-    constexpr size_t kWorkspace = size_t(32) << 20;
-    cublasHandle_t h = nullptr;
-    cuda::check_cublas(cublasCreate(&h), "gemm", "cublasCreate");
-    cublas_workspace_ = allocator_.allocate(kWorkspace);
-    cuda::check_cublas(cublasSetStream(h, stream_), "gemm", "cublasSetStream");
-    cuda::check_cublas(cublasSetWorkspace(h, cublas_workspace_.get(), kWorkspace), "gemm", "cublasSetWorkspace");
-    cublas_ = h;
-  });
-  HH_CHECK(cublas_ != nullptr, "cuda:", index_, ": cuBLAS handle creation failed earlier");
-  return cublas_;
+  const cudaStream_t s = stream_;
+  std::lock_guard<std::mutex> lock(blas_mu_);
+  auto it = blas_.find(s);
+  if (it != blas_.end()) return it->second.handle;
+  HH_CHECK(!allocator_.capturing(cuda::stream_id(s)), "cuda:", index_,
+           ": the first cuBLAS call on a stream happened during a CUDA graph capture; run the step once before "
+           "capturing it (warm-up)");
+  cuda::DeviceGuard guard(index_);
+  // 32 MiB: the workspace cuBLAS recommends for Hopper (more than enough before it). Each stream
+  // has its own, so concurrent GEMMs never share one.
+  constexpr size_t kWorkspace = size_t(32) << 20;
+  Blas b;
+  cuda::check_cublas(cublasCreate(&b.handle), "gemm", "cublasCreate");
+  try {
+    b.workspace = allocator_.allocate(kWorkspace, cuda::stream_id(s));
+    cuda::check_cublas(cublasSetStream(b.handle, s), "gemm", "cublasSetStream");
+    cuda::check_cublas(cublasSetWorkspace(b.handle, b.workspace.get(), kWorkspace), "gemm", "cublasSetWorkspace");
+  } catch (...) {
+    (void)cublasDestroy(b.handle);
+    throw;
+  }
+  blas_.emplace(s, b);
+  return b.handle;
+}
+
+void CudaBackend::forget_stream(cudaStream_t s) {
+  {
+    std::lock_guard<std::mutex> lock(blas_mu_);
+    auto it = blas_.find(s);
+    if (it != blas_.end()) {
+      cuda::DeviceGuard guard(index_);
+      (void)cublasDestroy(it->second.handle);
+      blas_.erase(it);  // the workspace goes back to s's cache, handed on below
+    }
+  }
+  allocator_.retire_stream(cuda::stream_id(s), cuda::stream_id(default_stream_));
 }
 
 // ---- CudaBackend: memory ----
 
 std::shared_ptr<void> CudaBackend::allocate(size_t nbytes) {
   cuda::DeviceGuard guard(index_);
-  return allocator_.allocate(nbytes);
+  return allocator_.allocate(nbytes, cuda::stream_id(stream_));
 }
 
 // Host memory here is pageable: cudaMemcpyAsync stages it before returning, so the caller may
-// free `src` at once; the device-side write stays ordered on this backend's stream.
+// free `src` at once; the device-side write stays ordered on the current stream.
 void CudaBackend::copy_from_host(void* dst, const void* src, size_t nbytes) {
   if (nbytes == 0) return;
   cuda::DeviceGuard guard(index_);
@@ -138,9 +202,20 @@ MemoryStats cuda_memory_stats(int index) { return cuda::backend(index).allocator
 void cuda_reset_peak(int index) { cuda::backend(index).allocator().reset_peak(); }
 void cuda_empty_cache(int index) {
   CudaBackend& b = cuda::backend(index);
-  b.synchronize();
   cuda::DeviceGuard guard(index);
+  HH_CUDA_CHECK(cudaDeviceSynchronize(), "cuda_empty_cache");  // every stream's kernels are done
   b.allocator().empty_cache();
+}
+
+std::shared_ptr<void> cuda_use_own_stream(int index) {
+  // The guard owns the stream and the thread's previous setting; destroying it restores that
+  // setting, then waits for and destroys the stream.
+  struct Own {
+    cuda::Stream stream;
+    cuda::StreamGuard guard;
+    explicit Own(int device) : stream(device), guard(device, stream.get()) {}
+  };
+  return std::make_shared<Own>(index);
 }
 
 }  // namespace hh
@@ -150,7 +225,7 @@ extern "C" const hh::cuda_module::Api* hh_cuda_module_api() {
   static const hh::cuda_module::Api api{
       hh::cuda_module::kAbiVersion, sizeof(hh::Tensor), &hh::cuda_backend,  &hh::cuda_device_count,
       &hh::cuda_memory_stats,       &hh::cuda_reset_peak, &hh::cuda_empty_cache, &hh::set_allow_tf32,
-      &hh::allow_tf32,
+      &hh::allow_tf32,           &hh::cuda_use_own_stream, &hh::cuda_capture_graph,
   };
   return &api;
 }

@@ -1,14 +1,17 @@
-// The CUDA backend: one CudaBackend per device owns that device's context (a non-blocking
-// stream, a cuBLAS handle with its workspace, the caching allocator). Every method makes its
-// device current for the duration of the call (DeviceGuard) and enqueues on its own stream, so
-// there is no hidden global device or stream. Kernels live in one .cu per op family
-// (cuda_copy.cu, cuda_random.cu, ...), each with kernel -> launcher (foo_cuda) -> method.
+// The CUDA backend: one CudaBackend per device owns that device's context (a default non-blocking
+// stream, cuBLAS handles with their workspaces, the caching allocator). Every method makes its
+// device current for the duration of the call (DeviceGuard) and enqueues on the calling thread's
+// current stream of that device: the default stream unless the thread set one (StreamGuard, see
+// the streams block below), so concurrent runs on their own threads and streams do not serialize.
+// Kernels live in one .cu per op family (cuda_copy.cu, cuda_random.cu, ...), each with kernel ->
+// launcher (foo_cuda) -> method; methods pass `stream_` (the current stream) to every launch.
 #pragma once
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <memory>
 #include <mutex>
+#include <unordered_map>
 
 #include "core/backend.h"
 #include "cuda/cuda_allocator.h"
@@ -28,6 +31,60 @@ class DeviceGuard {
  private:
   int prev_ = -1, device_;
 };
+// ---- streams: the calling thread's current stream per device ----
+// Each thread has, per device, a current stream: null (the backend's default stream) until set.
+// Kernels, copies, cuBLAS calls and allocations of a CudaBackend method go to it.
+cudaStream_t thread_stream(int device);  // null when the thread has not set one
+// Sets this thread's current stream on `device` (null: back to the default); returns the previous.
+cudaStream_t set_current_stream(int device, cudaStream_t stream);
+
+// Makes `stream` this thread's current stream on `device`, restoring the previous on destruction.
+class StreamGuard {
+ public:
+  StreamGuard(int device, cudaStream_t stream);
+  ~StreamGuard();
+  StreamGuard(const StreamGuard&) = delete;
+  StreamGuard& operator=(const StreamGuard&) = delete;
+
+ private:
+  int device_;
+  cudaStream_t prev_;
+};
+
+// A non-blocking stream of its own on `device`. The destructor waits for it, drops the backend's
+// cuBLAS handle for it, hands its cached blocks to the default stream and destroys it.
+class Stream {
+ public:
+  explicit Stream(int device);
+  ~Stream();
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  cudaStream_t get() const { return stream_; }
+  int device() const { return device_; }
+
+ private:
+  int device_;
+  cudaStream_t stream_ = nullptr;
+};
+
+// The stream a CudaBackend method enqueues on: converts to the calling thread's current stream of
+// the device (or the default stream), each time it is used. Held by CudaBackend as `stream_`, so
+// every launch written `<<<grid, block, smem, stream_>>>` follows the thread's stream.
+class CurrentStream {
+ public:
+  CurrentStream(int device, cudaStream_t default_stream) : device_(device), default_(default_stream) {}
+  operator cudaStream_t() const {  // implicit on purpose: it stands where a cudaStream_t goes
+    cudaStream_t s = thread_stream(device_);
+    return s ? s : default_;
+  }
+
+ private:
+  int device_;
+  cudaStream_t default_;
+};
+
+// The allocator's name for a stream.
+inline StreamId stream_id(cudaStream_t s) { return reinterpret_cast<StreamId>(s); }
 }  // namespace cuda
 
 class CudaBackend final : public Backend {
@@ -39,9 +96,15 @@ class CudaBackend final : public Backend {
 
   Device device() const override { return Device::cuda(index_); }
   int index() const { return index_; }
+  // The calling thread's current stream on this device (see the streams block above).
   cudaStream_t stream() const { return stream_; }
-  // Created on first use, bound to stream() and to a workspace owned by this backend.
+  cudaStream_t default_stream() const { return default_stream_; }
+  // The cuBLAS handle of stream(): one per stream, created on first use (not during a graph
+  // capture: warm up first), bound to that stream and to a workspace allocated on it.
   cublasHandle_t cublas();
+  // Destroys stream s's cuBLAS handle and gives its cached blocks to the default stream (the
+  // caller has synchronized s and destroys it next). cuda::Stream's destructor calls it.
+  void forget_stream(cudaStream_t s);
   cuda::CachingAllocator& allocator() { return allocator_; }
 
   // ---- memory (cuda_backend.cpp) ----
@@ -102,12 +165,17 @@ class CudaBackend final : public Backend {
                   const AdamWParams& p) override;  // cuda_optim.cu
 
  private:
+  struct Blas {
+    cublasHandle_t handle = nullptr;
+    std::shared_ptr<void> workspace;
+  };
+
   int index_;
-  cudaStream_t stream_ = nullptr;
+  cudaStream_t default_stream_ = nullptr;
+  cuda::CurrentStream stream_;  // converts to the calling thread's current stream
   cuda::CachingAllocator allocator_;
-  std::once_flag cublas_once_;
-  cublasHandle_t cublas_ = nullptr;
-  std::shared_ptr<void> cublas_workspace_;
+  std::mutex blas_mu_;
+  std::unordered_map<cudaStream_t, Blas> blas_;  // per stream
 };
 
 namespace cuda {

@@ -2,6 +2,7 @@
 #include "core/backend.h"
 #include "cuda/cuda_config.h"
 #include "cuda/cuda_memory.h"
+#include "cuda/cuda_stream.h"
 
 namespace hh {
 
@@ -23,5 +24,11 @@ void set_allow_tf32(bool on) {
   if (on) fail("set_allow_tf32: TF32 is a mode of CUDA GEMMs and hedgehog was built without CUDA");
 }
 bool allow_tf32() { return false; }
+std::shared_ptr<void> cuda_use_own_stream(int index) {
+  fail(str("cuda_use_own_stream(", index, "): hedgehog was built without CUDA"));
+}
+std::shared_ptr<CudaGraphReplay> cuda_capture_graph(int index, const std::function<void()>& /*work*/) {
+  fail(str("cuda_capture_graph(", index, "): hedgehog was built without CUDA"));
+}
 
 }  // namespace hh

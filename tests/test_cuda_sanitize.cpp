@@ -5,15 +5,12 @@
 //   HH_DEVICE=cuda hh_tests -tc="cuda sanitize:*"      (scripts/cuda-sanitize runs the tools)
 // They run when HH_DEVICE=cuda and are reported as skipped otherwise.
 //
-// Also here: the caching allocator's bookkeeping (reuse, release at exit, no double free),
-// checked on host memory, so it runs in every CUDA build, with or without a GPU.
+// The caching allocator's bookkeeping is tested on host memory in tests/test_cuda_allocator.cpp.
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,9 +20,6 @@
 #include "tests/cuda_compare.h"
 #include "tests/op_table.h"
 
-#if defined(HH_WITH_CUDA)
-#include "cuda/cuda_allocator.h"
-#endif
 
 namespace hh::test {
 namespace {
@@ -203,139 +197,5 @@ TEST_CASE("cuda sanitize: softmax, norms, cross entropy, reductions and cumsum" 
     }
   }
 }
-
-#if defined(HH_WITH_CUDA)
-// ---- the caching allocator's bookkeeping on host memory (no GPU needed) ----
-namespace {
-
-// The host block source's record. Function pointers carry no state, so it is one object for the
-// tests below, reset by each.
-struct HostHeap {
-  std::map<void*, size_t> held;  // allocated and not yet freed
-  int allocs = 0, frees = 0, bad_frees = 0;
-  size_t limit = SIZE_MAX, in_use = 0;  // above `limit` bytes, alloc reports out of memory
-};
-HostHeap& heap() {
-  static HostHeap h;
-  return h;
-}
-
-cuda::BlockSource::Status host_alloc(int /*device*/, size_t nbytes, void** p, std::string* why) {
-  HostHeap& h = heap();
-  if (h.in_use + nbytes > h.limit) {
-    *why = "host test limit";
-    return cuda::BlockSource::Status::out_of_memory;
-  }
-  *p = std::malloc(nbytes);
-  h.held[*p] = nbytes;
-  h.in_use += nbytes;
-  ++h.allocs;
-  return cuda::BlockSource::Status::ok;
-}
-
-void host_free(int /*device*/, void* p) {
-  HostHeap& h = heap();
-  auto it = h.held.find(p);
-  if (it == h.held.end()) {  // a double free (or a foreign pointer): counted, not performed
-    ++h.bad_frees;
-    return;
-  }
-  h.in_use -= it->second;
-  h.held.erase(it);
-  std::free(p);
-  ++h.frees;
-}
-
-cuda::BlockSource host_blocks(bool cache = true) {
-  heap() = HostHeap{};
-  return {host_alloc, host_free, false, cache};
-}
-
-}  // namespace
-
-TEST_CASE("cuda allocator: a freed block is reused for the same bucket") {
-  cuda::CachingAllocator a(0, host_blocks());
-  void* first = nullptr;
-  {
-    std::shared_ptr<void> b = a.allocate(1000);
-    first = b.get();
-    CHECK(a.stats().current == 1024);
-  }
-  CHECK(a.stats().current == 0);
-  CHECK(a.stats().reserved == 1024);
-  std::shared_ptr<void> again = a.allocate(600);  // same 1024-byte bucket
-  CHECK(again.get() == first);
-  CHECK(heap().allocs == 1);
-  std::shared_ptr<void> other = a.allocate(2000);
-  CHECK(heap().allocs == 2);
-  CHECK(cuda::CachingAllocator::bucket_size(1) == 512);
-  CHECK(cuda::CachingAllocator::bucket_size((size_t(1) << 20) + 1) == (size_t(5) << 18));
-}
-
-TEST_CASE("cuda allocator: release_all frees cached and live blocks exactly once") {
-  cuda::CachingAllocator a(0, host_blocks());
-  std::shared_ptr<void> live = a.allocate(1000);
-  a.allocate(5000).reset();  // cached
-  REQUIRE(heap().held.size() == 2);
-  a.release_all();
-  CHECK(heap().held.empty());
-  CHECK(heap().frees == 2);
-  CHECK(a.stats().current == 0);
-  CHECK(a.stats().reserved == 0);
-  live.reset();  // its block is gone already: the deleter must not free it again
-  CHECK(heap().frees == 2);
-  CHECK(heap().bad_frees == 0);
-  CHECK(a.stats().current == 0);
-
-  // After release_all nothing is cached: a block has the exact size and is freed as soon as its
-  // tensor dies.
-  std::shared_ptr<void> late = a.allocate(1000);
-  CHECK(heap().allocs == 3);
-  CHECK(a.stats().reserved == 1000);
-  late.reset();
-  CHECK(heap().held.empty());
-  CHECK(a.stats().reserved == 0);
-  a.release_all();  // idempotent
-  CHECK(heap().bad_frees == 0);
-}
-
-TEST_CASE("cuda allocator: a block outliving its allocator is freed once, with the allocator") {
-  std::shared_ptr<void> survivor;
-  {
-    cuda::CachingAllocator a(0, host_blocks());
-    survivor = a.allocate(100);
-    a.allocate(100).reset();  // cached
-  }
-  CHECK(heap().held.empty());
-  survivor.reset();  // the allocator is gone: its shared bookkeeping is still valid
-  CHECK(heap().frees == 2);
-  CHECK(heap().bad_frees == 0);
-}
-
-TEST_CASE("cuda allocator: out of memory gives the cache back and retries, then names the sizes") {
-  cuda::CachingAllocator a(7, host_blocks());
-  heap().limit = 4096;
-  a.allocate(2048).reset();  // cached: 2048 of the 4096 bytes
-  std::shared_ptr<void> big = a.allocate(3000);  // 3072 does not fit beside it: cache freed, retried
-  CHECK(big != nullptr);
-  CHECK(heap().frees == 1);
-  CHECK(a.stats().reserved == 3072);
-  check_throws([&] { a.allocate(3000); }, {"cuda:7", "3072 bytes", "host test limit", "in use by tensors 3072"});
-  CHECK(a.stats().current == 3072);
-}
-
-TEST_CASE("cuda allocator: without the cache, blocks have the exact size and are freed at once") {
-  cuda::CachingAllocator a(0, host_blocks(false));
-  std::shared_ptr<void> b = a.allocate(1000);
-  CHECK(heap().held.at(b.get()) == 1000);
-  CHECK(a.stats().current == 1000);
-  b.reset();
-  CHECK(heap().held.empty());
-  CHECK(a.stats().reserved == 0);
-  a.allocate(0).reset();  // a zero-byte tensor still gets a distinct block
-  CHECK(heap().allocs == 2);
-  CHECK(heap().bad_frees == 0);
-}
-#endif
 
 }  // namespace hh::test
