@@ -63,6 +63,13 @@ Tensor cross_entropy_composed(const Tensor& logits, const std::vector<int64_t>& 
   return div(sum(loss), sum(mask));
 }
 
+// rope as nn/rope.cpp composed it before the fused op: x (..., L, D), cos/sin (L, D/2).
+Tensor rope_composed(const Tensor& x, const Tensor& cs, const Tensor& sn) {
+  const int64_t d = x.shape().back(), half = d / 2;
+  Tensor x1 = slice(x, -1, 0, half), x2 = slice(x, -1, half, d);
+  return cat({sub(mul(x1, cs), mul(x2, sn)), add(mul(x2, cs), mul(x1, sn))}, -1);
+}
+
 // ---- comparison ----
 
 // Runs both paths on fresh leaves with the same values, backpropagates the same random weights,
@@ -170,6 +177,81 @@ TEST_CASE("fused vs composed: cross_entropy") {
             return cross_entropy_composed(v[0], target, ts, ignore, eps, red);
           },
           5 * tol_for(t));
+    }
+}
+
+TEST_CASE("fused vs composed: add_layer_norm and add_rms_norm (both outputs)") {
+  for (DType t : {DType::f64, DType::f32})
+    for (const Shape& s : {Shape{6, 10}, Shape{2, 3, 4}, Shape{200, 300}}) {
+      Generator g(4);
+      Tensor x = uniform(s, -2, 2, g, {t}), r = uniform(s, -2, 2, g, {t});
+      Tensor w = uniform({s.back()}, 0.5, 1.5, g, {t}), b = uniform({s.back()}, -1, 1, g, {t});
+      const std::string at = shape_str(s) + " " + dtype_name(t);
+      const double tol = tol_for(t) * (t == DType::f32 ? 10 : 1);  // parameter gradients sum over rows
+      // h and y stacked: the random weights of compare_paths reach both outputs
+      compare_paths(
+          "add_layer_norm h,y " + at, {x, r, w, b},
+          [](const std::vector<Tensor>& v) {
+            AddNormOut o = add_layer_norm(v[0], v[1], v[2], v[3], 1e-5);
+            return stack({o.h, o.y}, 0);
+          },
+          [](const std::vector<Tensor>& v) {
+            Tensor h = add(v[0], v[1]);
+            return stack({h, layer_norm_composed(h, v[2], v[3], 1e-5)}, 0);
+          },
+          tol);
+      compare_paths(
+          "add_layer_norm y only " + at, {x, r},
+          [](const std::vector<Tensor>& v) { return add_layer_norm(v[0], v[1], Tensor(), Tensor()).y; },
+          [](const std::vector<Tensor>& v) { return layer_norm_composed(add(v[0], v[1]), Tensor(), Tensor(), 1e-5); },
+          tol);
+      compare_paths(
+          "add_rms_norm h,y " + at, {x, r, w},
+          [](const std::vector<Tensor>& v) {
+            AddNormOut o = add_rms_norm(v[0], v[1], v[2], 1e-6);
+            return stack({o.h, o.y}, 0);
+          },
+          [](const std::vector<Tensor>& v) {
+            Tensor h = add(v[0], v[1]);
+            return stack({h, rms_norm_composed(h, v[2], 1e-6)}, 0);
+          },
+          tol);
+      compare_paths(
+          "add_rms_norm h only " + at, {x, r},
+          [](const std::vector<Tensor>& v) { return mul(add_rms_norm(v[0], v[1], Tensor(), 1e-6).h, 3.0); },
+          [](const std::vector<Tensor>& v) { return mul(add(v[0], v[1]), 3.0); }, tol);
+    }
+}
+
+TEST_CASE("fused vs composed: bias_gelu (erf and tanh)") {
+  for (DType t : {DType::f64, DType::f32})
+    for (const Shape& s : {Shape{4, 7}, Shape{2, 3, 5}, Shape{128, 700}})
+      for (const char* approx : {"none", "tanh"}) {
+        Generator g(5);
+        Tensor x = uniform(s, -4, 4, g, {t}), b = uniform({s.back()}, -1, 1, g, {t});
+        const std::string a = approx;
+        const std::string at = shape_str(s) + " " + a + " " + dtype_name(t);
+        compare_paths(
+            "bias_gelu " + at, {x, b}, [a](const std::vector<Tensor>& v) { return bias_gelu(v[0], v[1], a); },
+            [a](const std::vector<Tensor>& v) { return gelu(add(v[0], v[1]), a); },
+            tol_for(t) * (t == DType::f32 ? 10 : 1));  // the bias gradient sums over rows
+      }
+}
+
+TEST_CASE("fused vs composed: rope") {
+  for (DType t : {DType::f64, DType::f32})
+    for (const Shape& s : {Shape{2, 3, 5, 8}, Shape{1, 1, 1, 2}, Shape{3, 4}, Shape{4, 8, 64, 64}}) {
+      Generator g(6);
+      const int64_t l = s[s.size() - 2], half = s.back() / 2;
+      Tensor x = uniform(s, -2, 2, g, {t});
+      Tensor ang = uniform({l, half}, -3, 3, g, {t});
+      Tensor cs = cos(ang), sn = sin(ang);
+      const std::string at = shape_str(s) + " " + dtype_name(t);
+      // cos/sin gradients sum over the leading dims: allow for the longer f32 sums
+      compare_paths(
+          "rope " + at, {x, cs, sn}, [](const std::vector<Tensor>& v) { return rope(v[0], v[1], v[2]); },
+          [](const std::vector<Tensor>& v) { return rope_composed(v[0], v[1], v[2]); },
+          tol_for(t) * (t == DType::f32 ? 10 : 1));
     }
 }
 
