@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "autograd/ops.h"
+#include "tests/cuda_compare.h"
 
 namespace hh::test {
 namespace {
@@ -253,6 +254,59 @@ TEST_CASE("fused vs composed: rope") {
           [](const std::vector<Tensor>& v) { return rope_composed(v[0], v[1], v[2]); },
           tol_for(t) * (t == DType::f32 ? 10 : 1));
     }
+}
+
+namespace {
+
+// The fused op on the device (HH_DEVICE=cuda) against the CPU through autograd: output and every
+// input gradient, for shapes that reach the multi-row and multi-block launch paths.
+void compare_devices(const std::string& label, const std::vector<Tensor>& inputs, const Fn& fn, double tol) {
+  INFO(label);
+  const Device d = test_device();
+  std::vector<Tensor> xc, xd;
+  for (const Tensor& x : inputs) {
+    xc.push_back(x.detach().clone().requires_grad_(true));
+    xd.push_back(x.to(d).detach().requires_grad_(true));
+  }
+  Tensor yc = fn(xc), yd = fn(xd);
+  expect_close(yd, yc, tol, tol, label);
+  Generator g(78);
+  Tensor w = uniform(yc.shape(), -1, 1, g, {yc.dtype()});
+  sum(mul(yc, w)).backward();
+  sum(mul(yd, w.to(d))).backward();
+  for (size_t i = 0; i < inputs.size(); ++i)
+    expect_close(xd[i].grad(), xc[i].grad(), tol, tol, label + " grad " + std::to_string(i));
+}
+
+}  // namespace
+
+TEST_CASE("fused ops: cuda matches cpu (HH_DEVICE=cuda)" * doctest::skip(!cuda_requested())) {
+  for (DType t : {DType::f32, DType::f64}) {
+    const double tol = t == DType::f32 ? 2e-4 : 1e-10;
+    for (int64_t n : {1, 33, 257})
+      for (int64_t c : {2, 34, 1000, 4098}) {
+        const std::string at = std::to_string(n) + "x" + std::to_string(c) + " " + dtype_name(t);
+        Tensor x = input({n, c}, -2, 3, t, 31), r = input({n, c}, -1, 1, t, 32);
+        Tensor w = input({c}, 0.5, 1.5, t, 33), b = input({c}, -1, 1, t, 34);
+        compare_devices("add_layer_norm " + at, {x, r, w, b}, [](const std::vector<Tensor>& v) {
+          AddNormOut o = add_layer_norm(v[0], v[1], v[2], v[3]);
+          return stack({o.h, o.y}, 0);
+        }, tol);
+        compare_devices("add_rms_norm " + at, {x, r, w}, [](const std::vector<Tensor>& v) {
+          AddNormOut o = add_rms_norm(v[0], v[1], v[2]);
+          return stack({o.h, o.y}, 0);
+        }, tol);
+        for (const char* approx : {"none", "tanh"}) {
+          const std::string a = approx;
+          compare_devices("bias_gelu " + a + " " + at, {x, b},
+                          [a](const std::vector<Tensor>& v) { return bias_gelu(v[0], v[1], a); }, tol);
+        }
+        // rope on (B=1, H=3, L=n, D=c), tables (n, c/2)
+        Tensor q = input({1, 3, n, c}, -2, 2, t, 35), ang = input({n, c / 2}, -3, 3, t, 36);
+        compare_devices("rope " + at, {q, cos(ang), sin(ang)},
+                        [](const std::vector<Tensor>& v) { return rope(v[0], v[1], v[2]); }, tol);
+      }
+  }
 }
 
 }  // namespace hh::test
