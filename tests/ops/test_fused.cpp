@@ -156,4 +156,41 @@ const bool registered = add_specs({
 });
 
 }  // namespace
+TEST_CASE("fused ops: half inputs compute in f32 and keep their dtype") {
+  Generator g(5);
+  Tensor x = uniform({3, 8}, -2, 2, g), r = uniform({3, 8}, -2, 2, g);
+  Tensor w = uniform({8}, 0.5, 1.5, g), b = uniform({8}, -0.5, 0.5, g);
+  Tensor q = uniform({2, 3, 8}, -2, 2, g), ang = uniform({3, 4}, -3, 3, g);
+  for (DType h : {DType::bf16, DType::f16}) {
+    INFO(dtype_name(h));
+    // the f32 result of the same (rounded) inputs, rounded once: within a few of h's ulps
+    const double tol = h == DType::bf16 ? 8e-2 : 8e-3;
+    auto f32 = [](const Tensor& t) { return t.to(DType::f32); };
+    Tensor xh = x.to(h), rh = r.to(h), wh = w.to(h), bh = b.to(h), qh = q.to(h);
+    AddNormOut ln = add_layer_norm(xh, rh, wh, bh);
+    AddNormOut ln32 = add_layer_norm(f32(xh), f32(rh), f32(wh), f32(bh));
+    CHECK(ln.h.dtype() == h);
+    CHECK(ln.y.dtype() == h);
+    CHECK(max_abs_diff(f32(ln.h), ln32.h) < tol);
+    CHECK(max_abs_diff(f32(ln.y), ln32.y) < tol);
+    AddNormOut rn = add_rms_norm(xh, rh, wh);
+    CHECK(rn.y.dtype() == h);
+    CHECK(max_abs_diff(f32(rn.y), add_rms_norm(f32(xh), f32(rh), f32(wh)).y) < tol);
+    Tensor bg = bias_gelu(xh, bh, "tanh");
+    CHECK(bg.dtype() == h);
+    CHECK(max_abs_diff(f32(bg), bias_gelu(f32(xh), f32(bh), "tanh")) < tol);
+    Tensor cs = cos(ang).to(h), sn = sin(ang).to(h);
+    Tensor ro = rope(qh, cs, sn);
+    CHECK(ro.dtype() == h);
+    CHECK(max_abs_diff(f32(ro), rope(f32(qh), f32(cs), f32(sn))) < tol);
+    // gradients flow back through the casts in the inputs' dtype, into both outputs of the norm
+    Tensor xl = xh.detach().requires_grad_(true), rl = rh.detach().requires_grad_(true);
+    AddNormOut o = add_layer_norm(xl, rl, wh, bh);
+    add(sum(f32(o.h)), sum(mul(f32(o.y), f32(o.y)))).backward();
+    REQUIRE(xl.grad().defined());
+    CHECK(xl.grad().dtype() == h);
+    CHECK(rl.grad().dtype() == h);
+  }
+}
+
 }  // namespace hh::test
