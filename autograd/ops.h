@@ -6,6 +6,7 @@
 #include "autograd/node.h"
 #include "autograd/ops/attention.h"
 #include "autograd/ops/elementwise.h"
+#include "autograd/ops/fused.h"
 #include "autograd/ops/index.h"
 #include "autograd/ops/linalg.h"
 #include "autograd/ops/nn.h"

@@ -159,6 +159,26 @@ class Backend {
                                         const Tensor& lse, const Tensor& gout, bool causal, double scale,
                                         const Tensor& gq, const Tensor& gk, const Tensor& gv) = 0;
 
+  // ---- fused residual/norm, bias+activation, rope ----
+  // h = x + residual, then y = layer_norm(h) as layer_norm above, in one pass over each row:
+  // x, residual, h, y (N,C); weight/bias (C) or undefined; mean/rstd (N). The backward is
+  // layer_norm_backward on h.
+  virtual void add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias,
+                              double eps, const Tensor& h, const Tensor& y, const Tensor& mean,
+                              const Tensor& rstd) = 0;
+  // h = x + residual, y = rms_norm(h); as add_layer_norm (backward: rms_norm_backward on h).
+  virtual void add_rms_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, double eps,
+                            const Tensor& h, const Tensor& y, const Tensor& rstd) = 0;
+  // y = gelu(x + bias): x, y (N,C), bias (C); tanh_form picks GELU's tanh approximation over erf.
+  virtual void bias_gelu(const Tensor& x, const Tensor& bias, bool tanh_form, const Tensor& y) = 0;
+  // gx (N,C) = gy * gelu'(x + bias), recomputing x + bias (the op sums gx over rows for the bias).
+  virtual void bias_gelu_backward(const Tensor& x, const Tensor& bias, const Tensor& gy, bool tanh_form,
+                                  const Tensor& gx) = 0;
+  // Half-split rotary embedding of x (G,L,D) into y (G,L,D), cos/sin (L,D/2), all contiguous:
+  // y_j = x_j c - x_{j+D/2} s, y_{j+D/2} = x_{j+D/2} c + x_j s. inverse negates s (rotation by
+  // the opposite angle: the backward, gx from gy).
+  virtual void rope(const Tensor& x, const Tensor& cos, const Tensor& sin, bool inverse, const Tensor& y) = 0;
+
   // ---- optimizer ----
   // In place on param, m, v (contiguous, same shape, f32/f64): decoupled-decay AdamW.
   virtual void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,

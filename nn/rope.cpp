@@ -20,8 +20,7 @@ Tensor apply_rope(const Tensor& x, int64_t pos_offset, double theta) {
     }
   Tensor cs = from_vector(c, {L, half}, {x.dtype(), x.device()});
   Tensor sn = from_vector(s, {L, half}, {x.dtype(), x.device()});
-  Tensor x1 = slice(x, -1, 0, half), x2 = slice(x, -1, half, D);
-  return cat({sub(mul(x1, cs), mul(x2, sn)), add(mul(x2, cs), mul(x1, sn))}, -1);
+  return rope(x, cs, sn);  // the fused op (autograd/ops/fused.h)
 }
 
 }  // namespace hh::nn

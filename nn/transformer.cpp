@@ -31,6 +31,28 @@ void check_config(const TransformerConfig& c) {
   HH_CHECK(c.positions != "rope" || c.head_dim % 2 == 0, "transformer: RoPE needs an even head_dim, got ", c.head_dim);
   HH_CHECK(c.dropout >= 0 && c.dropout < 1, "transformer: dropout must be in [0,1), got ", c.dropout);
 }
+
+// h = x + r and norm(h): one fused op (add_layer_norm / add_rms_norm) when x and r agree in
+// shape and dtype, else add then norm.
+AddNormOut add_norm(const Tensor& x, const Tensor& r, const Norm& norm) {
+  if (x.shape() != r.shape() || x.dtype() != r.dtype()) {
+    Tensor h = add(x, r);
+    return {h, norm.forward(h)};
+  }
+  if (norm.ln) return add_layer_norm(x, r, norm.ln->weight, norm.ln->bias, norm.ln->eps);
+  return add_rms_norm(x, r, norm.rms->weight, norm.rms->eps);
+}
+
+// fc2(act(fc1(x))) with fc1's bias and a GELU fused (bias_gelu); other activations, a LoRA
+// adapter, no bias or mixed dtypes take MLP::forward.
+Tensor mlp_forward(const MLP& m, const Tensor& x) {
+  const Linear& fc = *m.fc1;
+  const bool gelu_act = m.act == Activation::gelu_erf || m.act == Activation::gelu_tanh;
+  if (!gelu_act || !fc.bias.defined() || fc.lora_A) return m.forward(x);
+  Tensor z = linear(x, fc.weight);
+  if (z.dtype() != fc.bias.dtype()) return m.fc2->forward(activate(add(z, fc.bias), m.act));
+  return m.fc2->forward(bias_gelu(z, fc.bias, m.act == Activation::gelu_tanh ? "tanh" : "none"));
+}
 }  // namespace
 
 TransformerBlock::TransformerBlock(const TransformerConfig& c, int64_t index, Init init) : pre_ln(c.pre_ln) {
@@ -47,23 +69,27 @@ TransformerBlock::TransformerBlock(const TransformerConfig& c, int64_t index, In
     drop = register_module("dropout", std::make_shared<Dropout>(c.dropout, c.seed * 7919ULL + static_cast<uint64_t>(index)));
 }
 
+Tensor TransformerBlock::feed_forward(const Tensor& x) const {
+  return mlp ? mlp_forward(*mlp, x) : swiglu->forward(x);
+}
+
 Tensor TransformerBlock::forward(const Tensor& x, const Tensor& key_mask, TraceRequest* trace) {
   auto dr = [&](const Tensor& t) { return drop ? drop->forward(t) : t; };
   if (pre_ln) {
-    Tensor h = add(x, dr(attn->forward(norm1->forward(x), key_mask, trace)));
-    return add(h, dr(feed_forward(norm2->forward(h))));
+    AddNormOut a = add_norm(x, dr(attn->forward(norm1->forward(x), key_mask, trace)), *norm2);
+    return add(a.h, dr(feed_forward(a.y)));
   }
-  Tensor h = norm1->forward(add(x, dr(attn->forward(x, key_mask, trace))));
-  return norm2->forward(add(h, dr(feed_forward(h))));
+  Tensor h = add_norm(x, dr(attn->forward(x, key_mask, trace)), *norm1).y;
+  return add_norm(h, dr(feed_forward(h)), *norm2).y;
 }
 
 Tensor TransformerBlock::step(const Tensor& x, RecurrentState& state) {
   if (pre_ln) {
-    Tensor h = add(x, attn->step(norm1->forward(x), state));
-    return add(h, feed_forward(norm2->forward(h)));
+    AddNormOut a = add_norm(x, attn->step(norm1->forward(x), state), *norm2);
+    return add(a.h, feed_forward(a.y));
   }
-  Tensor h = norm1->forward(add(x, attn->step(x, state)));
-  return norm2->forward(add(h, feed_forward(h)));
+  Tensor h = add_norm(x, attn->step(x, state), *norm1).y;
+  return add_norm(h, feed_forward(h), *norm2).y;
 }
 
 DecoderLM::DecoderLM(const TransformerConfig& c, Init init) : cfg(c) {

@@ -51,7 +51,7 @@ class TransformerBlock : public Module {
   bool pre_ln;
 
  private:
-  Tensor feed_forward(const Tensor& x) const { return mlp ? mlp->forward(x) : swiglu->forward(x); }
+  Tensor feed_forward(const Tensor& x) const;  // bias + GELU fused when it can be (transformer.cpp)
 };
 
 class DecoderLM : public Module {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "autograd/ops.h"
+#include "tests/cuda_compare.h"
 
 namespace hh::test {
 namespace {
@@ -61,6 +62,13 @@ Tensor cross_entropy_composed(const Tensor& logits, const std::vector<int64_t>& 
   if (red == Reduction::none) return loss;
   if (red == Reduction::sum) return sum(loss);
   return div(sum(loss), sum(mask));
+}
+
+// rope as nn/rope.cpp composed it before the fused op: x (..., L, D), cos/sin (L, D/2).
+Tensor rope_composed(const Tensor& x, const Tensor& cs, const Tensor& sn) {
+  const int64_t d = x.shape().back(), half = d / 2;
+  Tensor x1 = slice(x, -1, 0, half), x2 = slice(x, -1, half, d);
+  return cat({sub(mul(x1, cs), mul(x2, sn)), add(mul(x2, cs), mul(x1, sn))}, -1);
 }
 
 // ---- comparison ----
@@ -171,6 +179,134 @@ TEST_CASE("fused vs composed: cross_entropy") {
           },
           5 * tol_for(t));
     }
+}
+
+TEST_CASE("fused vs composed: add_layer_norm and add_rms_norm (both outputs)") {
+  for (DType t : {DType::f64, DType::f32})
+    for (const Shape& s : {Shape{6, 10}, Shape{2, 3, 4}, Shape{200, 300}}) {
+      Generator g(4);
+      Tensor x = uniform(s, -2, 2, g, {t}), r = uniform(s, -2, 2, g, {t});
+      Tensor w = uniform({s.back()}, 0.5, 1.5, g, {t}), b = uniform({s.back()}, -1, 1, g, {t});
+      const std::string at = shape_str(s) + " " + dtype_name(t);
+      const double tol = tol_for(t) * (t == DType::f32 ? 10 : 1);  // parameter gradients sum over rows
+      // h and y stacked: the random weights of compare_paths reach both outputs
+      compare_paths(
+          "add_layer_norm h,y " + at, {x, r, w, b},
+          [](const std::vector<Tensor>& v) {
+            AddNormOut o = add_layer_norm(v[0], v[1], v[2], v[3], 1e-5);
+            return stack({o.h, o.y}, 0);
+          },
+          [](const std::vector<Tensor>& v) {
+            Tensor h = add(v[0], v[1]);
+            return stack({h, layer_norm_composed(h, v[2], v[3], 1e-5)}, 0);
+          },
+          tol);
+      compare_paths(
+          "add_layer_norm y only " + at, {x, r},
+          [](const std::vector<Tensor>& v) { return add_layer_norm(v[0], v[1], Tensor(), Tensor()).y; },
+          [](const std::vector<Tensor>& v) { return layer_norm_composed(add(v[0], v[1]), Tensor(), Tensor(), 1e-5); },
+          tol);
+      compare_paths(
+          "add_rms_norm h,y " + at, {x, r, w},
+          [](const std::vector<Tensor>& v) {
+            AddNormOut o = add_rms_norm(v[0], v[1], v[2], 1e-6);
+            return stack({o.h, o.y}, 0);
+          },
+          [](const std::vector<Tensor>& v) {
+            Tensor h = add(v[0], v[1]);
+            return stack({h, rms_norm_composed(h, v[2], 1e-6)}, 0);
+          },
+          tol);
+      compare_paths(
+          "add_rms_norm h only " + at, {x, r},
+          [](const std::vector<Tensor>& v) { return mul(add_rms_norm(v[0], v[1], Tensor(), 1e-6).h, 3.0); },
+          [](const std::vector<Tensor>& v) { return mul(add(v[0], v[1]), 3.0); }, tol);
+    }
+}
+
+TEST_CASE("fused vs composed: bias_gelu (erf and tanh)") {
+  for (DType t : {DType::f64, DType::f32})
+    for (const Shape& s : {Shape{4, 7}, Shape{2, 3, 5}, Shape{128, 700}})
+      for (const char* approx : {"none", "tanh"}) {
+        Generator g(5);
+        Tensor x = uniform(s, -4, 4, g, {t}), b = uniform({s.back()}, -1, 1, g, {t});
+        const std::string a = approx;
+        const std::string at = shape_str(s) + " " + a + " " + dtype_name(t);
+        compare_paths(
+            "bias_gelu " + at, {x, b}, [a](const std::vector<Tensor>& v) { return bias_gelu(v[0], v[1], a); },
+            [a](const std::vector<Tensor>& v) { return gelu(add(v[0], v[1]), a); },
+            tol_for(t) * (t == DType::f32 ? 10 : 1));  // the bias gradient sums over rows
+      }
+}
+
+TEST_CASE("fused vs composed: rope") {
+  for (DType t : {DType::f64, DType::f32})
+    for (const Shape& s : {Shape{2, 3, 5, 8}, Shape{1, 1, 1, 2}, Shape{3, 4}, Shape{4, 8, 64, 64}}) {
+      Generator g(6);
+      const int64_t l = s[s.size() - 2], half = s.back() / 2;
+      Tensor x = uniform(s, -2, 2, g, {t});
+      Tensor ang = uniform({l, half}, -3, 3, g, {t});
+      Tensor cs = cos(ang), sn = sin(ang);
+      const std::string at = shape_str(s) + " " + dtype_name(t);
+      // cos/sin gradients sum over the leading dims: allow for the longer f32 sums
+      compare_paths(
+          "rope " + at, {x, cs, sn}, [](const std::vector<Tensor>& v) { return rope(v[0], v[1], v[2]); },
+          [](const std::vector<Tensor>& v) { return rope_composed(v[0], v[1], v[2]); },
+          tol_for(t) * (t == DType::f32 ? 10 : 1));
+    }
+}
+
+namespace {
+
+// The fused op on the device (HH_DEVICE=cuda) against the CPU through autograd: output and every
+// input gradient, for shapes that reach the multi-row and multi-block launch paths.
+void compare_devices(const std::string& label, const std::vector<Tensor>& inputs, const Fn& fn, double tol) {
+  INFO(label);
+  const Device d = test_device();
+  std::vector<Tensor> xc, xd;
+  for (const Tensor& x : inputs) {
+    xc.push_back(x.detach().clone().requires_grad_(true));
+    xd.push_back(x.to(d).detach().requires_grad_(true));
+  }
+  Tensor yc = fn(xc), yd = fn(xd);
+  expect_close(yd, yc, tol, tol, label);
+  Generator g(78);
+  Tensor w = uniform(yc.shape(), -1, 1, g, {yc.dtype()});
+  sum(mul(yc, w)).backward();
+  sum(mul(yd, w.to(d))).backward();
+  for (size_t i = 0; i < inputs.size(); ++i)
+    expect_close(xd[i].grad(), xc[i].grad(), tol, tol, label + " grad " + std::to_string(i));
+}
+
+}  // namespace
+
+TEST_CASE("fused ops: cuda matches cpu (HH_DEVICE=cuda)" * doctest::skip(!cuda_requested())) {
+  for (DType t : {DType::f32, DType::f64}) {
+    const double tol = t == DType::f32 ? 2e-4 : 1e-10;
+    for (int64_t n : {1, 33, 257})
+      for (int64_t c : {2, 34, 1000, 4098}) {
+        const std::string at = std::to_string(n) + "x" + std::to_string(c) + " " + dtype_name(t);
+        Tensor x = input({n, c}, -2, 3, t, 31), r = input({n, c}, -1, 1, t, 32);
+        Tensor w = input({c}, 0.5, 1.5, t, 33), b = input({c}, -1, 1, t, 34);
+        compare_devices("add_layer_norm " + at, {x, r, w, b}, [](const std::vector<Tensor>& v) {
+          AddNormOut o = add_layer_norm(v[0], v[1], v[2], v[3]);
+          return stack({o.h, o.y}, 0);
+        }, tol);
+        compare_devices("add_rms_norm " + at, {x, r, w}, [](const std::vector<Tensor>& v) {
+          AddNormOut o = add_rms_norm(v[0], v[1], v[2]);
+          return stack({o.h, o.y}, 0);
+        }, tol);
+        for (const char* approx : {"none", "tanh"}) {
+          const std::string a = approx;
+          compare_devices("bias_gelu " + a + " " + at, {x, b},
+                          [a](const std::vector<Tensor>& v) { return bias_gelu(v[0], v[1], a); }, tol);
+        }
+        // rope on (B=1, H=3, L=n, D=c), tables (n, c/2)
+        Tensor q = input({1, 3, n, c}, -2, 2, t, 35), ang = input({n, c / 2}, -3, 3, t, 36);
+        compare_devices("rope " + at, {q, cos(ang), sin(ang)},
+                        [](const std::vector<Tensor>& v) { return rope(v[0], v[1], v[2]); }, tol);
+      }
+  }
 }
 
 }  // namespace hh::test

@@ -63,6 +63,15 @@ class CpuBackend final : public Backend {
                                 const Tensor& lse, const Tensor& gout, bool causal, double scale, const Tensor& gq,
                                 const Tensor& gk, const Tensor& gv) override;
 
+  void add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias, double eps,
+                      const Tensor& h, const Tensor& y, const Tensor& mean, const Tensor& rstd) override;  // cpu_fused.cpp
+  void add_rms_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, double eps, const Tensor& h,
+                    const Tensor& y, const Tensor& rstd) override;
+  void bias_gelu(const Tensor& x, const Tensor& bias, bool tanh_form, const Tensor& y) override;
+  void bias_gelu_backward(const Tensor& x, const Tensor& bias, const Tensor& gy, bool tanh_form,
+                          const Tensor& gx) override;
+  void rope(const Tensor& x, const Tensor& cos, const Tensor& sin, bool inverse, const Tensor& y) override;
+
   void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
                   const AdamWParams& p) override;  // cpu_optim.cpp
 };

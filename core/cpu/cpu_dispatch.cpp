@@ -68,4 +68,23 @@ void CpuBackend::flash_attention_backward(const Tensor& q, const Tensor& k, cons
       [&](auto kernels) { kernels.flash_attention_backward(q, k, v, out, lse, gout, causal, scale, gq, gk, gv); });
 }
 
+void CpuBackend::add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias,
+                                double eps, const Tensor& h, const Tensor& y, const Tensor& mean, const Tensor& rstd) {
+  with_cpu_kernels([&](auto kernels) { kernels.add_layer_norm(x, residual, weight, bias, eps, h, y, mean, rstd); });
+}
+void CpuBackend::add_rms_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, double eps,
+                              const Tensor& h, const Tensor& y, const Tensor& rstd) {
+  with_cpu_kernels([&](auto kernels) { kernels.add_rms_norm(x, residual, weight, eps, h, y, rstd); });
+}
+void CpuBackend::bias_gelu(const Tensor& x, const Tensor& bias, bool tanh_form, const Tensor& y) {
+  with_cpu_kernels([&](auto kernels) { kernels.bias_gelu(x, bias, tanh_form, y); });
+}
+void CpuBackend::bias_gelu_backward(const Tensor& x, const Tensor& bias, const Tensor& gy, bool tanh_form,
+                                    const Tensor& gx) {
+  with_cpu_kernels([&](auto kernels) { kernels.bias_gelu_backward(x, bias, gy, tanh_form, gx); });
+}
+void CpuBackend::rope(const Tensor& x, const Tensor& cos, const Tensor& sin, bool inverse, const Tensor& y) {
+  with_cpu_kernels([&](auto kernels) { kernels.rope(x, cos, sin, inverse, y); });
+}
+
 }  // namespace hh

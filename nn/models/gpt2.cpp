@@ -79,6 +79,29 @@ GPT2MLP::GPT2MLP(const GPT2Config& c, Init init) : act(c.activation) {
   c_proj = register_module("c_proj", std::make_shared<Linear>(c.n_inner, c.n_embd, true, init));
 }
 
+namespace {
+// fc's bias and a GELU in one fused op (bias_gelu) after the bias-free product; other
+// activations, a LoRA adapter, no bias, or mixed dtypes take the plain path.
+Tensor linear_act(const Linear& fc, const Tensor& x, Activation act) {
+  const bool gelu_act = act == Activation::gelu_erf || act == Activation::gelu_tanh;
+  if (!gelu_act || !fc.bias.defined() || fc.lora_A) return activate(fc.forward(x), act);
+  Tensor z = linear(x, fc.weight);
+  if (z.dtype() != fc.bias.dtype()) return activate(add(z, fc.bias), act);
+  return bias_gelu(z, fc.bias, act == Activation::gelu_tanh ? "tanh" : "none");
+}
+// h = x + r and ln(h): one fused op (add_layer_norm) when x and r agree in shape and dtype (a
+// mixed-precision attention output may not), else add then ln.
+AddNormOut add_ln(const Tensor& x, const Tensor& r, const LayerNorm& ln) {
+  if (x.shape() != r.shape() || x.dtype() != r.dtype()) {
+    Tensor h = add(x, r);
+    return {h, ln.forward(h)};
+  }
+  return add_layer_norm(x, r, ln.weight, ln.bias, ln.eps);
+}
+}  // namespace
+
+Tensor GPT2MLP::forward(const Tensor& x) const { return c_proj->forward(linear_act(*c_fc, x, act)); }
+
 GPT2Block::GPT2Block(const GPT2Config& c, const HFModelOptions& o, Init init) {
   ln_1 = register_module("ln_1", std::make_shared<LayerNorm>(c.n_embd, c.layer_norm_epsilon, true, init));
   attn = register_module("attn", std::make_shared<GPT2Attention>(c, o, init));
@@ -86,14 +109,15 @@ GPT2Block::GPT2Block(const GPT2Config& c, const HFModelOptions& o, Init init) {
   mlp = register_module("mlp", std::make_shared<GPT2MLP>(c, init));
 }
 
+// The residual add after attention and ln_2 are one fused op (add_ln).
 Tensor GPT2Block::forward(const Tensor& x, TraceRequest* trace) const {
-  Tensor h = add(x, attn->forward(ln_1->forward(x), trace));
-  return add(h, mlp->forward(ln_2->forward(h)));
+  AddNormOut a = add_ln(x, attn->forward(ln_1->forward(x), trace), *ln_2);
+  return add(a.h, mlp->forward(a.y));
 }
 
 Tensor GPT2Block::step(const Tensor& x, DecodeCache& cache) const {
-  Tensor h = add(x, attn->step(ln_1->forward(x), cache));
-  return add(h, mlp->forward(ln_2->forward(h)));
+  AddNormOut a = add_ln(x, attn->step(ln_1->forward(x), cache), *ln_2);
+  return add(a.h, mlp->forward(a.y));
 }
 
 GPT2Model::GPT2Model(const GPT2Config& c, const HFModelOptions& o, Init init) {

@@ -121,14 +121,27 @@ LlamaDecoderLayer::LlamaDecoderLayer(const LlamaConfig& c, const HFModelOptions&
   mlp = register_module("mlp", std::make_shared<LlamaMLP>(c, init));
 }
 
+namespace {
+// h = x + r and norm(h): one fused op (add_rms_norm) when x and r agree in shape and dtype (a
+// mixed-precision attention output may not), else add then norm.
+AddNormOut add_rms(const Tensor& x, const Tensor& r, const RMSNorm& norm) {
+  if (x.shape() != r.shape() || x.dtype() != r.dtype()) {
+    Tensor h = add(x, r);
+    return {h, norm.forward(h)};
+  }
+  return add_rms_norm(x, r, norm.weight, norm.eps);
+}
+}  // namespace
+
+// The residual add after attention and post_attention_layernorm are one fused op (add_rms).
 Tensor LlamaDecoderLayer::forward(const Tensor& x, TraceRequest* trace) const {
-  Tensor h = add(x, self_attn->forward(input_layernorm->forward(x), trace));
-  return add(h, mlp->forward(post_attention_layernorm->forward(h)));
+  AddNormOut a = add_rms(x, self_attn->forward(input_layernorm->forward(x), trace), *post_attention_layernorm);
+  return add(a.h, mlp->forward(a.y));
 }
 
 Tensor LlamaDecoderLayer::step(const Tensor& x, DecodeCache& cache) const {
-  Tensor h = add(x, self_attn->step(input_layernorm->forward(x), cache));
-  return add(h, mlp->forward(post_attention_layernorm->forward(h)));
+  AddNormOut a = add_rms(x, self_attn->step(input_layernorm->forward(x), cache), *post_attention_layernorm);
+  return add(a.h, mlp->forward(a.y));
 }
 
 LlamaModel::LlamaModel(const LlamaConfig& c, const HFModelOptions& o, Init init) {
