@@ -90,6 +90,24 @@ TEST_CASE("autocast: binary ops and where promote to the widest floating dtype")
   CHECK(lt(a, bb).dtype() == DType::boolean);
 }
 
+TEST_CASE("autocast: fused block ops follow the lists of the ops they fuse") {
+  // A bf16 branch output (a linear's) meets f32 residuals, norm weights, biases and rope tables.
+  Tensor res = rnd({2, 3, 8}, 61), branch = bf(rnd({2, 3, 8}, 62)), w = rnd({8}, 63), b = rnd({8}, 64);
+  Tensor q = bf(rnd({2, 3, 4}, 65)), cos = rnd({3, 2}, 66), sin = rnd({3, 2}, 67);
+  const Tensor b32 = branch.to(DType::f32);
+  CHECK_THROWS_AS(add_layer_norm(res, branch, w, b), Error);  // without autocast: a dtype mismatch
+  AutocastGuard autocast;
+  const AddNormOut ln = add_layer_norm(res, branch, w, b), rn = add_rms_norm(res, branch, w);
+  for (const Tensor& t : {ln.h, ln.y, rn.h, rn.y}) CHECK(t.dtype() == DType::f32);
+  CHECK(gap(ln.y, layer_norm(add(res, b32), w, b)) < 1e-6);
+  const Tensor g = bias_gelu(branch, b, "tanh");
+  CHECK(g.dtype() == DType::f32);
+  CHECK(gap(g, gelu(add(b32, b), "tanh")) < 1e-6);
+  const Tensor r = rope(q, cos, sin);
+  CHECK(r.dtype() == DType::f32);
+  CHECK(gap(r, rope(q.to(DType::f32), cos, sin)) == 0.0);
+}
+
 TEST_CASE("autocast: gradients reach f32 leaves in f32, through the bf16 arithmetic") {
   Tensor x = rnd({5, 8}, 31), w = rnd({4, 8}, 32), b = rnd({4}, 33), g = rnd({5, 4}, 34);
   w.requires_grad_(true);

@@ -80,9 +80,19 @@ AddNormOut cast_out(const AddNormOut& o, DType t) { return {to_dtype(o.h, t), to
 
 }  // namespace
 
-AddNormOut add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias,
-                          double eps) {
+// Under autocast (autograd/autocast.h) the residual norms are on the f32 list, as the norms are,
+// and bias_gelu and rope promote their operands to the widest floating dtype, as the composed
+// add, gelu and mul would.
+Tensor autocast_to(const Tensor& t, DType d) { return t.defined() && is_floating(t.dtype()) ? to_dtype(t, d) : t; }
+DType autocast_widest(DType a, const Tensor& b) {
+  return a == b.dtype() || !is_floating(a) || !is_floating(b.dtype()) ? a : autocast_promote(a, b.dtype());
+}
+
+AddNormOut add_layer_norm(const Tensor& x_in, const Tensor& residual_in, const Tensor& weight_in,
+                          const Tensor& bias_in, double eps) {
   const char* op = "add_layer_norm";
+  const Tensor x = autocast_f32(x_in), residual = autocast_f32(residual_in);
+  const Tensor weight = autocast_f32(weight_in), bias = autocast_f32(bias_in);
   check_add_norm(op, x, residual, eps);
   check_channel(op, "weight", x, weight, false);
   check_channel(op, "bias", x, bias, false);
@@ -118,7 +128,8 @@ AddNormOut add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor&
   return {h, y};
 }
 
-AddNormOut add_rms_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, double eps) {
+AddNormOut add_rms_norm(const Tensor& x_in, const Tensor& residual_in, const Tensor& weight_in, double eps) {
+  const Tensor x = autocast_f32(x_in), residual = autocast_f32(residual_in), weight = autocast_f32(weight_in);
   const char* op = "add_rms_norm";
   check_add_norm(op, x, residual, eps);
   check_channel(op, "weight", x, weight, false);
@@ -149,8 +160,14 @@ AddNormOut add_rms_norm(const Tensor& x, const Tensor& residual, const Tensor& w
   return {h, y};
 }
 
-Tensor bias_gelu(const Tensor& x, const Tensor& bias, const std::string& approximate) {
+Tensor bias_gelu(const Tensor& x_in, const Tensor& bias_in, const std::string& approximate) {
   const char* op = "bias_gelu";
+  Tensor x = x_in, bias = bias_in;
+  if (AutocastMode::is_enabled() && x.defined() && bias.defined()) {
+    const DType t = autocast_widest(x.dtype(), bias);
+    x = autocast_to(x, t);
+    bias = autocast_to(bias, t);
+  }
   HH_CHECK(approximate == "none" || approximate == "tanh", op, ": approximate must be 'none' or 'tanh', got '",
            approximate, "'");
   check_float(op, "input", x);
@@ -175,8 +192,15 @@ Tensor bias_gelu(const Tensor& x, const Tensor& bias, const std::string& approxi
   });
 }
 
-Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin) {
+Tensor rope(const Tensor& x_in, const Tensor& cos_in, const Tensor& sin_in) {
   const char* op = "rope";
+  Tensor x = x_in, cos = cos_in, sin = sin_in;
+  if (AutocastMode::is_enabled() && x.defined() && cos.defined() && sin.defined()) {
+    const DType t = autocast_widest(autocast_widest(x.dtype(), cos), sin);
+    x = autocast_to(x, t);
+    cos = autocast_to(cos, t);
+    sin = autocast_to(sin, t);
+  }
   check_float(op, "input", x);
   HH_CHECK(x.dim() >= 2, op, ": input must be (..., L, D), got shape ", x.shape());
   const int64_t l = x.size(-2), d = x.size(-1), half = d / 2;
