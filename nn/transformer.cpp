@@ -33,9 +33,9 @@ void check_config(const TransformerConfig& c) {
 }
 
 // h = x + r and norm(h): one fused op (add_layer_norm / add_rms_norm) when x and r agree in
-// shape and dtype, else add then norm.
+// shape, else add then norm (under autocast the fused op casts a bf16 branch up, as norms do).
 AddNormOut add_norm(const Tensor& x, const Tensor& r, const Norm& norm) {
-  if (x.shape() != r.shape() || x.dtype() != r.dtype()) {
+  if (x.shape() != r.shape()) {
     Tensor h = add(x, r);
     return {h, norm.forward(h)};
   }
@@ -44,13 +44,12 @@ AddNormOut add_norm(const Tensor& x, const Tensor& r, const Norm& norm) {
 }
 
 // fc2(act(fc1(x))) with fc1's bias and a GELU fused (bias_gelu); other activations, a LoRA
-// adapter, no bias or mixed dtypes take MLP::forward.
+// adapter or no bias take MLP::forward.
 Tensor mlp_forward(const MLP& m, const Tensor& x) {
   const Linear& fc = *m.fc1;
   const bool gelu_act = m.act == Activation::gelu_erf || m.act == Activation::gelu_tanh;
   if (!gelu_act || !fc.bias.defined() || fc.lora_A) return m.forward(x);
   Tensor z = linear(x, fc.weight);
-  if (z.dtype() != fc.bias.dtype()) return m.fc2->forward(activate(add(z, fc.bias), m.act));
   return m.fc2->forward(bias_gelu(z, fc.bias, m.act == Activation::gelu_tanh ? "tanh" : "none"));
 }
 }  // namespace

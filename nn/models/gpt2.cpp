@@ -81,18 +81,18 @@ GPT2MLP::GPT2MLP(const GPT2Config& c, Init init) : act(c.activation) {
 
 namespace {
 // fc's bias and a GELU in one fused op (bias_gelu) after the bias-free product; other
-// activations, a LoRA adapter, no bias, or mixed dtypes take the plain path.
+// activations, a LoRA adapter or no bias take the plain path. Under autocast the bf16 product and
+// the f32 bias are promoted by bias_gelu itself.
 Tensor linear_act(const Linear& fc, const Tensor& x, Activation act) {
   const bool gelu_act = act == Activation::gelu_erf || act == Activation::gelu_tanh;
   if (!gelu_act || !fc.bias.defined() || fc.lora_A) return activate(fc.forward(x), act);
   Tensor z = linear(x, fc.weight);
-  if (z.dtype() != fc.bias.dtype()) return activate(add(z, fc.bias), act);
   return bias_gelu(z, fc.bias, act == Activation::gelu_tanh ? "tanh" : "none");
 }
-// h = x + r and ln(h): one fused op (add_layer_norm) when x and r agree in shape and dtype (a
-// mixed-precision attention output may not), else add then ln.
+// h = x + r and ln(h): one fused op (add_layer_norm) when x and r agree in shape, else add then
+// ln. Under autocast a bf16 branch output is cast up by add_layer_norm (the norms' f32 list).
 AddNormOut add_ln(const Tensor& x, const Tensor& r, const LayerNorm& ln) {
-  if (x.shape() != r.shape() || x.dtype() != r.dtype()) {
+  if (x.shape() != r.shape()) {
     Tensor h = add(x, r);
     return {h, ln.forward(h)};
   }

@@ -122,10 +122,10 @@ LlamaDecoderLayer::LlamaDecoderLayer(const LlamaConfig& c, const HFModelOptions&
 }
 
 namespace {
-// h = x + r and norm(h): one fused op (add_rms_norm) when x and r agree in shape and dtype (a
-// mixed-precision attention output may not), else add then norm.
+// h = x + r and norm(h): one fused op (add_rms_norm) when x and r agree in shape, else add then
+// norm (under autocast the fused op casts a bf16 branch up, as norms do).
 AddNormOut add_rms(const Tensor& x, const Tensor& r, const RMSNorm& norm) {
-  if (x.shape() != r.shape() || x.dtype() != r.dtype()) {
+  if (x.shape() != r.shape()) {
     Tensor h = add(x, r);
     return {h, norm.forward(h)};
   }
