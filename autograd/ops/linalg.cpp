@@ -30,7 +30,6 @@ namespace {
 bool gemm_ready(int64_t rows, int64_t cols, int64_t rs, int64_t cs) {
   return ((cs == 1 || cols == 1) && (rows == 1 || rs >= cols)) || ((rs == 1 || rows == 1) && (cols == 1 || cs >= rows));
 }
-bool gemm_ready(const Tensor& x) { return gemm_ready(x.size(-2), x.size(-1), x.stride(-2), x.stride(-1)); }
 
 // Contiguous copy without autograd (forward internals only).
 Tensor raw_contiguous(const Tensor& x) {
