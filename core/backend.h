@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -45,6 +46,13 @@ struct CrossEntropyParams {
 struct AdamWParams {
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
   int64_t step = 1;  // 1-based step for bias correction
+};
+
+// One parameter of a multi-tensor AdamW step: param, grad, m, v as for adamw_step, and its group's
+// lr and weight decay (these replace AdamWParams::lr / weight_decay; the rest is shared).
+struct AdamWTensor {
+  Tensor param, grad, m, v;
+  double lr = 1e-3, weight_decay = 0.0;
 };
 
 enum class RandomKind : uint8_t { uniform, normal, randint };
@@ -183,6 +191,11 @@ class Backend {
   // In place on param, m, v (contiguous, same shape, f32/f64): decoupled-decay AdamW.
   virtual void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
                           const AdamWParams& p) = 0;
+  // adamw_step on every entry at once, each with its own lr / weight decay and p's betas, eps and
+  // step; all entries one dtype and this backend's device. Element for element the same arithmetic
+  // as adamw_step (bit-identical results), but the work is split over all elements of all tensors:
+  // one parallel loop on the CPU, one kernel launch per batch of tensors on CUDA.
+  virtual void adamw_multi_step(const std::vector<AdamWTensor>& ts, const AdamWParams& p) = 0;
 };
 
 // The backend that owns `d`. The CPU backend always exists; CUDA ones come from cuda/ and throw

@@ -173,6 +173,7 @@ class CudaBackend final : public Backend {
 
   void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
                   const AdamWParams& p) override;  // cuda_optim.cu
+  void adamw_multi_step(const std::vector<AdamWTensor>& ts, const AdamWParams& p) override;  // cuda_optim.cu
 
  private:
   struct Blas {

@@ -1,5 +1,6 @@
 #include "train/optim.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/backend.h"
@@ -60,19 +61,31 @@ AdamW::AdamW(std::vector<ParamGroup> groups, double lr, AdamWOptions o) : Optimi
 
 void AdamW::step() {
   ++steps_;
+  // One multi-tensor update per (device, dtype): every group's tensors in one backend call, each
+  // with its group's lr and weight decay.
+  std::vector<std::vector<AdamWTensor>> batches;
+  std::vector<Tensor> updated;
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
     const ParamGroup& g = groups_[gi];
-    AdamWParams p{lr_ * g.lr_scale, o_.beta1, o_.beta2, o_.eps, g.weight_decay, steps_};
     for (size_t i = 0; i < g.params.size(); ++i) {
       const Tensor& param = g.params[i].second;
       Tensor grad = param.grad();
       if (!grad.defined()) continue;
       HH_CHECK(grad.shape() == param.shape(), "AdamW: gradient of '", g.params[i].first, "' has shape ", grad.shape(),
                ", parameter ", param.shape());
-      backend_of(param).adamw_step(param, contiguous(grad.to(param.dtype())), m_[gi][i], v_[gi][i], p);
-      bump_version(param);  // an in-place write: a graph that saved param can no longer backward
+      AdamWTensor t{param, contiguous(grad.to(param.dtype())), m_[gi][i], v_[gi][i], lr_ * g.lr_scale, g.weight_decay};
+      auto same = [&](const std::vector<AdamWTensor>& b) {  // batches are never empty
+        return b.front().param.device() == param.device() && b.front().param.dtype() == param.dtype();
+      };
+      auto it = std::find_if(batches.begin(), batches.end(), same);
+      if (it == batches.end()) it = batches.insert(batches.end(), std::vector<AdamWTensor>{});
+      it->push_back(std::move(t));
+      updated.push_back(param);
     }
   }
+  const AdamWParams shared{lr_, o_.beta1, o_.beta2, o_.eps, 0.0, steps_};
+  for (const auto& b : batches) backend_of(b.front().param).adamw_multi_step(b, shared);
+  for (const Tensor& param : updated) bump_version(param);  // in-place writes: graphs that saved them can no longer backward
 }
 
 nn::NamedTensors AdamW::state() const {

@@ -1,13 +1,20 @@
 // matmul (torch.matmul semantics) and linear, both on Backend::gemm.
 //
-// Forward passes strided views straight to the GEMM whenever the matrix dims have a unit stride
-// (a transposed operand is just the other storage order), broadcasts batch dims with stride 0
-// instead of copying, and folds batch dims into the rows when the right operand is a single
-// matrix ((B,L,D)·(D,E) is one (B·L,D)·(D,E) GEMM). Backward: gA = gC·Bᵀ, gB = Aᵀ·gC, with
-// broadcast batch dims summed back by sum_to. bf16/f16 operands go to the backend's half GEMM
-// (f32 accumulation, one rounding), forward and backward; under autocast (autograd/autocast.h)
-// f32 operands are cast to bf16 first.
+// Every matmul product, forward or backward, is one Backend::gemm call (gemm_product): strided
+// views go straight to the GEMM whenever the matrix dims have a unit stride (a transposed operand
+// is just the other storage order); batch dims that both operands have become the GEMM's batch;
+// a batch dim that only the left operand has is folded into its rows ((B,H,L,D)·(1,H,D,F) is one
+// H-batched GEMM of B·L rows, its output written heads-outermost and returned as a strided view);
+// one only the right operand has is folded into its columns; one summed over in the backward
+// (a broadcast operand's gradient) is folded into the inner dim. An operand whose dims cannot be
+// grouped that way is copied once into the needed order, instead of looping over GEMM calls.
+// bf16/f16 operands go to the backend's half GEMM (f32 accumulation, one rounding), forward and
+// backward; under autocast (autograd/autocast.h) f32 operands are cast to bf16 first.
 #include "autograd/ops/linalg.h"
+
+#include <algorithm>
+#include <array>
+#include <vector>
 
 #include "autograd/autocast.h"
 #include "autograd/node.h"
@@ -26,7 +33,6 @@ namespace {
 bool gemm_ready(int64_t rows, int64_t cols, int64_t rs, int64_t cs) {
   return ((cs == 1 || cols == 1) && (rows == 1 || rs >= cols)) || ((rs == 1 || rows == 1) && (cols == 1 || cs >= rows));
 }
-bool gemm_ready(const Tensor& x) { return gemm_ready(x.size(-2), x.size(-1), x.stride(-2), x.stride(-1)); }
 
 // Contiguous copy without autograd (forward internals only).
 Tensor raw_contiguous(const Tensor& x) {
@@ -55,101 +61,164 @@ bool collapse(const Shape& s, const Strides& st, size_t lo, size_t hi, int64_t& 
   return true;
 }
 
-// a (batch..., M, K) · b (batch..., K, N) -> c (batch..., M, N) contiguous, fresh; a and b are
-// GEMM-ready views with the same batch shape (broadcast dims have stride 0). Batch dims that are
-// evenly spaced in both operands become one GEMM call's batch; the rest are looped over here.
-void batched_gemm(const Tensor& a, const Tensor& b, const Tensor& c, double beta) {
-  const size_t nb = a.shape().size() - 2;
-  const int64_t m = a.size(-2), k = a.size(-1), n = b.size(-1);
-  size_t split = nb;
-  int64_t bt = 1, sa = 0, sb = 0;
-  for (size_t s = nb; s-- > 0;) {
-    int64_t na, nb_, ta, tb;
-    if (!collapse(a.shape(), a.strides(), s, nb, na, ta) || !collapse(b.shape(), b.strides(), s, nb, nb_, tb)) break;
-    split = s;
-    bt = na;
-    sa = ta;
-    sb = tb;
-  }
-  int64_t outer = 1;
-  for (size_t d = 0; d < split; ++d) outer *= a.shape()[d];
-  Backend& be = backend_of(c);
-  for (int64_t o = 0; o < outer; ++o) {
-    int64_t oa = a.offset(), ob = b.offset(), rem = o;
-    for (size_t d = split; d-- > 0;) {
-      int64_t i = rem % a.shape()[d];
-      rem /= a.shape()[d];
-      oa += i * a.strides()[d];
-      ob += i * b.strides()[d];
-    }
-    Tensor va = a.as_strided({bt, m, k}, {sa, a.stride(-2), a.stride(-1)}, oa);
-    Tensor vb = b.as_strided({bt, k, n}, {sb, b.stride(-2), b.stride(-1)}, ob);
-    Tensor vc = c.as_strided({bt, m, n}, {m * n, n, 1}, c.offset() + o * bt * m * n);
-    be.gemm(va, vb, vc, {1.0, beta});
-  }
+// Contiguous copy of the view (shape, strides) of x, without autograd.
+Tensor copy_of_view(const Tensor& x, const Shape& shape, const Strides& strides) {
+  Tensor out = empty(shape, {x.dtype(), x.device()});
+  if (out.numel() > 0) backend_of(x).copy(out, x.as_strided(shape, strides, x.offset()));
+  return out;
 }
 
-// View of x with batch dims expanded to `batch` (stride 0 where broadcast), no autograd.
-Tensor expand_batch(const Tensor& x, const Shape& batch) {
-  const size_t nx = x.shape().size() - 2, lead = batch.size() - nx;
-  Shape s = batch;
-  Strides st(batch.size(), 0);
-  for (size_t i = 0; i < nx; ++i)
-    st[lead + i] = x.shape()[i] == batch[lead + i] ? x.strides()[i] : 0;
-  for (int64_t d = -2; d < 0; ++d) {
-    s.push_back(x.size(d));
-    st.push_back(x.stride(d));
-  }
+// x's size and stride at batch dim d of an nd-dim batch, x's batch dims right-aligned (size 1
+// where x has no such dim).
+void batch_dim(const Tensor& x, size_t nd, size_t d, int64_t& size, int64_t& stride) {
+  const size_t nx = x.shape().size() - 2;
+  size = 1;
+  stride = 0;
+  if (d + nx < nd) return;
+  size = x.shape()[d + nx - nd];
+  stride = x.strides()[d + nx - nd];
+}
+
+// x with its last two dims swapped (a free view, no autograd).
+Tensor swap_last(const Tensor& x) {
+  Shape s = x.shape();
+  Strides st = x.strides();
+  std::swap(s[s.size() - 1], s[s.size() - 2]);
+  std::swap(st[st.size() - 1], st[st.size() - 2]);
   return x.as_strided(s, st, x.offset());
 }
 
-// The forward product of matmul on raw (>= 2-d) views: (..., M, K) · (..., K, N).
-Tensor matmul_forward(Tensor a, Tensor b, const Shape& ashape, const Shape& bshape) {
-  const int64_t m = a.size(-2), k = a.size(-1), n = b.size(-1);
-  if (!gemm_ready(b)) b = raw_contiguous(b);
-  // Fold: a single right-hand matrix and a left operand whose batch and row dims are evenly
-  // spaced is one big GEMM (rows = batch·M).
-  if (b.dim() == 2 && a.dim() > 2) {
-    Shape out_shape(a.shape().begin(), a.shape().end() - 1);
-    const int64_t rows = numel_of(out_shape);
-    int64_t collapsed, rs;
-    if (!collapse(a.shape(), a.strides(), 0, out_shape.size(), collapsed, rs) ||
-        !gemm_ready(rows, k, rs, a.stride(-1))) {
-      a = raw_contiguous(a);
-      rs = k;
+// True when x has `strides` in every dim of size > 1.
+// matmul's GEMM: the backend's, c = a·b.
+void backend_gemm(const Tensor& a, const Tensor& b, const Tensor& c) { backend_of(c).gemm(a, b, c, {1.0, 0.0}); }
+
+bool same_layout(const Tensor& x, const Strides& strides) {
+  for (size_t d = 0; d < strides.size(); ++d)
+    if (x.shape()[d] != 1 && x.strides()[d] != strides[d]) return false;
+  return true;
+}
+
+// One GEMM operand as the backend sees it: (bt, rows, cols) with strides (sb, sr, sc).
+struct Operand {
+  Tensor base;
+  int64_t sb = 0, sr = 0, sc = 0;
+};
+
+// Groups the view (shape, strides) of x as [batch dims][row dims][col dims] (the counts in
+// `groups`) into one (batch, rows, cols) GEMM operand; when the dims of a group are not evenly
+// spaced, or the matrix is not GEMM-ready, x is first copied into that dim order (row-major).
+Operand group_operand(const Tensor& x, const Shape& shape, const Strides& strides,
+                      const std::array<size_t, 3>& groups) {
+  const size_t lo[3] = {0, groups[0], groups[0] + groups[1]}, hi[3] = {groups[0], groups[0] + groups[1], shape.size()};
+  int64_t size[3], stride[3];
+  bool ok = true;
+  for (int i = 0; i < 3 && ok; ++i) ok = collapse(shape, strides, lo[i], hi[i], size[i], stride[i]);
+  if (ok && gemm_ready(size[1], size[2], stride[1], stride[2]))
+    return {x.as_strided(shape, strides, x.offset()), stride[0], stride[1], stride[2]};
+  Tensor c = copy_of_view(x, shape, strides);
+  for (int i = 0; i < 3; ++i) collapse(c.shape(), c.strides(), lo[i], hi[i], size[i], stride[i]);
+  return {c, stride[0], stride[1], stride[2]};
+}
+
+}  // namespace
+
+// Each batch dim (right-aligned over x, y and out_batch; n = its larger size in x and y) plays one
+// of four roles, and the whole product is ONE backend GEMM call of batch R, rows Fm·M, inner S·K
+// and cols Fn·N:
+//   R  (x, y and the output have it)        -> the GEMM's batch
+//   Fm (x and the output have it, y is 1)   -> folded into the rows, next to M
+//   Fn (y and the output have it, x is 1)   -> folded into the cols, next to N
+//   S  (x and y have it, the output is 1)   -> folded into the inner dim: the sum over it is the GEMM's
+// The output is written in the storage order [R..., Fm..., M, Fn..., N] (contiguous) and returned
+// as a view in the logical order out_batch + (M, N): a strided view when the order differs. An
+// operand whose dims of one role are not evenly spaced is first copied into that order (one copy
+// instead of one GEMM call per batch entry).
+Tensor gemm_product(const Tensor& x, const Tensor& y, const Shape& out_batch, const GemmCall& gemm) {
+  HH_CHECK(x.dim() >= 2 && y.dim() >= 2 && x.size(-1) == y.size(-2), "gemm_product: shapes ", x.shape(), " and ",
+           y.shape(), " cannot be multiplied");
+  const int64_t m = x.size(-2), k = x.size(-1), n = y.size(-1);
+  const size_t nd = std::max({x.shape().size() - 2, y.shape().size() - 2, out_batch.size()});
+  const size_t lead = nd - out_batch.size();  // out_batch's dim i is batch dim lead + i
+  std::vector<size_t> R, Fm, Fn, S;
+  int64_t bt = 1, fm = 1, fn = 1, kk = k;
+  for (size_t d = 0; d < nd; ++d) {
+    int64_t nx, ny, sx, sy;
+    batch_dim(x, nd, d, nx, sx);
+    batch_dim(y, nd, d, ny, sy);
+    const int64_t no = d >= lead ? out_batch[d - lead] : 1;
+    const int64_t full = nx == 1 ? ny : nx;
+    HH_CHECK((nx == full || nx == 1) && (ny == full || ny == 1) && (no == full || no == 1), "gemm_product: batch dims of ",
+             x.shape(), " and ", y.shape(), " do not broadcast to ", out_batch);
+    HH_CHECK(no == full || (nx == full && ny == full), "gemm_product: a batch dim summed over only one operand (",
+             x.shape(), " and ", y.shape(), " to ", out_batch, ")");
+    if (full == 1) continue;
+    if (no != full) {
+      S.push_back(d);
+      kk *= full;
+    } else if (nx == ny) {
+      R.push_back(d);
+      bt *= full;
+    } else if (nx == full) {
+      Fm.push_back(d);
+      fm *= full;
+    } else {
+      Fn.push_back(d);
+      fn *= full;
     }
-    out_shape.push_back(n);
-    Tensor c = empty(out_shape, {a.dtype(), a.device()});
-    if (c.numel() == 0) return c;
-    if (k == 0) {
-      backend_of(c).fill(c, 0.0);
-      return c;
-    }
-    batched_gemm(a.as_strided({rows, k}, {rs, a.stride(-1)}, a.offset()), b, c.as_strided({rows, n}, {n, 1}, 0), 0.0);
-    return c;
   }
-  Shape ba(a.shape().begin(), a.shape().end() - 2), bb(b.shape().begin(), b.shape().end() - 2);
-  Shape batch(std::max(ba.size(), bb.size()));
-  for (size_t i = 0; i < batch.size(); ++i) {
-    int64_t da = i + ba.size() >= batch.size() ? ba[i + ba.size() - batch.size()] : 1;
-    int64_t db = i + bb.size() >= batch.size() ? bb[i + bb.size() - batch.size()] : 1;
-    HH_CHECK(da == db || da == 1 || db == 1, "matmul: batch dims of shapes ", ashape, " and ", bshape,
-             " cannot be broadcast");
-    batch[i] = da == 1 ? db : da;
-  }
-  if (!gemm_ready(a)) a = raw_contiguous(a);
-  Shape out_shape = batch;
+  // The output: storage order [R, Fm, M, Fn, N] contiguous, viewed in the logical order.
+  Shape out_shape = out_batch;
   out_shape.push_back(m);
   out_shape.push_back(n);
-  Tensor c = empty(out_shape, {a.dtype(), a.device()});
-  if (c.numel() == 0) return c;
-  if (k == 0) {
-    backend_of(c).fill(c, 0.0);
-    return c;
+  Strides out_strides(out_shape.size(), 0);
+  int64_t next = 1;  // the stride of the next dim placed, innermost first
+  auto place = [&](size_t logical) {
+    out_strides[logical] = next;
+    next *= out_shape[logical];
+  };
+  place(out_shape.size() - 1);
+  for (size_t i = Fn.size(); i-- > 0;) place(Fn[i] - lead);
+  place(out_shape.size() - 2);
+  for (size_t i = Fm.size(); i-- > 0;) place(Fm[i] - lead);
+  for (size_t i = R.size(); i-- > 0;) place(R[i] - lead);
+  const int64_t total = numel_of(out_shape);
+  Tensor store = empty({total}, {x.dtype(), x.device()});
+  Tensor out = store.as_strided(out_shape, out_strides, 0);
+  if (total == 0) return out;
+  if (kk == 0) {  // an empty sum
+    backend_of(store).fill(store, 0.0);
+    return out;
   }
-  batched_gemm(expand_batch(a, batch), expand_batch(b, batch), c, 0.0);
-  return c;
+  // The operands' dims in call order: x [R, Fm, M, S, K], y [R, S, K, Fn, N] (nd, nd + 1 = the
+  // matrix dims).
+  auto view = [nd](const Tensor& t, const std::vector<std::vector<size_t>>& parts, Shape& shape, Strides& strides) {
+    for (const auto& part : parts)
+      for (size_t d : part) {
+        int64_t size = 0, stride = 0;
+        if (d < nd) {
+          batch_dim(t, nd, d, size, stride);
+        } else {
+          size = t.size(d == nd ? -2 : -1);
+          stride = t.stride(d == nd ? -2 : -1);
+        }
+        shape.push_back(size);
+        strides.push_back(stride);
+      }
+  };
+  Shape xs, ys;
+  Strides xst, yst;
+  view(x, {R, Fm, {nd}, S, {nd + 1}}, xs, xst);
+  view(y, {R, S, {nd}, Fn, {nd + 1}}, ys, yst);
+  const Operand a = group_operand(x, xs, xst, {R.size(), Fm.size() + 1, S.size() + 1});
+  const Operand b = group_operand(y, ys, yst, {R.size(), S.size() + 1, Fn.size() + 1});
+  const int64_t rows = fm * m, cols = fn * n;
+  gemm(a.base.as_strided({bt, rows, kk}, {a.sb, a.sr, a.sc}, a.base.offset()),
+          b.base.as_strided({bt, kk, cols}, {b.sb, b.sr, b.sc}, b.base.offset()),
+          store.as_strided({bt, rows, cols}, {rows * cols, cols, 1}, 0));
+  return out;
 }
+
+namespace {
 
 void check_pair(const char* op, const char* what_a, const Tensor& a, const char* what_b, const Tensor& b) {
   HH_CHECK(a.dtype() == b.dtype(), op, ": dtype mismatch: ", what_a, " is ", a.dtype(), " but ", what_b, " is ",
@@ -176,31 +245,44 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   // 1-d operands as matrices: a (K) -> (1,K), b (K) -> (K,1).
   Tensor a2 = a1 ? a.as_strided({1, ka}, {ka * a.stride(0), a.stride(0)}, a.offset()) : a;
   Tensor b2 = b1 ? b.as_strided({kb, 1}, {b.stride(0), 1}, b.offset()) : b;
-  Tensor c = matmul_forward(a2, b2, a.shape(), b.shape());
+  Shape ba(a2.shape().begin(), a2.shape().end() - 2), bb(b2.shape().begin(), b2.shape().end() - 2);
+  Shape batch(std::max(ba.size(), bb.size()));
+  for (size_t i = 0; i < batch.size(); ++i) {
+    int64_t da = i + ba.size() >= batch.size() ? ba[i + ba.size() - batch.size()] : 1;
+    int64_t db = i + bb.size() >= batch.size() ? bb[i + bb.size() - batch.size()] : 1;
+    HH_CHECK(da == db || da == 1 || db == 1, "matmul: batch dims of shapes ", a.shape(), " and ", b.shape(),
+             " cannot be broadcast");
+    batch[i] = da == 1 ? db : da;
+  }
+  Tensor c = gemm_product(a2, b2, batch, backend_gemm);
   // Squeeze the promoted dims back out: out = batch + (M unless a1) + (N unless b1).
   Shape out_shape(c.shape().begin(), c.shape().end() - 2);
-  if (!a1) out_shape.push_back(c.size(-2));
-  if (!b1) out_shape.push_back(c.size(-1));
-  Tensor out = c.as_strided(out_shape, contiguous_strides(out_shape), c.offset());
+  Strides out_strides(c.strides().begin(), c.strides().end() - 2);
+  for (int64_t d = -2; d < 0; ++d)
+    if (!(d == -2 ? a1 : b1)) {
+      out_shape.push_back(c.size(d));
+      out_strides.push_back(c.stride(d));
+    }
+  Tensor out = c.as_strided(out_shape, out_strides, c.offset());
 
-  return record("matmul", out, {a, b}, {a, b}, [a, b](const Tensor& g, const NeedsGrad& needs) {
+  return record("matmul", out, {a, b}, {a, b}, [a, b, out_strides](const Tensor& g, const NeedsGrad& needs) {
     const bool a1 = a.dim() == 1, b1 = b.dim() == 1;
+    // Both products read G in the layout the forward wrote its output in (e.g. heads outermost
+    // after a fold): one copy of G here, when it arrives in another layout, serves both.
+    Tensor G = g;
+    if (needs[0] && needs[1] && g.numel() > 0 && !same_layout(g, out_strides)) {
+      G = empty({g.numel()}, {g.dtype(), g.device()}).as_strided(g.shape(), out_strides, 0);
+      backend_of(g).copy(G, g);
+    }
     Tensor A = a1 ? unsqueeze(a, 0) : a;  // (..., M, K)
     Tensor B = b1 ? unsqueeze(b, 1) : b;  // (..., K, N)
-    Tensor G = g;                         // (batch..., M, N)
-    if (b1) G = unsqueeze(G, G.dim());
+    if (b1) G = unsqueeze(G, G.dim());    // (batch..., M, N)
     if (a1) G = unsqueeze(G, G.dim() - 1);
+    const Shape ab(A.shape().begin(), A.shape().end() - 2), bb(B.shape().begin(), B.shape().end() - 2);
+    // gA = G·Bᵀ and gB = Aᵀ·G, each one GEMM; batch dims that A (B) broadcast are summed inside it.
     Tensor ga, gb;
-    if (needs[0]) ga = reshape(sum_to(matmul(G, transpose(B, -1, -2)), A.shape()), a.shape());
-    if (needs[1]) {
-      if (B.dim() == 2 && A.dim() > 2) {  // shared right matrix: one GEMM over all rows, no sum
-        const int64_t k = A.size(-1), n = B.size(-1);
-        gb = matmul(transpose(reshape(A, {-1, k}), 0, 1), reshape(G, {-1, n}));
-      } else {
-        gb = sum_to(matmul(transpose(A, -1, -2), G), B.shape());
-      }
-      gb = reshape(gb, b.shape());
-    }
+    if (needs[0]) ga = reshape(gemm_product(G, swap_last(B), ab, backend_gemm), a.shape());
+    if (needs[1]) gb = reshape(gemm_product(swap_last(A), G, bb, backend_gemm), b.shape());
     return std::vector<Tensor>{ga, gb};
   });
 }

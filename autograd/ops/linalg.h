@@ -1,5 +1,7 @@
 // Matrix products through the backend GEMM (Eigen on CPU, cuBLAS on CUDA).
 #pragma once
+#include <functional>
+
 #include "core/tensor.h"
 
 namespace hh {
@@ -8,5 +10,13 @@ namespace hh {
 Tensor matmul(const Tensor& a, const Tensor& b);
 // x (..., in) · weight (out, in)ᵀ + bias (out): the Linear layer's op.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+
+// The product behind matmul and its backward, without autograd: x (xb..., M, K) · y (yb..., K, N)
+// -> (out_batch..., M, N), batch dims right-aligned and broadcast; a batch dim that out_batch has
+// as 1 but x and y both have is summed over. Makes exactly one call gemm(a, b, c) of
+// Backend::gemm's form (c = a·b, c fresh and contiguous; none for an empty result); matmul passes
+// the backend's gemm, tests a counting one. The result may be a strided view (see linalg.cpp).
+using GemmCall = std::function<void(const Tensor& a, const Tensor& b, const Tensor& c)>;
+Tensor gemm_product(const Tensor& x, const Tensor& y, const Shape& out_batch, const GemmCall& gemm);
 
 }  // namespace hh

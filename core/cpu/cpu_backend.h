@@ -74,6 +74,7 @@ class CpuBackend final : public Backend {
 
   void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
                   const AdamWParams& p) override;  // cpu_optim.cpp
+  void adamw_multi_step(const std::vector<AdamWTensor>& ts, const AdamWParams& p) override;  // cpu_optim.cpp
 };
 
 // Below this many elements a kernel runs on one thread (OpenMP start-up costs more).

@@ -1,8 +1,12 @@
 // Op-table rows for matmul and linear, plus direct tests of the GEMM kernel (storage orders,
 // alpha/beta, broadcast batch, threaded batch split) at sizes too large for the table.
+#include <algorithm>
 #include <cmath>
+#include <string>
 #include <tuple>
+#include <vector>
 
+#include "autograd/ops/linalg.h"
 #include "core/backend.h"
 #include "core/parallel.h"
 #include "tests/op_table.h"
@@ -279,6 +283,131 @@ TEST_CASE("linear: gradients at a larger size match the composed matmul") {
   CHECK(max_rel_err(gx, Host{x.shape(), ex}) < 1e-12);
   CHECK(max_rel_err(gw, Host{w.shape(), ew}) < 1e-12);
   CHECK(max_rel_err(gb, Host{bias.shape(), eb}) < 1e-12);
+}
+
+}  // namespace hh::test
+
+namespace hh::test {
+namespace {
+
+// a·b with the product and the sum as elementwise ops (no GEMM): an independent reference for
+// matmul's values and, through autograd, its gradients. a (..., M, K), b (..., K, N).
+Tensor matmul_by_sum(const Tensor& a, const Tensor& b) { return sum(mul(unsqueeze(a, -1), unsqueeze(b, -3)), {-2}); }
+
+// |got - want| <= tol (1 + |want|) everywhere, same shape.
+void check_near(const Tensor& got, const Tensor& want, double tol, const std::string& what) {
+  REQUIRE_MESSAGE(got.shape() == want.shape(), what, ": shape ", shape_str(got.shape()), " vs ", shape_str(want.shape()));
+  std::vector<double> g = to_vector<double>(got), w = to_vector<double>(want);
+  double worst = 0.0;
+  for (size_t i = 0; i < g.size(); ++i) worst = std::max(worst, std::fabs(g[i] - w[i]) / (1.0 + std::fabs(w[i])));
+  CHECK_MESSAGE(worst <= tol, what, ": worst relative difference ", worst);
+}
+
+// One operand of a pattern: made contiguous with `storage` shape, then permuted by `perm`
+// (a strided view), then expanded to `expand_to` when given (stride-0 dims).
+struct OperandSpec {
+  Shape storage;
+  std::vector<int64_t> perm;
+  Shape expand_to;
+};
+
+Tensor make_operand(const OperandSpec& s, DType t, uint64_t seed) {
+  Generator g(seed);
+  Tensor x = uniform(s.storage, -1, 1, g, {t});
+  if (!s.perm.empty()) x = permute(x, s.perm);
+  if (!s.expand_to.empty()) x = expand(x, s.expand_to);
+  Tensor leaf = x.detach();
+  leaf.requires_grad_(true);
+  return leaf;
+}
+
+}  // namespace
+
+TEST_CASE("matmul: stride and broadcast patterns match an elementwise reference, values and gradients") {
+  // (a, b) pairs: batch dims that both operands have, that only a has (folded into the rows), that
+  // only b has (folded into the cols), summed in the backward; transposed and permuted views,
+  // stride-0 expands, 1-d operands, 2-d operands against batched ones, odd sizes.
+  const std::vector<std::pair<OperandSpec, OperandSpec>> patterns = {
+      {{{2, 3, 5, 4}, {}, {}}, {{1, 3, 4, 6}, {}, {}}},                 // the feature map, contiguous x
+      {{{2, 5, 3, 4}, {0, 2, 1, 3}, {}}, {{1, 3, 4, 6}, {}, {}}},       // the feature map, heads view x
+      {{{2, 5, 3, 4}, {0, 2, 1, 3}, {}}, {{3, 4, 6}, {}, {}}},          // a 3-d weight
+      {{{3, 5, 4}, {}, {}}, {{2, 3, 4, 6}, {}, {}}},                    // only b has B
+      {{{2, 1, 5, 4}, {}, {}}, {{1, 3, 4, 6}, {}, {}}},                 // a has B, b has H
+      {{{5, 4}, {}, {}}, {{2, 3, 4, 6}, {}, {}}},                       // 2-d a
+      {{{2, 5, 3, 4}, {0, 2, 1, 3}, {}}, {{4, 6}, {}, {}}},             // 2-d b, permuted a
+      {{{2, 3, 4, 5}, {0, 1, 3, 2}, {}}, {{2, 3, 6, 4}, {0, 1, 3, 2}, {}}},  // transposed matrices
+      {{{2, 5, 3, 4}, {0, 2, 1, 3}, {}}, {{2, 6, 3, 4}, {0, 2, 3, 1}, {}}},  // q·kᵀ on heads views
+      {{{1, 3, 5, 4}, {}, {2, 3, 5, 4}}, {{2, 3, 4, 6}, {}, {}}},       // a expanded (stride 0)
+      {{{2, 5, 4}, {}, {}}, {{3, 1, 4, 6}, {}, {3, 2, 4, 6}}},          // b expanded, extra dim
+      {{{4}, {}, {}}, {{2, 3, 4, 6}, {}, {}}},                          // 1-d a
+      {{{2, 3, 5, 4}, {}, {}}, {{4}, {}, {}}},                          // 1-d b
+      {{{7, 1, 5, 4}, {}, {}}, {{2, 4, 3}, {}, {}}},                    // odd sizes both sides
+      {{{2, 3, 5, 0}, {}, {}}, {{1, 3, 0, 6}, {}, {}}},                 // K = 0
+      {{{0, 3, 5, 4}, {}, {}}, {{1, 3, 4, 6}, {}, {}}},                 // an empty batch
+  };
+  for (DType t : {DType::f64, DType::f32}) {
+    const double tol = t == DType::f64 ? 1e-12 : 2e-5;
+    for (size_t i = 0; i < patterns.size(); ++i) {
+      const std::string what = std::string(dtype_name(t)) + " pattern " + std::to_string(i);
+      Tensor a = make_operand(patterns[i].first, t, 10 + i), b = make_operand(patterns[i].second, t, 50 + i);
+      Tensor out = matmul(a, b);
+      Tensor a2 = a.dim() == 1 ? unsqueeze(a, 0) : a, b2 = b.dim() == 1 ? unsqueeze(b, 1) : b;
+      Tensor ref = matmul_by_sum(a2, b2);
+      if (a.dim() == 1) ref = squeeze(ref, -2);
+      if (b.dim() == 1) ref = squeeze(ref, -1);
+      check_near(out, ref, tol, what + " forward");
+      Generator g(90 + i);
+      Tensor gy = uniform(out.shape(), -1, 1, g, {t});
+      out.backward(gy);
+      Tensor ga = a.grad(), gb = b.grad();
+      a.zero_grad();
+      b.zero_grad();
+      ref.backward(gy);
+      check_near(ga, a.grad(), tol, what + " grad a");
+      check_near(gb, b.grad(), tol, what + " grad b");
+    }
+  }
+}
+
+TEST_CASE("matmul: the per-head feature-map product and both its gradients are one GEMM call each") {
+  // (B,H,L,D)·(1,H,D,F), as nn/feature_maps.cpp's head_affine; before, a broadcast leading batch
+  // dim split each product into B GEMM calls.
+  const int64_t B = 4, H = 3, L = 5, D = 4, F = 6;
+  int calls = 0;
+  GemmCall counting = [&calls](const Tensor& a, const Tensor& b, const Tensor& c) {
+    ++calls;
+    backend_of(c).gemm(a, b, c, {1.0, 0.0});
+  };
+  Generator g(7);
+  Tensor W = unsqueeze(uniform({H, D, F}, -1, 1, g, {DType::f64}), 0);
+  Tensor G = uniform({B, H, L, F}, -1, 1, g, {DType::f64});
+  auto swap_last = [](const Tensor& x) { return transpose(x, -1, -2); };
+  Tensor contiguous_x = uniform({B, H, L, D}, -1, 1, g, {DType::f64});
+  Tensor heads_x = transpose(uniform({B, L, H, D}, -1, 1, g, {DType::f64}), 1, 2);
+  for (const Tensor& x : {contiguous_x, heads_x}) {
+    calls = 0;
+    Tensor z = gemm_product(x, W, {B, H}, counting);
+    CHECK(calls == 1);
+    check_near(z, matmul_by_sum(x, W), 1e-12, "forward");
+    calls = 0;
+    Tensor gx = gemm_product(G, swap_last(W), {B, H}, counting);  // gx = G·Wᵀ
+    CHECK(calls == 1);
+    check_near(gx, matmul_by_sum(G, swap_last(W)), 1e-12, "grad x");
+    calls = 0;
+    Tensor gw = gemm_product(swap_last(x), G, {1, H}, counting);  // gW = Σ_b xᵀ·G
+    CHECK(calls == 1);
+    check_near(gw, sum(matmul_by_sum(swap_last(x), G), {0}, true), 1e-12, "grad W");
+    // The layout the forward wrote: heads outermost, B·L rows per head.
+    CHECK(z.stride(1) == B * L * F);
+    CHECK(z.stride(0) == L * F);
+  }
+  // matmul runs its forward and backward through exactly these products; its gradient matches.
+  Tensor x = heads_x.detach(), w = W.detach();
+  x.requires_grad_(true);
+  w.requires_grad_(true);
+  Tensor z = matmul(x, w);
+  z.backward(G);
+  check_near(w.grad(), sum(matmul_by_sum(swap_last(heads_x), G), {0}, true), 1e-12, "matmul grad W");
 }
 
 }  // namespace hh::test
