@@ -126,10 +126,17 @@ def main():
     p.add_argument("--json", metavar="FILE")
     p.add_argument("--compare", metavar="HH_JSON", help="bench_attention --ar-step --json output")
     p.add_argument("--distill-step", action="store_true", help="stage-1 distillation step (hedgehog) instead")
+    p.add_argument("--precision", default="f32", choices=("f32", "tf32", "bf16"),
+                   help="as bench_attention --precision: bf16 = torch.autocast around forward and loss; "
+                        "tf32 = TF32 f32 matmuls (CUDA)")
     args = p.parse_args()
 
     hh = load_compare(args.compare, lambda r: r["mixer"])
     torch, device = setup_torch(args.device, args.threads)
+    if args.precision == "tf32":
+        if device.type != "cuda":
+            p.error("--precision tf32 is a CUDA matmul mode; on the CPU use f32 or bf16")
+        torch.backends.cuda.matmul.allow_tf32 = True
     B, L = args.ar_batch, args.ar_len
     if args.distill_step:
         print("Stage-1 distillation step (feature maps only; quadratic weights vs the softmax teacher), AR model ",
@@ -156,12 +163,13 @@ def main():
         targets = torch.randint(0, VOCAB, (B * L,), generator=g).to(device)
 
         def step():  # gradients were dropped by zero_grad (untimed, before the memory baseline)
-            logits = model(ids)
-            if losses is not None:
-                loss = torch.stack(losses).sum()
-                losses.clear()
-            else:
-                loss = torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB), targets)
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.precision == "bf16"):
+                logits = model(ids)
+                if losses is not None:
+                    loss = torch.stack(losses).sum()
+                    losses.clear()
+                else:
+                    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB), targets)
             loss.backward()
             opt.step()
 
@@ -178,7 +186,7 @@ def main():
         rows.append({"mixer": mixer, "params": params, "step_ms": ms, "tokens_per_s": tps, "peak_mib": peak,
                      "status": "ok"})
     out = {"library": f"torch {torch.__version__}", "device": str(device), "threads": torch.get_num_threads(),
-           "dtype": "f32", "benchmark": "distill_step" if args.distill_step else "ar_step", "batch": B, "length": L, "reps": args.reps, "warmup": WARMUP,
+           "precision": args.precision, "benchmark": "distill_step" if args.distill_step else "ar_step", "batch": B, "length": L, "reps": args.reps, "warmup": WARMUP,
            "results": rows}
     if args.json:
         write_json(args.json, out)

@@ -102,6 +102,8 @@ def main():
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--json", default="")
     ap.add_argument("--compare", default="")
+    ap.add_argument("--precision", default="f32", choices=("f32", "bf16"),
+                    help="bf16: torch.autocast around forward and loss, as bench_train_lm --precision bf16")
     a = ap.parse_args()
     torch, _ = setup_torch("cpu", a.threads)
     hh = load_compare(a.compare, lambda r: r["attention"])
@@ -122,8 +124,9 @@ def main():
         for step in range(a.warmup + a.steps):
             ids = torch.randint(0, a.vocab, (a.batch, a.context + 1))
             t0 = time.perf_counter()
-            logits = model(ids[:, :-1])
-            loss = F.cross_entropy(logits.reshape(-1, a.vocab), ids[:, 1:].reshape(-1))
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+                logits = model(ids[:, :-1])
+                loss = F.cross_entropy(logits.reshape(-1, a.vocab), ids[:, 1:].reshape(-1))
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
@@ -143,7 +146,7 @@ def main():
     print(f"peak RSS of the process: {rss:.1f} MiB")
     if a.json:
         write_json(a.json, {"engine": "torch", "threads": torch.get_num_threads(), "batch": a.batch,
-                            "context": a.context, "preset": a.preset, "results": results, "peak_rss_mib": rss})
+                            "context": a.context, "preset": a.preset, "precision": a.precision, "results": results, "peak_rss_mib": rss})
 
 
 if __name__ == "__main__":
