@@ -85,6 +85,14 @@ void CudaBackend::random(const Tensor& out, const RandomParams& p) {
   const int64_t n = out.numel();
   if (n == 0) return;
   cuda::DeviceGuard guard(index_);
+  // The seed and offset are kernel arguments fixed at capture: every replay of a CUDA graph would
+  // draw the same numbers (a dropout mask that never changes), so draws inside a capture are refused
+  // until the generator keeps its offset in device memory.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  cuda::check_cuda(cudaStreamIsCapturing(stream_, &capture), "random", "cudaStreamIsCapturing");
+  HH_CHECK(capture == cudaStreamCaptureStatusNone,
+           "random: a draw inside a CUDA graph capture would repeat the same numbers on every replay; draw outside "
+           "the captured work (or use dropout 0)");
   switch (p.kind) {
     case RandomKind::uniform:
       if (out.dtype() == DType::f32) {

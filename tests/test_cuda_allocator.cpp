@@ -398,4 +398,15 @@ TEST_CASE("cuda graph: work that synchronizes during a capture fails clearly and
                "after a failed capture");
 }
 
+TEST_CASE("cuda graph: a random draw inside a capture is refused (every replay would repeat it)" *
+          doctest::skip(!cuda_requested())) {
+  const Device d = test_device();
+  Tensor x = place(input({4, 4}, -1, 1, DType::f32, 1), d);
+  Generator gen(7);
+  (void)dropout(x, 0.5, true, gen);  // warm-up
+  check_throws([&] { cuda_capture_graph(d.index, [&] { (void)dropout(x, 0.5, true, gen); }); },
+               {"inside a CUDA graph capture", "repeat"});
+  (void)dropout(x, 0.5, true, gen);  // eager draws still work
+}
+
 }  // namespace hh::test
