@@ -5,6 +5,7 @@
 
 #include "autograd/node.h"
 #include "autograd/ops.h"
+#include "autograd/ops/nn_node.h"
 #include "core/backend.h"
 
 namespace hh {
@@ -110,21 +111,7 @@ AddNormOut add_layer_norm(const Tensor& x_in, const Tensor& residual_in, const T
     backend_of(y).add_layer_norm(as_rows(xc, n, c), as_rows(rc, n, c), wd, bd, eps, as_rows(h, n, c),
                                  as_rows(y, n, c), mean, rstd);
   h = record_residual(op, h, xc, rc);
-  Tensor hs = detach(h);
-  y = record(op, y, {h, wc, bc}, {hs, wd}, [hs, wd, mean, rstd, n, c](const Tensor& g, const NeedsGrad& needs) {
-    Tensor gc = grad_like(g, hs.dtype());
-    Options o{hs.dtype(), hs.device()};
-    Tensor gh = empty(hs.shape(), o);
-    Tensor gw = needs[1] ? empty({c}, o) : Tensor(), gb = needs[2] ? empty({c}, o) : Tensor();
-    if (gh.numel() > 0) {
-      backend_of(gh).layer_norm_backward(as_rows(hs, n, c), wd, mean, rstd, as_rows(gc, n, c), as_rows(gh, n, c), gw,
-                                         gb);
-    } else {  // no rows: parameter gradients are empty sums
-      if (gw.defined()) gw = zeros({c}, o);
-      if (gb.defined()) gb = zeros({c}, o);
-    }
-    return std::vector<Tensor>{gh, gw, gb};
-  });
+  y = record_layer_norm(op, y, h, wc, bc, mean, rstd);  // the norm of h: layer_norm's node (nn_node.h)
   return {h, y};
 }
 
@@ -145,18 +132,7 @@ AddNormOut add_rms_norm(const Tensor& x_in, const Tensor& residual_in, const Ten
     backend_of(y).add_rms_norm(as_rows(xc, n, c), as_rows(rc, n, c), wd, eps, as_rows(h, n, c), as_rows(y, n, c),
                                rstd);
   h = record_residual(op, h, xc, rc);
-  Tensor hs = detach(h);
-  y = record(op, y, {h, wc}, {hs, wd}, [hs, wd, rstd, n, c](const Tensor& g, const NeedsGrad& needs) {
-    Tensor gc = grad_like(g, hs.dtype());
-    Options o{hs.dtype(), hs.device()};
-    Tensor gh = empty(hs.shape(), o);
-    Tensor gw = needs[1] ? empty({c}, o) : Tensor();
-    if (gh.numel() > 0)
-      backend_of(gh).rms_norm_backward(as_rows(hs, n, c), wd, rstd, as_rows(gc, n, c), as_rows(gh, n, c), gw);
-    else if (gw.defined())
-      gw = zeros({c}, o);
-    return std::vector<Tensor>{gh, gw};
-  });
+  y = record_rms_norm(op, y, h, wc, rstd);  // the norm of h: rms_norm's node (nn_node.h)
   return {h, y};
 }
 

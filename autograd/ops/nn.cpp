@@ -5,6 +5,7 @@
 #include "autograd/ops/nn.h"
 
 #include "autograd/autocast.h"
+#include "autograd/ops/nn_node.h"
 
 #include <cmath>
 
@@ -108,6 +109,42 @@ const char* reduction_name(Reduction r) {
 
 }  // namespace
 
+Tensor record_layer_norm(const char* op, const Tensor& y, const Tensor& xc, const Tensor& wc, const Tensor& bc,
+                         const Tensor& mean, const Tensor& rstd) {
+  const int64_t c = xc.shape().back(), n = leading(xc.shape());
+  Tensor xs = detach(xc), wd = detach_or_undef(wc);
+  return record(op, y, {xc, wc, bc}, {xs, wd}, [xs, wd, mean, rstd, n, c](const Tensor& g, const NeedsGrad& needs) {
+    Tensor gc = grad_like(g, xs.dtype());
+    Options o{xs.dtype(), xs.device()};
+    Tensor gx = empty(xs.shape(), o);
+    Tensor gw = needs[1] ? empty({c}, o) : Tensor(), gb = needs[2] ? empty({c}, o) : Tensor();
+    if (gx.numel() > 0) {
+      backend_of(gx).layer_norm_backward(as_rows(xs, n, c), wd, mean, rstd, as_rows(gc, n, c), as_rows(gx, n, c), gw,
+                                         gb);
+    } else {  // no rows: parameter gradients are empty sums
+      if (gw.defined()) gw = zeros({c}, o);
+      if (gb.defined()) gb = zeros({c}, o);
+    }
+    return std::vector<Tensor>{gx, gw, gb};
+  });
+}
+
+Tensor record_rms_norm(const char* op, const Tensor& y, const Tensor& xc, const Tensor& wc, const Tensor& rstd) {
+  const int64_t c = xc.shape().back(), n = leading(xc.shape());
+  Tensor xs = detach(xc), wd = detach_or_undef(wc);
+  return record(op, y, {xc, wc}, {xs, wd}, [xs, wd, rstd, n, c](const Tensor& g, const NeedsGrad& needs) {
+    Tensor gc = grad_like(g, xs.dtype());
+    Options o{xs.dtype(), xs.device()};
+    Tensor gx = empty(xs.shape(), o);
+    Tensor gw = needs[1] ? empty({c}, o) : Tensor();
+    if (gx.numel() > 0)
+      backend_of(gx).rms_norm_backward(as_rows(xs, n, c), wd, rstd, as_rows(gc, n, c), as_rows(gx, n, c), gw);
+    else if (gw.defined())
+      gw = zeros({c}, o);
+    return std::vector<Tensor>{gx, gw};
+  });
+}
+
 // The ops below are on autocast's f32 list (autograd/autocast.h): under autocast, bf16/f16 inputs
 // are cast to f32 and the results stay f32.
 Tensor softmax(const Tensor& x, int64_t dim) { return softmax_impl(autocast_f32(x), dim, false); }
@@ -128,21 +165,7 @@ Tensor layer_norm(const Tensor& x_in, const Tensor& weight_in, const Tensor& bia
   Tensor y = empty(x.shape(), o), mean = empty({n}, o), rstd = empty({n}, o);
   Tensor wd = detach_or_undef(wc), bd = detach_or_undef(bc);
   if (y.numel() > 0) backend_of(y).layer_norm(as_rows(xc, n, c), wd, bd, eps, as_rows(y, n, c), mean, rstd);
-  Tensor xs = detach(xc);
-  return record(op, y, {xc, wc, bc}, {xs, wd}, [xs, wd, mean, rstd, n, c](const Tensor& g, const NeedsGrad& needs) {
-    Tensor gc = grad_like(g, xs.dtype());
-    Options o{xs.dtype(), xs.device()};
-    Tensor gx = empty(xs.shape(), o);
-    Tensor gw = needs[1] ? empty({c}, o) : Tensor(), gb = needs[2] ? empty({c}, o) : Tensor();
-    if (gx.numel() > 0) {
-      backend_of(gx).layer_norm_backward(as_rows(xs, n, c), wd, mean, rstd, as_rows(gc, n, c), as_rows(gx, n, c), gw,
-                                         gb);
-    } else {  // no rows: parameter gradients are empty sums
-      if (gw.defined()) gw = zeros({c}, o);
-      if (gb.defined()) gb = zeros({c}, o);
-    }
-    return std::vector<Tensor>{gx, gw, gb};
-  });
+  return record_layer_norm(op, y, xc, wc, bc, mean, rstd);
 }
 
 Tensor rms_norm(const Tensor& x_in, const Tensor& weight_in, double eps) {
@@ -158,18 +181,7 @@ Tensor rms_norm(const Tensor& x_in, const Tensor& weight_in, double eps) {
   Tensor y = empty(x.shape(), o), rstd = empty({n}, o);
   Tensor wd = detach_or_undef(wc);
   if (y.numel() > 0) backend_of(y).rms_norm(as_rows(xc, n, c), wd, eps, as_rows(y, n, c), rstd);
-  Tensor xs = detach(xc);
-  return record(op, y, {xc, wc}, {xs, wd}, [xs, wd, rstd, n, c](const Tensor& g, const NeedsGrad& needs) {
-    Tensor gc = grad_like(g, xs.dtype());
-    Options o{xs.dtype(), xs.device()};
-    Tensor gx = empty(xs.shape(), o);
-    Tensor gw = needs[1] ? empty({c}, o) : Tensor();
-    if (gx.numel() > 0)
-      backend_of(gx).rms_norm_backward(as_rows(xs, n, c), wd, rstd, as_rows(gc, n, c), as_rows(gx, n, c), gw);
-    else if (gw.defined())
-      gw = zeros({c}, o);
-    return std::vector<Tensor>{gx, gw};
-  });
+  return record_rms_norm(op, y, xc, wc, rstd);
 }
 
 // mean divides by the number of non-ignored rows; when every row is ignored that is 0/0 = NaN,
