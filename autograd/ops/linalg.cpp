@@ -88,10 +88,10 @@ Tensor swap_last(const Tensor& x) {
   return x.as_strided(s, st, x.offset());
 }
 
-// True when x has `strides` in every dim of size > 1.
 // matmul's GEMM: the backend's, c = a·b.
 void backend_gemm(const Tensor& a, const Tensor& b, const Tensor& c) { backend_of(c).gemm(a, b, c, {1.0, 0.0}); }
 
+// True when x has `strides` in every dim of size > 1.
 bool same_layout(const Tensor& x, const Strides& strides) {
   for (size_t d = 0; d < strides.size(); ++d)
     if (x.shape()[d] != 1 && x.strides()[d] != strides[d]) return false;
@@ -213,8 +213,8 @@ Tensor gemm_product(const Tensor& x, const Tensor& y, const Shape& out_batch, co
   const Operand b = group_operand(y, ys, yst, {R.size(), S.size() + 1, Fn.size() + 1});
   const int64_t rows = fm * m, cols = fn * n;
   gemm(a.base.as_strided({bt, rows, kk}, {a.sb, a.sr, a.sc}, a.base.offset()),
-          b.base.as_strided({bt, kk, cols}, {b.sb, b.sr, b.sc}, b.base.offset()),
-          store.as_strided({bt, rows, cols}, {rows * cols, cols, 1}, 0));
+       b.base.as_strided({bt, kk, cols}, {b.sb, b.sr, b.sc}, b.base.offset()),
+       store.as_strided({bt, rows, cols}, {rows * cols, cols, 1}, 0));
   return out;
 }
 
