@@ -167,7 +167,7 @@ TEST_CASE("autocast: guards nest and restore; the state is per thread") {
     CHECK(AutocastMode::dtype() == DType::f16);
   }
   CHECK_FALSE(AutocastMode::is_enabled());
-  CHECK_THROWS_WITH_AS(AutocastGuard(DType::f32), doctest::Contains("must be bf16 or f16"), Error);
+  CHECK_THROWS_WITH_AS([] { AutocastGuard guard(DType::f32); }(), doctest::Contains("must be bf16 or f16"), Error);
 }
 
 TEST_CASE("gemm: bf16 and f16 operands accumulate in f32 and round once") {
