@@ -166,6 +166,10 @@ class Backend {
   virtual void flash_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                         const Tensor& lse, const Tensor& gout, bool causal, double scale,
                                         const Tensor& gq, const Tensor& gk, const Tensor& gv) = 0;
+  // True when the two methods above also take 4-D (B,H,L,C) tensors (G = B·H) with unit stride
+  // along C and any other strides, for every tensor but lse: head views of a packed (B,L,3,H,D)
+  // projection, outputs written in (B,L,H,D) order. The attention op then makes no copies.
+  virtual bool flash_attention_takes_views() const { return false; }
 
   // ---- fused residual/norm, bias+activation, rope ----
   // h = x + residual, then y = layer_norm(h) as layer_norm above, in one pass over each row:

@@ -2,7 +2,9 @@
 // backward kernel (core/backend.h), with saved tensors held by the backward closure.
 #include "autograd/ops/attention.h"
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "autograd/autocast.h"
 #include "autograd/ops.h"
@@ -50,6 +52,34 @@ Tensor linear_attention_causal(const Tensor& phi_q_in, const Tensor& phi_k_in, c
 
 static const OpName reg_scaled_dot_product_attention("scaled_dot_product_attention");
 
+namespace {
+
+// An uninitialized tensor of `shape` whose memory order follows `like`'s strides (dims by
+// decreasing stride, ties by position). The output of a (B,H,L,D) head view of a (B,L,C)
+// projection is then laid out as (B,L,H,D), and the caller's transpose + reshape back to (B,L,C)
+// is a view, not a copy; the same holds for the gradients of q, k and v.
+Tensor empty_in_layout_of(const Shape& shape, const Tensor& like, Options o) {
+  const size_t n = shape.size();
+  std::vector<size_t> order(n);
+  for (size_t i = 0; i < n; ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return like.stride(static_cast<int64_t>(a)) > like.stride(static_cast<int64_t>(b));
+  });
+  Shape mem(n);
+  for (size_t i = 0; i < n; ++i) mem[i] = shape[order[i]];
+  Tensor buf = empty(mem, o);
+  Strides st(n);
+  for (size_t i = 0; i < n; ++i) st[order[i]] = buf.strides()[i];
+  return buf.as_strided(shape, st, buf.offset());
+}
+
+// Whether the kernels can read t (B,H,L,C) in place: unit stride along C, rows that do not overlap.
+bool kernel_readable(const Tensor& t) {
+  return t.numel() == 0 || (t.stride(3) == 1 && (t.size(2) <= 1 || t.stride(2) >= t.size(3)));
+}
+
+}  // namespace
+
 Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, bool causal,
                                     double scale) {
   const char* op = "scaled_dot_product_attention";
@@ -75,26 +105,43 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
   const double s = scale == -1 ? 1.0 / std::sqrt(static_cast<double>(D)) : scale;
   DType in = q.dtype();
   DType ct = in == DType::f64 ? DType::f64 : DType::f32;
+  Backend& be = backend_of(q);
+  // A backend that reads strided heads gets the (B,H,L,C) views as they are, and outputs laid out
+  // like their inputs; the others get contiguous (B·H,L,C) tensors.
+  const bool views = be.flash_attention_takes_views();
   auto prep = [&](const Tensor& t, int64_t L, int64_t last) {
-    return contiguous(t.to(ct).detach()).reshape({B * H, L, last});
+    Tensor c = t.to(ct).detach();
+    return views && kernel_readable(c) ? c : contiguous(c).reshape({B, H, L, last});
+  };
+  auto alloc = [=](const Shape& shape, const Tensor& like) {
+    return views ? empty_in_layout_of(shape, like, {ct, like.device()}) : empty(shape, {ct, like.device()});
+  };
+  // The kernels' operands: 4-D (B,H,L,C) for a backend that takes views, else (B·H,L,C).
+  auto kernel_operand = [=](const Tensor& t) {
+    return views ? t : t.reshape({B * H, t.size(2), t.size(3)});
   };
   Tensor qq = prep(q, Lq, D), kk = prep(k, Lk, D), vv = prep(v, Lk, Dv);
-  Tensor out = empty({B * H, Lq, Dv}, {ct, q.device()});
+  Tensor out = alloc({B, H, Lq, Dv}, qq);  // (B,H,Lq,Dv), in q's memory order
   Tensor lse = empty({B * H, Lq}, {ct, q.device()});
-  if (out.numel() > 0) backend_of(out).flash_attention(qq, kk, vv, causal, s, out, lse);
-  Tensor y = out.reshape({B, H, Lq, Dv});
-  if (ct != in) y = y.to(in);
-  Shape qs = q.shape(), ks = k.shape(), vs = v.shape();
+  if (out.numel() > 0)
+    be.flash_attention(kernel_operand(qq), kernel_operand(kk), kernel_operand(vv), causal, s, kernel_operand(out), lse);
+  Tensor y = ct != in ? out.to(in) : out;
+  const Shape q_shape = q.shape(), k_shape = k.shape(), v_shape = v.shape();
   return record(op, y, {q, k, v}, {qq, kk, vv, out, lse}, [=](const Tensor& g, const NeedsGrad&) {
     // With no output elements (Dv == 0) nothing depends on the inputs: zero gradients.
-    auto alloc = out.numel() > 0 ? empty : zeros;
-    Tensor gq = alloc({B * H, Lq, D}, {ct, g.device()}), gk = alloc({B * H, Lk, D}, {ct, g.device()});
-    Tensor gv = alloc({B * H, Lk, Dv}, {ct, g.device()});
-    if (out.numel() > 0) {
-      Tensor go = contiguous(g.to(ct)).reshape({B * H, Lq, Dv});
-      backend_of(go).flash_attention_backward(qq, kk, vv, out, lse, go, causal, s, gq, gk, gv);
+    if (out.numel() == 0)
+      return std::vector<Tensor>{zeros(q_shape, {in, g.device()}), zeros(k_shape, {in, g.device()}),
+                                 zeros(v_shape, {in, g.device()})};
+    Tensor gq = alloc(q_shape, qq), gk = alloc(k_shape, kk), gv = alloc(v_shape, vv);
+    {
+      Tensor go = g.to(ct);
+      if (!(views && kernel_readable(go))) go = contiguous(go);
+      Backend& gb = backend_of(go);
+      gb.flash_attention_backward(kernel_operand(qq), kernel_operand(kk), kernel_operand(vv), kernel_operand(out), lse,
+                                  kernel_operand(go), causal, s, kernel_operand(gq), kernel_operand(gk),
+                                  kernel_operand(gv));
     }
-    return std::vector<Tensor>{gq.reshape(qs).to(in), gk.reshape(ks).to(in), gv.reshape(vs).to(in)};
+    return std::vector<Tensor>{gq.to(in), gk.to(in), gv.to(in)};
   });
 }
 

@@ -62,6 +62,7 @@ class CpuBackend final : public Backend {
   void flash_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                 const Tensor& lse, const Tensor& gout, bool causal, double scale, const Tensor& gq,
                                 const Tensor& gk, const Tensor& gv) override;
+  bool flash_attention_takes_views() const override { return true; }
 
   void add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias, double eps,
                       const Tensor& h, const Tensor& y, const Tensor& mean, const Tensor& rstd) override;  // cpu_fused.cpp

@@ -3,7 +3,9 @@
 // at a length that spans several tiles.
 #include <cmath>
 #include <limits>
+#include <vector>
 
+#include "core/parallel.h"
 #include "nn/attention.h"
 #include "tests/op_table.h"
 
@@ -166,6 +168,42 @@ TEST_CASE("scaled_dot_product_attention: fused vs composed at L = 300 (values an
         CHECK_MESSAGE(d <= 5 * tol, "gradients differ by ", d);
       }
     }
+}
+
+TEST_CASE("scaled_dot_product_attention: the CPU backward's one-pass and two-pass schemes give the same bits") {
+  // The CPU backward runs one pass per (batch, head) group when there are at least two groups per
+  // thread, else two passes over tiles. Every head of x16 holds the same data as x1's single head,
+  // so each must get x1's gradients bit for bit (lengths that end mid-tile, causal and full).
+  if (test_device().is_cuda()) return;  // the CPU kernel's schemes
+  struct ThreadsScope {
+    int saved = num_threads();
+    ~ThreadsScope() { set_num_threads(saved); }
+  } scope;
+  set_num_threads(2);  // 1 group: the two passes; 16 groups: one pass
+  for (bool causal : {true, false}) {
+    INFO((causal ? "causal" : "full"));
+    Generator g(11);
+    std::vector<Tensor> one = {uniform({1, 1, 150, 16}, -2, 2, g), uniform({1, 1, 150, 16}, -2, 2, g),
+                               uniform({1, 1, 150, 8}, -1, 1, g)};
+    Tensor w1 = uniform({1, 1, 150, 8}, -1, 1, g);
+    std::vector<Tensor> x1, x16;
+    for (const Tensor& x : one) {
+      x1.push_back(x.clone().requires_grad_(true));
+      x16.push_back(contiguous(expand(x, {1, 16, -1, -1})).requires_grad_(true));
+    }
+    sum(mul(scaled_dot_product_attention(x1[0], x1[1], x1[2], causal), w1)).backward();
+    sum(mul(scaled_dot_product_attention(x16[0], x16[1], x16[2], causal), expand(w1, {1, 16, -1, -1}))).backward();
+    for (size_t i = 0; i < 3; ++i) {
+      INFO("gradient of input " << i);
+      const Host a = to_host(x1[i].grad()), b = to_host(x16[i].grad());
+      const size_t n = a.v.size();
+      REQUIRE(b.v.size() == 16 * n);
+      size_t differ = 0;
+      for (size_t h = 0; h < 16; ++h)
+        for (size_t j = 0; j < n; ++j) differ += b.v[h * n + j] != a.v[j];
+      CHECK(differ == 0);
+    }
+  }
 }
 
 TEST_CASE("softmax attention: a query with every allowed key masked gets zeros, never the future") {
