@@ -78,13 +78,19 @@ bool kernel_readable(const Tensor& t) {
   return t.numel() == 0 || (t.stride(3) == 1 && (t.size(2) <= 1 || t.stride(2) >= t.size(3)));
 }
 
-}  // namespace
 
-Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, bool causal,
-                                    double scale) {
-  const char* op = "scaled_dot_product_attention";
-  // Autocast's lower-precision list: bf16 inputs, f32 softmax statistics, output rounded to bf16.
-  const Tensor q = autocast_lower(q_in), k = autocast_lower(k_in), v = autocast_lower(v_in);
+// The slice i of dim 0 of t (no autograd: t is a detached operand or a gradient buffer).
+Tensor slice0(const Tensor& t, int64_t i) {
+  Shape sh(t.shape().begin() + 1, t.shape().end());
+  Strides st(t.strides().begin() + 1, t.strides().end());
+  return t.as_strided(sh, st, t.offset() + i * t.stride(0));
+}
+
+// Softmax attention on q, k, v (B,H,L,C) (after autocast), recorded as one node. When `packed`
+// is defined, q, k, v are its slices 0, 1, 2 along dim 0 and the node's one input is `packed`:
+// its gradient is one buffer the kernel writes q's, k's and v's parts of, in packed's layout.
+Tensor attention_node(const char* op, const Tensor& packed, const Tensor& q, const Tensor& k, const Tensor& v,
+                      bool causal, double scale) {
   HH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, op,
            ": expected q (B,H,Lq,D), k (B,H,Lk,D), v (B,H,Lk,Dv), got ", q.shape(), ", ", k.shape(), ", ", v.shape());
   HH_CHECK(k.size(0) == q.size(0) && k.size(1) == q.size(1) && k.size(3) == q.size(3), op, ": k ", k.shape(),
@@ -98,51 +104,83 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
   HH_CHECK(is_floating(q.dtype()), op, ": expected floating inputs, got ", q.dtype());
   HH_CHECK(q.device() == k.device() && q.device() == v.device(), op, ": inputs on different devices (", q.device(),
            ", ", k.device(), ", ", v.device(), ")");
-  const int64_t B = q.size(0), H = q.size(1), Lq = q.size(2), Lk = k.size(2), D = q.size(3), Dv = v.size(3);
+  const int64_t B = q.size(0), H = q.size(1), Lq = q.size(2), D = q.size(3), Dv = v.size(3);
   HH_CHECK(D > 0, op, ": head dim must be positive, got q ", q.shape());
   HH_CHECK(scale == -1 || (std::isfinite(scale) && scale > 0), op, ": scale must be positive and finite (or -1 for ",
            "1/sqrt(D)), got ", scale);
   const double s = scale == -1 ? 1.0 / std::sqrt(static_cast<double>(D)) : scale;
-  DType in = q.dtype();
-  DType ct = in == DType::f64 ? DType::f64 : DType::f32;
+  const DType in = q.dtype();
+  const DType ct = in == DType::f64 ? DType::f64 : DType::f32;
   Backend& be = backend_of(q);
   // A backend that reads strided heads gets the (B,H,L,C) views as they are, and outputs laid out
   // like their inputs; the others get contiguous (B·H,L,C) tensors.
   const bool views = be.flash_attention_takes_views();
-  auto prep = [&](const Tensor& t, int64_t L, int64_t last) {
-    Tensor c = t.to(ct).detach();
-    return views && kernel_readable(c) ? c : contiguous(c).reshape({B, H, L, last});
-  };
   auto alloc = [=](const Shape& shape, const Tensor& like) {
     return views ? empty_in_layout_of(shape, like, {ct, like.device()}) : empty(shape, {ct, like.device()});
   };
   // The kernels' operands: 4-D (B,H,L,C) for a backend that takes views, else (B·H,L,C).
-  auto kernel_operand = [=](const Tensor& t) {
-    return views ? t : t.reshape({B * H, t.size(2), t.size(3)});
-  };
-  Tensor qq = prep(q, Lq, D), kk = prep(k, Lk, D), vv = prep(v, Lk, Dv);
+  auto kernel_operand = [=](const Tensor& t) { return views ? t : t.reshape({B * H, t.size(2), t.size(3)}); };
+  auto readable = [=](const Tensor& t) { return views && kernel_readable(t); };
+  Tensor pp, qq, kk, vv;  // the kernels' inputs in ct (pp: packed's, qq/kk/vv its slices then)
+  if (packed.defined()) {
+    pp = packed.to(ct).detach();
+    if (!(readable(slice0(pp, 0)) && readable(slice0(pp, 1)) && readable(slice0(pp, 2)))) pp = contiguous(pp);
+    qq = slice0(pp, 0), kk = slice0(pp, 1), vv = slice0(pp, 2);
+  } else {
+    auto prep = [&](const Tensor& t) {
+      Tensor c = t.to(ct).detach();
+      return readable(c) ? c : contiguous(c);
+    };
+    qq = prep(q), kk = prep(k), vv = prep(v);
+  }
   Tensor out = alloc({B, H, Lq, Dv}, qq);  // (B,H,Lq,Dv), in q's memory order
   Tensor lse = empty({B * H, Lq}, {ct, q.device()});
   if (out.numel() > 0)
     be.flash_attention(kernel_operand(qq), kernel_operand(kk), kernel_operand(vv), causal, s, kernel_operand(out), lse);
   Tensor y = ct != in ? out.to(in) : out;
   const Shape q_shape = q.shape(), k_shape = k.shape(), v_shape = v.shape();
-  return record(op, y, {q, k, v}, {qq, kk, vv, out, lse}, [=](const Tensor& g, const NeedsGrad&) {
-    // With no output elements (Dv == 0) nothing depends on the inputs: zero gradients.
-    if (out.numel() == 0)
-      return std::vector<Tensor>{zeros(q_shape, {in, g.device()}), zeros(k_shape, {in, g.device()}),
-                                 zeros(v_shape, {in, g.device()})};
-    Tensor gq = alloc(q_shape, qq), gk = alloc(k_shape, kk), gv = alloc(v_shape, vv);
-    {
-      Tensor go = g.to(ct);
-      if (!(views && kernel_readable(go))) go = contiguous(go);
-      Backend& gb = backend_of(go);
-      gb.flash_attention_backward(kernel_operand(qq), kernel_operand(kk), kernel_operand(vv), kernel_operand(out), lse,
-                                  kernel_operand(go), causal, s, kernel_operand(gq), kernel_operand(gk),
-                                  kernel_operand(gv));
+  const std::vector<Tensor> inputs = packed.defined() ? std::vector<Tensor>{packed} : std::vector<Tensor>{q, k, v};
+  const std::vector<Tensor> saved = packed.defined() ? std::vector<Tensor>{pp, out, lse}
+                                                     : std::vector<Tensor>{qq, kk, vv, out, lse};
+  return record(op, y, inputs, saved, [=](const Tensor& g, const NeedsGrad&) {
+    Tensor gp, gq, gk, gv;
+    if (pp.defined()) {
+      gp = alloc(pp.shape(), pp);
+      gq = slice0(gp, 0), gk = slice0(gp, 1), gv = slice0(gp, 2);
+    } else {
+      gq = alloc(q_shape, qq), gk = alloc(k_shape, kk), gv = alloc(v_shape, vv);
     }
+    if (out.numel() == 0) {  // no output elements (Dv == 0): nothing depends on the inputs, zero gradients
+      for (const Tensor& t : {gq, gk, gv})
+        if (t.numel() > 0) backend_of(t).fill(t, 0.0);
+    } else {
+      Tensor go = g.to(ct);
+      if (!readable(go)) go = contiguous(go);
+      backend_of(go).flash_attention_backward(kernel_operand(qq), kernel_operand(kk), kernel_operand(vv),
+                                              kernel_operand(out), lse, kernel_operand(go), causal, s,
+                                              kernel_operand(gq), kernel_operand(gk), kernel_operand(gv));
+    }
+    if (gp.defined()) return std::vector<Tensor>{gp.to(in)};
     return std::vector<Tensor>{gq.to(in), gk.to(in), gv.to(in)};
   });
+}
+
+}  // namespace
+
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale) {
+  // Autocast's lower-precision list: bf16 inputs, f32 softmax statistics, output rounded to bf16.
+  return attention_node("scaled_dot_product_attention", Tensor(), autocast_lower(q), autocast_lower(k),
+                        autocast_lower(v), causal, scale);
+}
+
+static const OpName reg_scaled_dot_product_attention_packed("scaled_dot_product_attention_packed");
+
+Tensor scaled_dot_product_attention_packed(const Tensor& qkv_in, bool causal, double scale) {
+  const char* op = "scaled_dot_product_attention_packed";
+  const Tensor qkv = autocast_lower(qkv_in);
+  HH_CHECK(qkv.defined() && qkv.dim() == 5 && qkv.size(0) == 3, op, ": expected qkv (3,B,H,L,D), got ",
+           qkv.defined() ? qkv.shape() : Shape{});
+  return attention_node(op, qkv, slice0(qkv, 0), slice0(qkv, 1), slice0(qkv, 2), causal, scale);
 }
 
 }  // namespace hh

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "autograd/ops/attention.h"
 #include "core/error.h"
 
 namespace hh::nn {
@@ -48,10 +49,14 @@ GPT2Attention::GPT2Attention(const GPT2Config& c, const HFModelOptions& o, Init 
   mixer = AttentionMixer(mixer_config(o), feature_map);
 }
 
-void GPT2Attention::split_heads(const Tensor& x, Tensor& q, Tensor& k, Tensor& v) const {
+Tensor GPT2Attention::packed_heads(const Tensor& x) const {
   const int64_t B = x.size(0), L = x.size(1);
   // (B,L,3C) -> (B,L,3,H,D) -> (3,B,H,L,D): one view, no per-head loop.
-  Tensor qkv = permute(reshape(c_attn->forward(x), {B, L, 3, heads_, head_dim_}), {2, 0, 3, 1, 4});
+  return permute(reshape(c_attn->forward(x), {B, L, 3, heads_, head_dim_}), {2, 0, 3, 1, 4});
+}
+
+void GPT2Attention::split_heads(const Tensor& x, Tensor& q, Tensor& k, Tensor& v) const {
+  Tensor qkv = packed_heads(x);
   q = select(qkv, 0, 0);
   k = select(qkv, 0, 1);
   v = select(qkv, 0, 2);
@@ -63,6 +68,8 @@ Tensor GPT2Attention::merge_heads(const Tensor& y) const {
 }
 
 Tensor GPT2Attention::forward(const Tensor& x, TraceRequest* trace) const {
+  if (!mixer.is_linear() && !trace)  // plain softmax: one node reads q, k, v from the packed projection
+    return merge_heads(scaled_dot_product_attention_packed(packed_heads(x), mixer.cfg.causal));
   Tensor q, k, v;
   split_heads(x, q, k, v);
   return merge_heads(mixer.forward(q, k, v, Tensor(), trace));

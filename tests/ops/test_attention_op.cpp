@@ -129,6 +129,44 @@ const bool reg_sdpa = add_specs({
 });
 
 // softmax(scale q kᵀ, masked above the diagonal when causal) v from primitive ops.
+// Packed softmax attention: x (B,L,3,H,D), the layout of a fused q/k/v projection, read as
+// qkv = x permuted to (3,B,H,L,D).
+OpSpec packed_spec(const std::string& variant, Shape xs, bool causal) {
+  OpSpec s;
+  s.op = "scaled_dot_product_attention_packed";
+  s.variant = variant;
+  s.shapes = {xs};
+  s.lo = -1.5;
+  s.hi = 1.5;
+  s.fn = [causal](const std::vector<Tensor>& x) {
+    return scaled_dot_product_attention_packed(permute(x[0], {2, 0, 3, 1, 4}), causal);
+  };
+  s.reference = [causal](const std::vector<Host>& in) {
+    const Host& x = in[0];
+    const int64_t B = x.shape[0], L = x.shape[1], H = x.shape[3], D = x.shape[4];
+    std::vector<Host> qkv(3, Host{{B, H, L, D}, std::vector<double>(static_cast<size_t>(B * H * L * D))});
+    for (int64_t w = 0; w < 3; ++w)
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t h = 0; h < H; ++h)
+          for (int64_t l = 0; l < L; ++l)
+            for (int64_t d = 0; d < D; ++d)
+              qkv[static_cast<size_t>(w)].v[static_cast<size_t>(((b * H + h) * L + l) * D + d)] = x.at({b, l, w, h, d});
+    return sdpa_ref(qkv, causal, -1);
+  };
+  s.errors = [] {
+    const char* op = "scaled_dot_product_attention_packed";
+    check_throws([&] { scaled_dot_product_attention_packed(ones({2, 1, 2, 4, 3}), true); }, {op, "(2, 1, 2, 4, 3)"});
+    check_throws([&] { scaled_dot_product_attention_packed(ones({3, 2, 4, 3}), true); }, {op, "(3, 2, 4, 3)"});
+  };
+  return s;
+}
+
+const bool reg_packed = add_specs({
+    packed_spec("causal", {2, 6, 3, 2, 3}, true),
+    // 6 groups: the CPU backward's one-pass scheme on 2 threads; 70 = two tiles
+    packed_spec("full, L = 70, 6 groups", {2, 70, 3, 3, 4}, false),
+});
+
 Tensor sdpa_composed(const Tensor& q, const Tensor& k, const Tensor& v, bool causal) {
   Tensor s = mul(matmul(q, transpose(k, -2, -1)), 1.0 / std::sqrt(static_cast<double>(q.size(-1))));
   if (causal) {
@@ -204,6 +242,37 @@ TEST_CASE("scaled_dot_product_attention: the CPU backward's one-pass and two-pas
       CHECK(differ == 0);
     }
   }
+}
+
+TEST_CASE("scaled_dot_product_attention: head views of a packed projection need no copies and give the same bits") {
+  // x (B,L,3,H,D) as a fused q/k/v projection lays it out. The packed op, and the plain op on
+  // x's head views, must give what the plain op gives on contiguous copies, bit for bit; on the
+  // CPU the output comes back in (B,L,H,D) memory order, so merging the heads is a view.
+  Generator g(21);
+  const int64_t B = 2, L = 70, H = 3, D = 8;
+  Tensor base = uniform({B, L, 3, H, D}, -1.5, 1.5, g), w = uniform({B, H, L, D}, -1, 1, g);
+  auto run = [&](int mode, Tensor& grad) {
+    Tensor x = base.clone().requires_grad_(true);
+    Tensor qkv = permute(x, {2, 0, 3, 1, 4});  // (3,B,H,L,D) view
+    Tensor y;
+    if (mode == 0)
+      y = scaled_dot_product_attention_packed(qkv, true);
+    else if (mode == 1)
+      y = scaled_dot_product_attention(select(qkv, 0, 0), select(qkv, 0, 1), select(qkv, 0, 2), true);
+    else
+      y = scaled_dot_product_attention(contiguous(select(qkv, 0, 0)), contiguous(select(qkv, 0, 1)),
+                                       contiguous(select(qkv, 0, 2)), true);
+    if (!test_device().is_cuda() && mode < 2) CHECK(transpose(y, 1, 2).is_contiguous());
+    sum(mul(y, w)).backward();
+    grad = x.grad();
+    return y;
+  };
+  Tensor g0, g1, g2;
+  const Host y0 = to_host(run(0, g0)), y1 = to_host(run(1, g1)), y2 = to_host(run(2, g2));
+  CHECK(y0.v == y2.v);
+  CHECK(y1.v == y2.v);
+  CHECK(to_host(g0).v == to_host(g2).v);
+  CHECK(to_host(g1).v == to_host(g2).v);
 }
 
 TEST_CASE("softmax attention: a query with every allowed key masked gets zeros, never the future") {
