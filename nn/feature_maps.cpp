@@ -248,7 +248,7 @@ class Learned : public FeatureMap {
       case Kind::t2r: return relu(z);
       case Kind::hedgehog:
         if (joint_) return softmax(cat({mul(z, 2.0), mul(z, -2.0)}, -1), -1);
-        return cat({softmax(z, -1), softmax(neg(z), -1)}, -1);
+        return hedgehog_features(z);  // = cat({softmax(z, -1), softmax(neg(z), -1)}, -1), fused
       case Kind::hedgehog_exp: {
         Tensor both = cat({z, neg(z)}, -1);
         return exp(sub(both, stabilizer(both, is_query, ctx)));

@@ -256,6 +256,30 @@ TEST_CASE("fused vs composed: rope") {
     }
 }
 
+TEST_CASE("fused vs composed: hedgehog_features, and the Backend's default composition") {
+  for (DType t : {DType::f64, DType::f32})
+    for (const Shape& s : {Shape{4, 7}, Shape{2, 3, 5, 16}, Shape{300, 64}}) {
+      Generator g(8);
+      Tensor z = uniform(s, -6, 6, g, {t});
+      const std::string at = shape_str(s) + " " + dtype_name(t);
+      // The CPU kernel runs softmax's own rows on z and -z: the composition's values, bit for bit.
+      compare_paths(
+          "hedgehog_features " + at, {z}, [](const std::vector<Tensor>& v) { return hedgehog_features(v[0]); },
+          [](const std::vector<Tensor>& v) { return cat({softmax(v[0], -1), softmax(neg(v[0]), -1)}, -1); }, 0.0);
+      // Backend::hedgehog_features{,_backward} (what a backend without its own kernel runs), on
+      // the CPU's primitives, against the CPU's one-pass kernels.
+      const int64_t f = s.back(), n = z.numel() / f;
+      Tensor zr = z.reshape({n, f}), yk = empty({n, 2 * f}, {t}), yd = empty({n, 2 * f}, {t});
+      cpu().hedgehog_features(zr, yk);
+      cpu().Backend::hedgehog_features(zr, yd);
+      CHECK(max_abs_diff(yk, yd) == 0.0);
+      Tensor gy = uniform({n, 2 * f}, -1, 1, g, {t}), gk = empty({n, f}, {t}), gd = empty({n, f}, {t});
+      cpu().hedgehog_features_backward(yk, gy, gk);
+      cpu().Backend::hedgehog_features_backward(yk, gy, gd);
+      CHECK(max_abs_diff(gk, gd) <= (t == DType::f64 ? 1e-15 : 1e-7));  // one subtraction, same rounding
+    }
+}
+
 namespace {
 
 // The fused op on the device (HH_DEVICE=cuda) against the CPU through autograd: output and every
@@ -301,6 +325,8 @@ TEST_CASE("fused ops: cuda matches cpu (HH_DEVICE=cuda)" * doctest::skip(!cuda_r
           compare_devices("bias_gelu " + a + " " + at, {x, b},
                           [a](const std::vector<Tensor>& v) { return bias_gelu(v[0], v[1], a); }, tol);
         }
+        compare_devices("hedgehog_features " + at, {x},
+                        [](const std::vector<Tensor>& v) { return hedgehog_features(v[0]); }, tol);
         // rope on (B=1, H=3, L=n, D=c), tables (n, c/2)
         Tensor q = input({1, 3, n, c}, -2, 2, t, 35), ang = input({n, c / 2}, -3, 3, t, 36);
         compare_devices("rope " + at, {q, cos(ang), sin(ang)},

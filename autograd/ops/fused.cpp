@@ -11,7 +11,7 @@
 namespace hh {
 
 static const OpName reg_add_layer_norm("add_layer_norm"), reg_add_rms_norm("add_rms_norm"),
-    reg_bias_gelu("bias_gelu"), reg_rope("rope");
+    reg_bias_gelu("bias_gelu"), reg_rope("rope"), reg_hedgehog_features("hedgehog_features");
 
 namespace {
 
@@ -209,6 +209,31 @@ Tensor rope(const Tensor& x_in, const Tensor& cos_in, const Tensor& sin_in) {
       if (needs[2]) gsin = sum(sub(mul(g2, x1), mul(g1, x2)), {0});
     }
     return std::vector<Tensor>{needs[0] ? gx : Tensor(), gcos, gsin};
+  });
+}
+
+Tensor hedgehog_features(const Tensor& z_in) {
+  const char* op = "hedgehog_features";
+  const Tensor z = autocast_f32(z_in);  // softmax's list: f32 statistics
+  check_float(op, "input", z);
+  HH_CHECK(z.dim() >= 1, op, ": input must have at least 1 dim (the features are the last), got shape ", z.shape());
+  if (is_half(z.dtype())) return to_dtype(hedgehog_features(to_compute(z)), z.dtype());
+  // z (..., F) -> rows (N, F); y (..., 2F) -> rows (N, 2F)
+  const int64_t f = z.shape().back(), n = leading(z.shape());
+  Tensor zc = contiguous(z);
+  Shape ys = z.shape();
+  ys.back() = 2 * f;
+  Tensor y = empty(ys, {z.dtype(), z.device()});
+  if (y.numel() > 0) backend_of(y).hedgehog_features(as_rows(zc, n, f), as_rows(y, n, 2 * f));
+  Tensor yd = detach(y);
+  return record(op, y, {zc}, {yd}, [yd, n, f](const Tensor& g, const NeedsGrad&) {
+    Tensor gc = grad_like(g, yd.dtype());
+    Shape zs = yd.shape();
+    zs.back() = f;
+    Tensor gz = empty(zs, {yd.dtype(), yd.device()});
+    if (gz.numel() > 0)
+      backend_of(gz).hedgehog_features_backward(as_rows(yd, n, 2 * f), as_rows(gc, n, 2 * f), as_rows(gz, n, f));
+    return std::vector<Tensor>{gz};
   });
 }
 

@@ -33,4 +33,10 @@ Tensor bias_gelu(const Tensor& x, const Tensor& bias, const std::string& approxi
 // The backward rotates the gradient by the opposite angle; cos and sin get gradients too.
 Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin);
 
+// Hedgehog's feature-map nonlinearity: z (..., F) -> (..., 2F) = [softmax(z), softmax(-z)] over
+// the last dim, the composition cat({softmax(z, -1), softmax(neg(z), -1)}, -1) in one op (one
+// pass forward and one backward instead of five kernels and their buffers). On autocast's f32
+// list, as softmax; bf16/f16 inputs compute in f32 and keep their dtype.
+Tensor hedgehog_features(const Tensor& z);
+
 }  // namespace hh

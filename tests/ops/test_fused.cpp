@@ -144,7 +144,42 @@ OpSpec rope_spec(Shape x_shape) {
   return s;
 }
 
+// [softmax(z), softmax(-z)] per row of the last dim, in f64.
+Host hedgehog_features_ref(const Host& z) {
+  const int64_t f = z.shape.back(), n = static_cast<int64_t>(z.v.size()) / std::max<int64_t>(f, 1);
+  Host y{z.shape, std::vector<double>(z.v.size() * 2)};
+  y.shape.back() = 2 * f;
+  for (int64_t i = 0; i < n; ++i)
+    for (double sign : {1.0, -1.0}) {
+      double mx = -1e300, total = 0;
+      for (int64_t j = 0; j < f; ++j) mx = std::max(mx, sign * z.v[static_cast<size_t>(i * f + j)]);
+      for (int64_t j = 0; j < f; ++j) total += std::exp(sign * z.v[static_cast<size_t>(i * f + j)] - mx);
+      for (int64_t j = 0; j < f; ++j)
+        y.v[static_cast<size_t>(i * 2 * f + (sign > 0 ? 0 : f) + j)] =
+            std::exp(sign * z.v[static_cast<size_t>(i * f + j)] - mx) / total;
+    }
+  return y;
+}
+
+OpSpec hedgehog_features_spec(Shape z_shape) {
+  OpSpec s;
+  s.op = "hedgehog_features";
+  s.variant = shape_str(z_shape);
+  s.shapes = {z_shape};
+  s.lo = -3.0;
+  s.hi = 3.0;
+  s.fn = [](const std::vector<Tensor>& v) { return hedgehog_features(v[0]); };
+  s.reference = [](const std::vector<Host>& h) { return hedgehog_features_ref(h[0]); };
+  s.errors = [] {
+    check_throws([] { hedgehog_features(zeros({})); }, {"hedgehog_features", "at least 1 dim"});
+    check_throws([] { hedgehog_features(zeros({2, 3}, DType::i64)); }, {"hedgehog_features", "floating", "i64"});
+  };
+  return s;
+}
+
 const bool registered = add_specs({
+    hedgehog_features_spec({2, 3, 5}),
+    hedgehog_features_spec({4, 1}),
     add_norm_spec(false, true),
     add_norm_spec(false, false),
     add_norm_spec(true, true),
