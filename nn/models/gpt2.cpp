@@ -56,6 +56,21 @@ Tensor GPT2Attention::packed_heads(const Tensor& x) const {
 }
 
 void GPT2Attention::split_heads(const Tensor& x, Tensor& q, Tensor& k, Tensor& v) const {
+  if (!c_attn->lora_A) {
+    // Three products with c_attn's row blocks (q|k|v) instead of slices of one: backward then sums
+    // three (B,L,C) input gradients and scatters into small weight slices, where slices of the
+    // packed (B,L,3C) output would each scatter into a zero-filled (B,L,3C) buffer.
+    const int64_t B = x.size(0), L = x.size(1), C = heads_ * head_dim_;
+    auto heads_of = [&](int64_t i) {
+      Tensor b = c_attn->bias.defined() ? slice(c_attn->bias, 0, i * C, (i + 1) * C) : Tensor();
+      Tensor y = linear(x, slice(c_attn->weight, 0, i * C, (i + 1) * C), b);        // (B,L,C)
+      return transpose(reshape(y, {B, L, heads_, head_dim_}), 1, 2);                 // (B,H,L,D) view
+    };
+    q = heads_of(0);
+    k = heads_of(1);
+    v = heads_of(2);
+    return;
+  }
   Tensor qkv = packed_heads(x);
   q = select(qkv, 0, 0);
   k = select(qkv, 0, 1);
