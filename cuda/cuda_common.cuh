@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <utility>
 
 #include "core/cpu/strided.h"
 #include "core/tensor.h"
@@ -34,6 +35,22 @@ inline void check_device(const CudaBackend& b, const char* op, std::initializer_
   for (const Tensor* t : ts)
     if (t->defined())
       HH_CHECK(t->device() == b.device(), op, ": got a tensor on ", t->device(), " on the ", b.device(), " backend");
+}
+
+// Every defined tensor of `ts` contiguous, of x's dtype, with the element count given beside it.
+inline void check_operands(const char* op, const Tensor& x,
+                           std::initializer_list<std::pair<const Tensor*, int64_t>> ts) {
+  for (const auto& [t, numel] : ts) {
+    if (!t->defined()) continue;
+    HH_CHECK(t->is_contiguous() && t->dtype() == x.dtype() && t->numel() == numel, op, ": expected a contiguous ",
+             x.dtype(), " tensor of ", numel, " elements, got ", t->shape(), " ", t->dtype());
+  }
+}
+
+// A kernel argument for an optional tensor: its data, or null when it is undefined.
+template <typename T>
+T* ptr_or_null(const Tensor& t) {
+  return t.defined() ? t.data<T>() : nullptr;
 }
 
 // Grid-stride loop index helpers.

@@ -108,20 +108,6 @@ void bias_gelu_cuda(const T* x, const T* bias, const T* gy, bool tanh_form, T* o
   check_launch(gy ? "bias_gelu_backward" : "bias_gelu");
 }
 
-// Every defined tensor contiguous, of x's dtype, with `numel` elements.
-void check_operands(const char* op, const Tensor& x, std::initializer_list<std::pair<const Tensor*, int64_t>> ts) {
-  for (const auto& [t, numel] : ts) {
-    if (!t->defined()) continue;
-    HH_CHECK(t->is_contiguous() && t->dtype() == x.dtype() && t->numel() == numel, op, ": expected a contiguous ",
-             x.dtype(), " tensor of ", numel, " elements, got ", t->shape(), " ", t->dtype());
-  }
-}
-
-template <typename T>
-const T* ptr_or_null(const Tensor& t) {
-  return t.defined() ? t.data<T>() : nullptr;
-}
-
 }  // namespace
 }  // namespace cuda
 

@@ -202,20 +202,7 @@ void norm_backward_cuda(CudaBackend& be, const T* x, const T* w, const T* mean, 
 // `numel` elements as given.
 void check_norm(const char* op, const Tensor& x, std::initializer_list<std::pair<const Tensor*, int64_t>> ts) {
   HH_CHECK(x.is_contiguous(), op, ": x must be contiguous, got shape ", x.shape(), " strides ", x.strides());
-  for (const auto& [t, numel] : ts) {
-    if (!t->defined()) continue;
-    HH_CHECK(t->is_contiguous() && t->dtype() == x.dtype() && t->numel() == numel, op, ": expected a contiguous ",
-             x.dtype(), " tensor of ", numel, " elements, got ", t->shape(), " ", t->dtype());
-  }
-}
-
-template <typename T>
-const T* ptr_or_null(const Tensor& t) {
-  return t.defined() ? t.data<T>() : nullptr;
-}
-template <typename T>
-T* mut_ptr_or_null(const Tensor& t) {
-  return t.defined() ? t.data<T>() : nullptr;
+  check_operands(op, x, ts);
 }
 
 }  // namespace
@@ -247,8 +234,8 @@ void CudaBackend::layer_norm_backward(const Tensor& x, const Tensor& weight, con
   dispatch_float(x.dtype(), "layer_norm_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     cuda::norm_backward_cuda<T, false>(*this, x.data<T>(), cuda::ptr_or_null<T>(weight), mean.data<T>(), rstd.data<T>(),
-                                       gy.data<T>(), gx.data<T>(), cuda::mut_ptr_or_null<T>(gweight),
-                                       cuda::mut_ptr_or_null<T>(gbias), s.n, s.r);
+                                       gy.data<T>(), gx.data<T>(), cuda::ptr_or_null<T>(gweight),
+                                       cuda::ptr_or_null<T>(gbias), s.n, s.r);
   });
 }
 
@@ -276,7 +263,7 @@ void CudaBackend::rms_norm_backward(const Tensor& x, const Tensor& weight, const
   dispatch_float(x.dtype(), "rms_norm_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     cuda::norm_backward_cuda<T, true>(*this, x.data<T>(), cuda::ptr_or_null<T>(weight), nullptr, rstd.data<T>(),
-                                      gy.data<T>(), gx.data<T>(), cuda::mut_ptr_or_null<T>(gweight), nullptr, s.n, s.r);
+                                      gy.data<T>(), gx.data<T>(), cuda::ptr_or_null<T>(gweight), nullptr, s.n, s.r);
   });
 }
 
