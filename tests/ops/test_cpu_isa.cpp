@@ -108,11 +108,14 @@ std::vector<std::vector<double>> kernel_results() {
   run(to_dtype(lt(x, row), DType::f32), {});
   run(where(gt(x, 0.0), x, neg(x)), {x});
   run(softmax(x, -1), {x});
+  run(hedgehog_features(x), {x});
+  run(elu(x), {x});
   run(log_softmax(x, -1), {x});
   run(layer_norm(x, w, b), {x, w, b});
   run(rms_norm(x, w), {x, w});
   run(cross_entropy(x, target), {x});
   run(scaled_dot_product_attention(q, k, v, true), {q, k, v});
+  run(scaled_dot_product_attention_packed(stack({q, k, v}, 0), true), {q, k, v});
   run(linear_attention_causal(exp(q), exp(k), v, 16), {q, k, v});
   return out;
 }
