@@ -164,18 +164,22 @@ class Backend {
   // Lq == Lk and lets query i see keys j <= i. No (Lq,Lk) buffer: query tiles × key tiles with an
   // online softmax (running max, running sum), fully masked key tiles skipped. A row with no keys
   // (Lk == 0) gets out 0 and lse -inf.
-  virtual void flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale,
-                               const Tensor& out, const Tensor& lse) = 0;
+  virtual void flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask, bool causal,
+                               double scale, const Tensor& out, const Tensor& lse) = 0;
   // Gradients gq (G,Lq,D), gk (G,Lk,D), gv (G,Lk,Dv) of Σ gout·out, from the forward's out and lse
   // (all contiguous, q's dtype). Recomputes P = exp(scale·q kᵀ - lse) per tile; with
   // D_i = Σ_c gout_ic out_ic: gv = Pᵀ gout, dS = P ∘ (gout vᵀ - D), gq = scale·dS k, gk = scale·dSᵀ q.
-  virtual void flash_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                                        const Tensor& lse, const Tensor& gout, bool causal, double scale,
-                                        const Tensor& gq, const Tensor& gk, const Tensor& gv) = 0;
+  virtual void flash_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
+                                        const Tensor& out, const Tensor& lse, const Tensor& gout, bool causal,
+                                        double scale, const Tensor& gq, const Tensor& gk, const Tensor& gv) = 0;
   // True when the two methods above also take 4-D (B,H,L,C) tensors (G = B·H) with unit stride
   // along C and any other strides, for every tensor but lse: head views of a packed (B,L,3,H,D)
   // projection, outputs written in (B,L,H,D) order. The attention op then makes no copies.
   virtual bool flash_attention_takes_views() const { return false; }
+  // True when the two methods take a defined key_mask: (B,Lk) bool, contiguous, with 4-D
+  // (B,H,L,C) operands; a false key is never attended (a row with none gets 0, lse -inf). The
+  // others get an undefined key_mask and refuse a defined one.
+  virtual bool flash_attention_takes_key_mask() const { return false; }
 
   // ---- fused residual/norm, bias+activation, rope ----
   // h = x + residual, then y = layer_norm(h) as layer_norm above, in one pass over each row:

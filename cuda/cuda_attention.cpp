@@ -106,9 +106,10 @@ void CudaBackend::linear_attention_causal_backward(const Tensor& q, const Tensor
   });
 }
 
-void CudaBackend::flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale,
-                                  const Tensor& out, const Tensor& lse) {
+void CudaBackend::flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
+                                  bool causal, double scale, const Tensor& out, const Tensor& lse) {
   const char* op = "flash_attention";
+  HH_CHECK(!key_mask.defined(), op, ": the CUDA kernel takes no key mask (flash_attention_takes_key_mask is false)");
   check_flash(*this, op, q, k, v, causal, {&out, &lse});
   const int64_t G = q.size(0);
   const int Lq = to_int(q.size(1), op, "Lq"), Lk = to_int(k.size(1), op, "Lk");
@@ -119,10 +120,11 @@ void CudaBackend::flash_attention(const Tensor& q, const Tensor& k, const Tensor
                              static_cast<float>(scale), out.data<float>(), lse.data<float>(), stream_);
 }
 
-void CudaBackend::flash_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                                           const Tensor& lse, const Tensor& gout, bool causal, double scale,
-                                           const Tensor& gq, const Tensor& gk, const Tensor& gv) {
+void CudaBackend::flash_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
+                                           const Tensor& out, const Tensor& lse, const Tensor& gout, bool causal,
+                                           double scale, const Tensor& gq, const Tensor& gk, const Tensor& gv) {
   const char* op = "flash_attention_backward";
+  HH_CHECK(!key_mask.defined(), op, ": the CUDA kernel takes no key mask (flash_attention_takes_key_mask is false)");
   check_flash(*this, op, q, k, v, causal, {&out, &lse, &gout, &gq, &gk, &gv});
   const int64_t G = q.size(0);
   const int Lq = to_int(q.size(1), op, "Lq"), Lk = to_int(k.size(1), op, "Lk");

@@ -155,11 +155,11 @@ class CudaBackend final : public Backend {
   void linear_attention_causal_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& y,
                                         const Tensor& den, const Tensor& gy, int64_t chunk, const Tensor& gq,
                                         const Tensor& gk, const Tensor& gv) override;
-  void flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale, const Tensor& out,
-                       const Tensor& lse) override;
-  void flash_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                                const Tensor& lse, const Tensor& gout, bool causal, double scale, const Tensor& gq,
-                                const Tensor& gk, const Tensor& gv) override;
+  void flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask, bool causal,
+                       double scale, const Tensor& out, const Tensor& lse) override;
+  void flash_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
+                                const Tensor& out, const Tensor& lse, const Tensor& gout, bool causal, double scale,
+                                const Tensor& gq, const Tensor& gk, const Tensor& gv) override;
 
   // Fused transformer-block kernels (cuda_fused.cu).
   void add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias, double eps,

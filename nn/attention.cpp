@@ -4,6 +4,7 @@
 #include <limits>
 #include <utility>
 
+#include "core/backend.h"
 #include "nn/rope.h"
 
 namespace hh::nn {
@@ -58,8 +59,11 @@ Tensor softmax_attention_weights(const Tensor& q, const Tensor& k, bool causal, 
 Tensor softmax_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, const Tensor& key_mask,
                          Tensor* weights) {
   // The fused (FlashAttention-style) op never builds the L×L matrix; it is used whenever the
-  // weights are not wanted and no padding mask is given.
-  if (!weights && !key_mask.defined()) return scaled_dot_product_attention(q, k, v, causal);
+  // weights are not wanted, with a padding mask too where the backend's kernel takes one (CPU).
+  if (!weights && (!key_mask.defined() || backend_of(q).flash_attention_takes_key_mask())) {
+    check_key_mask(key_mask, k, "softmax_attention");
+    return scaled_dot_product_attention(q, k, v, causal, -1, key_mask);
+  }
   Tensor a = softmax_attention_weights(q, k, causal, key_mask);
   if (weights) *weights = a;
   return matmul(a, v);

@@ -31,9 +31,9 @@ std::vector<Tensor> run_flash(Backend& be, Device d, const FlashCase& c, const s
   Tensor q = place(in[0], d), k = place(in[1], d), v = place(in[2], d), go = place(in[3], d);
   Tensor out = like_on({c.G, c.Lq, c.Dv}, t, d), lse = like_on({c.G, c.Lq}, t, d);
   const double scale = 1.0 / std::sqrt(static_cast<double>(c.D));
-  be.flash_attention(q, k, v, c.causal, scale, out, lse);
+  be.flash_attention(q, k, v, Tensor(), c.causal, scale, out, lse);
   Tensor gq = like_on(q.shape(), t, d), gk = like_on(k.shape(), t, d), gv = like_on(v.shape(), t, d);
-  be.flash_attention_backward(q, k, v, out, lse, go, c.causal, scale, gq, gk, gv);
+  be.flash_attention_backward(q, k, v, Tensor(), out, lse, go, c.causal, scale, gq, gk, gv);
   return {out, lse, gq, gk, gv};
 }
 
@@ -113,12 +113,12 @@ TEST_CASE("cuda: flash attention rejects what its kernel does not take" * doctes
   };
   Tensor q64 = zeros({1, 4, 8}, {DType::f64, d}), o64 = zeros({1, 4, 8}, {DType::f64, d}),
          l64 = zeros({1, 4}, {DType::f64, d});
-  std::string m = msg([&] { gpu().flash_attention(q64, q64, q64, false, 1.0, o64, l64); });
+  std::string m = msg([&] { gpu().flash_attention(q64, q64, q64, Tensor(), false, 1.0, o64, l64); });
   CHECK(m.find("flash_attention") != std::string::npos);
   CHECK(m.find("f64") != std::string::npos);
   Tensor q = zeros({1, 4, 130}, {DType::f32, d}), o = zeros({1, 4, 130}, {DType::f32, d}),
          l = zeros({1, 4}, {DType::f32, d});
-  m = msg([&] { gpu().flash_attention(q, q, q, false, 1.0, o, l); });
+  m = msg([&] { gpu().flash_attention(q, q, q, Tensor(), false, 1.0, o, l); });
   CHECK(m.find("head dims up to 128") != std::string::npos);
   CHECK(m.find("(1, 4, 130)") != std::string::npos);
 }

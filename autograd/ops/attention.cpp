@@ -90,7 +90,7 @@ Tensor slice0(const Tensor& t, int64_t i) {
 // is defined, q, k, v are its slices 0, 1, 2 along dim 0 and the node's one input is `packed`:
 // its gradient is one buffer the kernel writes q's, k's and v's parts of, in packed's layout.
 Tensor attention_node(const char* op, const Tensor& packed, const Tensor& q, const Tensor& k, const Tensor& v,
-                      bool causal, double scale) {
+                      const Tensor& key_mask_in, bool causal, double scale) {
   HH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, op,
            ": expected q (B,H,Lq,D), k (B,H,Lk,D), v (B,H,Lk,Dv), got ", q.shape(), ", ", k.shape(), ", ", v.shape());
   HH_CHECK(k.size(0) == q.size(0) && k.size(1) == q.size(1) && k.size(3) == q.size(3), op, ": k ", k.shape(),
@@ -115,6 +115,15 @@ Tensor attention_node(const char* op, const Tensor& packed, const Tensor& q, con
   // A backend that reads strided heads gets the (B,H,L,C) views as they are, and outputs laid out
   // like their inputs; the others get contiguous (B·H,L,C) tensors.
   const bool views = be.flash_attention_takes_views();
+  // The key mask as the kernels read it: (B,Lk) bool, contiguous (no gradient flows into it).
+  Tensor key_mask;
+  if (key_mask_in.defined()) {
+    HH_CHECK(key_mask_in.dim() == 2 && key_mask_in.size(0) == B && key_mask_in.size(1) == k.size(2), op, ": key mask ",
+             key_mask_in.shape(), " does not match (B,Lk) = (", B, ", ", k.size(2), ")");
+    HH_CHECK(be.flash_attention_takes_key_mask() && views, op, ": the ", q.device(),
+             " backend's fused kernel takes no key mask (softmax_attention falls back to the materialized weights)");
+    key_mask = contiguous(key_mask_in.dtype() == DType::boolean ? key_mask_in.detach() : ne(key_mask_in.detach(), 0.0));
+  }
   auto alloc = [=](const Shape& shape, const Tensor& like) {
     return views ? empty_in_layout_of(shape, like, {ct, like.device()}) : empty(shape, {ct, like.device()});
   };
@@ -136,7 +145,8 @@ Tensor attention_node(const char* op, const Tensor& packed, const Tensor& q, con
   Tensor out = alloc({B, H, Lq, Dv}, qq);  // (B,H,Lq,Dv), in q's memory order
   Tensor lse = empty({B * H, Lq}, {ct, q.device()});
   if (out.numel() > 0)
-    be.flash_attention(kernel_operand(qq), kernel_operand(kk), kernel_operand(vv), causal, s, kernel_operand(out), lse);
+    be.flash_attention(kernel_operand(qq), kernel_operand(kk), kernel_operand(vv), key_mask, causal, s,
+                       kernel_operand(out), lse);
   Tensor y = ct != in ? out.to(in) : out;
   const Shape q_shape = q.shape(), k_shape = k.shape(), v_shape = v.shape();
   const std::vector<Tensor> inputs = packed.defined() ? std::vector<Tensor>{packed} : std::vector<Tensor>{q, k, v};
@@ -156,7 +166,7 @@ Tensor attention_node(const char* op, const Tensor& packed, const Tensor& q, con
     } else {
       Tensor go = g.to(ct);
       if (!readable(go)) go = contiguous(go);
-      backend_of(go).flash_attention_backward(kernel_operand(qq), kernel_operand(kk), kernel_operand(vv),
+      backend_of(go).flash_attention_backward(kernel_operand(qq), kernel_operand(kk), kernel_operand(vv), key_mask,
                                               kernel_operand(out), lse, kernel_operand(go), causal, s,
                                               kernel_operand(gq), kernel_operand(gk), kernel_operand(gv));
     }
@@ -167,10 +177,11 @@ Tensor attention_node(const char* op, const Tensor& packed, const Tensor& q, con
 
 }  // namespace
 
-Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale) {
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale,
+                                    const Tensor& key_mask) {
   // Autocast's lower-precision list: bf16 inputs, f32 softmax statistics, output rounded to bf16.
   return attention_node("scaled_dot_product_attention", Tensor(), autocast_lower(q), autocast_lower(k),
-                        autocast_lower(v), causal, scale);
+                        autocast_lower(v), key_mask, causal, scale);
 }
 
 static const OpName reg_scaled_dot_product_attention_packed("scaled_dot_product_attention_packed");
@@ -180,7 +191,7 @@ Tensor scaled_dot_product_attention_packed(const Tensor& qkv_in, bool causal, do
   const Tensor qkv = autocast_lower(qkv_in);
   HH_CHECK(qkv.defined() && qkv.dim() == 5 && qkv.size(0) == 3, op, ": expected qkv (3,B,H,L,D), got ",
            qkv.defined() ? qkv.shape() : Shape{});
-  return attention_node(op, qkv, slice0(qkv, 0), slice0(qkv, 1), slice0(qkv, 2), causal, scale);
+  return attention_node(op, qkv, slice0(qkv, 0), slice0(qkv, 1), slice0(qkv, 2), Tensor(), causal, scale);
 }
 
 }  // namespace hh

@@ -18,9 +18,11 @@ Tensor linear_attention_causal(const Tensor& phi_q, const Tensor& phi_k, const T
 // (B,H,Lq,Dv) = softmax(scale·q kᵀ) v, with query i seeing keys j <= i when causal (Lq == Lk
 // required). scale = -1 means 1/sqrt(D). Never materializes the (Lq,Lk) weights; the backward
 // recomputes them per tile from the saved log-sum-exp. Computed in f32/f64 (bf16/f16 inputs are
-// cast to f32).
+// cast to f32). key_mask (B,Lk) bool (true = a real token), optional: padding keys are never
+// attended and a row with no real key gets 0, as softmax_attention's composed path; only
+// backends with flash_attention_takes_key_mask() (the CPU) take it.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
-                                    double scale = -1);
+                                    double scale = -1, const Tensor& key_mask = Tensor());
 
 // The same attention on a packed projection: qkv (3,B,H,L,D) holds q, k, v as its slices 0, 1, 2
 // (e.g. GPT-2's c_attn output (B,L,3,H,D), permuted). One node with one input: the projection's

@@ -63,15 +63,16 @@ void CpuBackend::linear_attention_causal_backward(const Tensor& q, const Tensor&
   with_cpu_kernels(
       [&](auto kernels) { kernels.linear_attention_causal_backward(q, k, v, y, den, gy, chunk, gq, gk, gv); });
 }
-void CpuBackend::flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale,
-                                 const Tensor& out, const Tensor& lse) {
-  with_cpu_kernels([&](auto kernels) { kernels.flash_attention(q, k, v, causal, scale, out, lse); });
+void CpuBackend::flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask, bool causal,
+                                 double scale, const Tensor& out, const Tensor& lse) {
+  with_cpu_kernels([&](auto kernels) { kernels.flash_attention(q, k, v, key_mask, causal, scale, out, lse); });
 }
-void CpuBackend::flash_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                                          const Tensor& lse, const Tensor& gout, bool causal, double scale,
-                                          const Tensor& gq, const Tensor& gk, const Tensor& gv) {
-  with_cpu_kernels(
-      [&](auto kernels) { kernels.flash_attention_backward(q, k, v, out, lse, gout, causal, scale, gq, gk, gv); });
+void CpuBackend::flash_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
+                                          const Tensor& out, const Tensor& lse, const Tensor& gout, bool causal,
+                                          double scale, const Tensor& gq, const Tensor& gk, const Tensor& gv) {
+  with_cpu_kernels([&](auto kernels) {
+    kernels.flash_attention_backward(q, k, v, key_mask, out, lse, gout, causal, scale, gq, gk, gv);
+  });
 }
 
 void CpuBackend::add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias,

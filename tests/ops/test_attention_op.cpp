@@ -5,6 +5,7 @@
 #include <limits>
 #include <vector>
 
+#include "core/backend.h"
 #include "core/parallel.h"
 #include "nn/attention.h"
 #include "tests/op_table.h"
@@ -273,6 +274,51 @@ TEST_CASE("scaled_dot_product_attention: head views of a packed projection need 
   CHECK(y1.v == y2.v);
   CHECK(to_host(g0).v == to_host(g2).v);
   CHECK(to_host(g1).v == to_host(g2).v);
+}
+
+TEST_CASE("scaled_dot_product_attention: a key mask in the fused kernel equals the composed weights") {
+  // Padding keys (whole 64-key tiles of them, and single ones) are never attended; batch 1 has no
+  // real key in its first tile and batch 2 none at all (zeros, no gradient). Causal and full,
+  // f64 and f32, against softmax_attention's materialized path.
+  if (!backend_for(test_device()).flash_attention_takes_key_mask()) return;
+  const int64_t B = 3, H = 2, L = 150, D = 8;
+  std::vector<uint8_t> keep(static_cast<size_t>(B * L));
+  for (int64_t l = 0; l < L; ++l) {
+    keep[static_cast<size_t>(l)] = l < 100 && l % 7 != 3;            // a padded tail and scattered holes
+    keep[static_cast<size_t>(L + l)] = l >= 64 && l < 140;           // nothing in the first tile
+    keep[static_cast<size_t>(2 * L + l)] = 0;                        // no real key
+  }
+  Tensor mask = to_dtype(from_vector(std::vector<int64_t>(keep.begin(), keep.end()), {B, L}), DType::boolean);
+  for (DType t : {DType::f64, DType::f32})
+    for (bool causal : {false, true}) {
+      INFO(dtype_name(t) << (causal ? " causal" : " full"));
+      Generator g(31);
+      std::vector<Tensor> base = {uniform({B, H, L, D}, -2, 2, g, {t}), uniform({B, H, L, D}, -2, 2, g, {t}),
+                                  uniform({B, H, L, D}, -1, 1, g, {t})};
+      Tensor w = uniform({B, H, L, D}, -1, 1, g, {t});
+      auto leaves = [&] {
+        std::vector<Tensor> xs;
+        for (const Tensor& x : base) xs.push_back(x.clone().requires_grad_(true));
+        return xs;
+      };
+      std::vector<Tensor> xf = leaves(), xc = leaves();
+      Tensor yf = scaled_dot_product_attention(xf[0], xf[1], xf[2], causal, -1, mask);
+      Tensor yc = matmul(nn::softmax_attention_weights(xc[0], xc[1], causal, mask), xc[2]);
+      const double tol = t == DType::f64 ? 1e-12 : 2e-6;
+      CHECK_MESSAGE(max_abs_diff(yf, yc) <= tol, "values differ by ", max_abs_diff(yf, yc));
+      sum(mul(yf, w)).backward();
+      sum(mul(yc, w)).backward();
+      for (size_t i = 0; i < 3; ++i) {
+        INFO("gradient of input " << i);
+        const double d = max_abs_diff(xf[i].grad(), xc[i].grad());
+        CHECK_MESSAGE(d <= 5 * tol, "gradients differ by ", d);
+      }
+      // The batch with no real key: zero output.
+      CHECK(max_abs_diff(select(yf, 0, 2), zeros({H, L, D}, {t})) == 0.0);
+    }
+  check_throws([&] { scaled_dot_product_attention(ones({1, 1, 4, 2}), ones({1, 1, 4, 2}), ones({1, 1, 4, 2}), false, -1,
+                                                  ones({1, 5})); },
+               {"scaled_dot_product_attention", "key mask", "(1, 5)"});
 }
 
 TEST_CASE("softmax attention: a query with every allowed key masked gets zeros, never the future") {
