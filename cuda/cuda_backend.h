@@ -6,14 +6,21 @@
 // Kernels live in one .cu per op family (cuda_copy.cu, cuda_random.cu, ...), each with kernel ->
 // launcher (foo_cuda) -> method; methods pass `stream_` (the current stream) to every launch.
 #pragma once
+#include <cublas_api.h>  // cublasHandle_t (cublas_v2.h is the API entry point)
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <driver_types.h>  // cudaStream_t
 
+#include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
+#include <vector>
 
 #include "core/backend.h"
+#include "core/device.h"
+#include "core/tensor.h"
 #include "cuda/cuda_allocator.h"
 #include "cuda/cuda_check.h"
 

@@ -78,7 +78,6 @@ bool kernel_readable(const Tensor& t) {
   return t.numel() == 0 || (t.stride(3) == 1 && (t.size(2) <= 1 || t.stride(2) >= t.size(3)));
 }
 
-
 // The slice i of dim 0 of t (no autograd: t is a detached operand or a gradient buffer).
 Tensor slice0(const Tensor& t, int64_t i) {
   Shape sh(t.shape().begin() + 1, t.shape().end());

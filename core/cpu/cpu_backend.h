@@ -4,8 +4,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "core/backend.h"
+#include "core/device.h"
+#include "core/tensor.h"
 
 namespace hh {
 
