@@ -14,13 +14,14 @@
 
 #include <omp.h>
 
-#include "apps/flags.h"
+#include "apps/kit/app.h"
+#include "apps/kit/flags.h"
 #include "core/atomic_file.h"
 #include "core/backend.h"
 #include "core/parallel.h"
 #include "nn/feature_maps.h"
 #include "nn/transformer.h"
-#include "train/ar_report.h"
+#include "experiments/ar/ar_report.h"
 #include "train/run_scheduler.h"
 #include "train/schedule.h"
 
@@ -214,11 +215,19 @@ int run(int argc, char** argv) {
         "                       (default: false; paper preset: true)", true);
   f.add("temperature", "1", "temperature for exp / hedgehog-exp when not given as exp:T");
   f.add("chunk", "64", "chunk size of the chunked causal linear form");
-  f.add("seed", "0", "seed for data and initialization");
-  f.add("device", "cpu", "cpu or cuda[:N]");
-  add_precision_flag(f);
-  f.add("threads", "", "CPU threads per run (default: 1 for the small preset, where the model is too small to\n"
-        "                       gain from more; all cores for the paper preset)");
+  apps::CommonFlagSpec common;
+  common.seed_help = "seed for data and initialization";
+  common.threads_default = "";
+  common.threads_help = "CPU threads per run (default: 1 for the small preset, where the model is too small to\n"
+                        "                       gain from more; all cores for the paper preset)";
+  common.resume = true;
+  common.resume_help = "continue the run in --out: skip finished maps, resume the others from their\n"
+                       "                       checkpoints (the other flags must be the run's own)";
+  common.out = true;
+  common.out_default = "out/ar_probe";
+  common.out_help = "output folder for results.json/csv, figures and index.html; each map's\n"
+                    "                       result and checkpoint go to <out>/<map>/. Checked writable before training";
+  apps::add_common_flags(f, common);
   f.add("jobs", "", "runs (maps x sweep configs) trained at once, each on --threads threads (default: as many\n"
         "                       as the cores allow for the small preset, 1 for the paper preset); results do not\n"
         "                       depend on it");
@@ -226,13 +235,10 @@ int run(int argc, char** argv) {
         "                       for --diverge-steps steps (0 = off; a non-finite loss always stops it)");
   f.add("diverge-steps", "20", "divergence: consecutive steps above the factor that stop a run");
   f.add("checkpoint-every", "0", "also checkpoint every N steps (0 = only at the end of each epoch)");
-  f.add("resume", "false", "continue the run in --out: skip finished maps, resume the others from their\n"
-        "                       checkpoints (the other flags must be the run's own)", true);
   f.add("stop-after-steps", "0", "testing --resume: stop each run after N steps with a checkpoint (0 = off)");
-  f.add("out", "out/ar_probe", "output folder for results.json/csv, figures and index.html; each map's\n"
-        "                       result and checkpoint go to <out>/<map>/. Checked writable before training");
   f.add("quiet", "false", "plain progress lines instead of a bar", true);
   if (!f.parse(argc, argv)) return 0;
+  const apps::CommonFlags c = apps::read_common_flags(f, common);
 
   const std::string preset = f.str("preset");
   HH_CHECK(preset == "small" || preset == "paper", "--preset: expected small or paper, got '", preset, "'");
@@ -248,7 +254,7 @@ int run(int argc, char** argv) {
   data_cfg.seq_len = pick("seq-len", 32, 128, 3, 1 << 20);
   data_cfg.num_train = pick("train-samples", 20000, 10000, 2, 100000000);
   data_cfg.num_test = pick("test-samples", 1000, 2000, 1, 100000000);
-  data_cfg.seed = static_cast<uint64_t>(f.integer("seed", 0));
+  data_cfg.seed = c.seed;
   // The paper preset is the paper's protocol as docs/AR_INVESTIGATION.md reads it (the H3/safari
   // task, every next token trained, the sweep, early stopping on validation loss); the small
   // preset is the task on which softmax solves recall within the demo's budget.
@@ -285,7 +291,7 @@ int run(int argc, char** argv) {
   parse_schedule_kind(rc.schedule);  // a bad name fails here, not in every run
   rc.targets = train::parse_ar_targets(f.given("targets") ? f.str("targets") : (paper ? "all" : "recall"));
   rc.seed = data_cfg.seed;
-  rc.device = parse_device(f.str("device"));
+  rc.device = c.device;
   rc.quiet = f.boolean("quiet");
   rc.diverge_factor = f.number("diverge-factor", 0, 1e12);
   HH_CHECK(rc.diverge_factor == 0 || rc.diverge_factor > 1, "--diverge-factor: expected 0 (off) or a number > 1, got ",
@@ -293,11 +299,10 @@ int run(int argc, char** argv) {
   rc.diverge_steps = f.integer("diverge-steps", 1, 1 << 30);
   rc.checkpoint_every = f.integer("checkpoint-every", 0, INT64_MAX);
   rc.stop_after_steps = f.integer("stop-after-steps", 0, INT64_MAX);
-  const bool resume = f.boolean("resume");
-  if (rc.device.is_cuda()) HH_CHECK(cuda_available(), "--device ", f.str("device"), ": ", cuda_unavailable_reason());
-  rc.precision = precision_flag(f, rc.device);
+  const bool resume = c.resume;
+  rc.precision = c.precision;
   const int cores = std::max(1, omp_get_num_procs());
-  int64_t threads = f.given("threads") ? f.integer("threads", 0, 4096) : (paper ? 0 : 1);
+  int64_t threads = c.threads >= 0 ? c.threads : (paper ? 0 : 1);
   if (threads == 0) threads = cores;
   int64_t jobs = f.given("jobs") ? f.integer("jobs", 1, 4096)
                                  : (paper || rc.device.is_cuda() ? 1 : std::max<int64_t>(1, cores / threads));
@@ -319,7 +324,7 @@ int run(int argc, char** argv) {
   jobs = std::min<int64_t>(jobs, static_cast<int64_t>(maps.size() * grid.size()));
 
   // Everything that can be checked is checked before the data is generated and training starts.
-  const std::string out = f.str("out");
+  const std::string out = c.out;
   HH_CHECK(!out.empty(), "--out: empty path (give the folder for the results)");
   ensure_writable_dir(out);
   int64_t max_batch = 0;
@@ -357,14 +362,14 @@ int run(int argc, char** argv) {
                         {"early_stop", rc.early_stop}, {"style", ar_style_name(data_cfg.style)},
                         {"untied", m.attention.feature_map.untied},
                         {"joint_softmax", m.attention.feature_map.joint_softmax}, {"seed", data_cfg.seed},
-                        {"device", f.str("device")}, {"precision", precision_name(rc.precision)},
+                        {"device", c.device_name}, {"precision", precision_name(rc.precision)},
                         {"diverge_factor", rc.diverge_factor},
                         {"diverge_steps", rc.diverge_steps}, {"threads", threads}, {"jobs", jobs}};
 
   // Per run (map x sweep config): <out>/<map>/result[_g].json once finished, checkpoint[_g].safetensors
   // while training.
   auto run_file = [&](size_t m_index, size_t g, const char* stem, const char* ext) {
-    std::string dir = out + "/" + train::file_slug(maps[m_index].label);
+    std::string dir = out + "/" + file_slug(maps[m_index].label);
     return dir + "/" + stem + (grid.size() > 1 ? "_" + std::to_string(g) : std::string()) + ext;
   };
   if (resume) {
@@ -379,7 +384,7 @@ int run(int argc, char** argv) {
     remove_stale_temps(out + "/config.json");
     write_file_atomic(out + "/config.json", cfg.dump(2) + "\n");
   }
-  for (const MapSpec& ms : maps) ensure_writable_dir(out + "/" + train::file_slug(ms.label));
+  for (const MapSpec& ms : maps) ensure_writable_dir(out + "/" + file_slug(ms.label));
 
   std::printf("associative recall: vocab %lld, length %lld, %lld train / %lld test samples; model %lld layers, "
               "%lld heads x %lld, dim %lld; %zu feature map(s), %zu config(s) each; %lld job(s) x %lld thread(s); "
@@ -531,11 +536,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return hh::apps::run_main(argc, argv, run); }

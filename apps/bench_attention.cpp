@@ -29,7 +29,7 @@
 // --distill-step: the same model with a feature map (default hedgehog), one stage-1 step of a
 // conversion: only the feature maps train (AdamW lr 1e-2), the loss is the distillation soft
 // cross-entropy between each head's quadratic linear weights and the softmax weights of the same
-// q, k, summed over heads and layers (train/convert.h's stage 1).
+// q, k, summed over heads and layers (train/convert/convert.h's stage 1).
 // --ar-step: one training step (forward, cross-entropy over all positions, backward, AdamW) of the
 // paper-preset AR decoder (apps/ar_probe --preset paper: vocab 40, 4 layers, 4 heads × 64, dim 256,
 // MLP 512, RoPE, pre-LN, GELU, chunked linear form, chunk 64), batch 32, length 128, per mixer;
@@ -44,8 +44,9 @@
 #include <string>
 #include <vector>
 
-#include "apps/bench_stats.h"
-#include "apps/flags.h"
+#include "apps/kit/app.h"
+#include "apps/kit/bench_stats.h"
+#include "apps/kit/flags.h"
 #include "autograd/ops.h"
 #include "core/backend.h"
 #include "core/memory.h"
@@ -433,9 +434,9 @@ int run(int argc, char** argv) {
   apps::Flags f("bench_attention",
                 "Softmax vs linear attention: time, memory and tokens/s per sequence length (fwd and fwd+bwd), "
                 "or (--ar-step) the AR model's training-step throughput.");
-  f.add("device", "cpu", "cpu or cuda[:N]");
-  f.add("threads", "0", "CPU threads (0 = all cores)");
-  apps::add_precision_flag(f);
+  apps::CommonFlagSpec common;
+  common.seed = false;
+  apps::add_common_flags(f, common);
   f.add("lengths", "256,512,1024,2048,4096,8192", "sequence lengths L");
   f.add("batch", "1", "batch size B");
   f.add("heads", "0", "heads H (0 = 4 on cpu, 12 on cuda)");
@@ -457,11 +458,11 @@ int run(int argc, char** argv) {
   f.add("ar-len", "128", "--ar-step: sequence length");
   if (!f.parse(argc, argv)) return 0;
 
-  const Device device = parse_device(f.str("device"));
-  if (device.is_cuda()) HH_CHECK(cuda_available(), "--device ", f.str("device"), ": no CUDA device available");
-  const Precision precision = apps::precision_flag(f, device);
+  const apps::CommonFlags common_flags = apps::read_common_flags(f, common);
+  const Device device = common_flags.device;
+  const Precision precision = common_flags.precision;
   PrecisionGuard autocast(precision);  // every timed forward (backward runs outside autocast)
-  const int64_t threads = f.integer("threads", 0, 4096);
+  const int64_t threads = common_flags.threads;
   if (threads > 0) set_num_threads(static_cast<int>(threads));
   const std::string json_path = f.str("json");
   // Fail on an unwritable --json before spending minutes measuring.
@@ -484,11 +485,4 @@ int run(int argc, char** argv) {
 }  // namespace
 }  // namespace hh
 
-int main(int argc, char** argv) {
-  try {
-    return hh::run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return hh::apps::run_main(argc, argv, hh::run); }

@@ -9,8 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "apps/bench_stats.h"
-#include "apps/flags.h"
+#include "apps/kit/app.h"
+#include "apps/kit/bench_stats.h"
+#include "apps/kit/flags.h"
 #include "core/atomic_file.h"
 #include "core/backend.h"
 #include "core/parallel.h"
@@ -69,20 +70,20 @@ int run(int argc, char** argv) {
   f.add("seq", "256", "tokens per sequence");
   f.add("reps", "5", "timed repetitions (median reported)");
   f.add("loads", "3", "timed loads (median reported; the first run also counts the page cache filling)");
-  f.add("device", "cpu", "cpu or cuda[:N]");
-  f.add("threads", "0", "CPU threads (0 = all cores)");
-  apps::add_precision_flag(f);
+  apps::CommonFlagSpec common;
+  common.seed = false;
+  apps::add_common_flags(f, common);
   f.add("json", "", "also write the figures to this JSON file");
   if (!f.parse(argc, argv)) return 0;
   const std::string dir = f.str("dir");
   const int64_t B = f.integer("batch", 1, 1024), L = f.integer("seq", 1, 1024), reps = f.integer("reps", 1, 1000);
   const int64_t loads = f.integer("loads", 1, 100);
   nn::HFModelOptions opt;
-  opt.device = parse_device(f.str("device"));
-  if (opt.device.is_cuda()) HH_CHECK(cuda_available(), "--device: ", cuda_unavailable_reason());
-  const Precision precision = apps::precision_flag(f, opt.device);
+  const apps::CommonFlags common_flags = apps::read_common_flags(f, common);
+  opt.device = common_flags.device;
+  const Precision precision = common_flags.precision;
   PrecisionGuard autocast(precision);
-  if (f.integer("threads", 0, 4096) > 0) set_num_threads(static_cast<int>(f.integer("threads")));
+  if (common_flags.threads > 0) set_num_threads(static_cast<int>(common_flags.threads));
 
   if (!fs::exists(dir + "/config.json")) {
     std::printf("writing %s (GPT-2 small layout, random weights)...\n", dir.c_str());
@@ -118,7 +119,7 @@ int run(int argc, char** argv) {
   if (f.given("json")) {
     nlohmann::json j = {{"load_seconds_median", apps::median(load_s)}, {"load_seconds_first", load_s[0]},
                         {"batch", B}, {"seq", L}, {"forward_seconds_median", med}, {"tokens_per_second", B * L / med},
-                        {"threads", num_threads()}, {"device", f.str("device")},
+                        {"threads", num_threads()}, {"device", common_flags.device_name},
                         {"precision", precision_name(precision)}};
     write_file_atomic(f.str("json"), j.dump(2) + "\n");
   }
@@ -127,11 +128,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_models: error: %s\n", e.what());
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return hh::apps::run_main(argc, argv, run); }

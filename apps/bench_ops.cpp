@@ -31,7 +31,8 @@
 #include <string>
 #include <vector>
 
-#include "apps/bench_stats.h"
+#include "apps/kit/app.h"
+#include "apps/kit/bench_stats.h"
 #include "autograd/ops.h"
 #include "core/backend.h"
 #include "core/cpu_isa.h"
@@ -377,14 +378,8 @@ int run(const Flags& flags) {
   return 0;
 }
 
+int run_cli(int argc, char** argv) { return run(parse_flags(argc, argv)); }
+
 }  // namespace
 
-int main(int argc, char** argv) {
-  Flags flags = parse_flags(argc, argv);
-  try {
-    return run(flags);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return hh::apps::run_main(argc, argv, run_cli); }

@@ -15,8 +15,9 @@
 #include <string>
 #include <vector>
 
-#include "apps/bench_stats.h"
-#include "apps/flags.h"
+#include "apps/kit/app.h"
+#include "apps/kit/bench_stats.h"
+#include "apps/kit/flags.h"
 #include "core/error.h"
 #include "data/tokenizer.h"
 
@@ -76,11 +77,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return hh::apps::run_main(argc, argv, run); }

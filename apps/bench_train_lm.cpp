@@ -14,14 +14,15 @@
 #include <string>
 #include <vector>
 
-#include "apps/bench_stats.h"
-#include "apps/flags.h"
+#include "apps/kit/app.h"
+#include "apps/kit/bench_stats.h"
+#include "apps/kit/flags.h"
 #include "core/atomic_file.h"
 #include "core/generator.h"
 #include "core/memory.h"
 #include "core/parallel.h"
 #include "data/token_shards.h"
-#include "train/lm_train.h"
+#include "experiments/lm/lm_train.h"
 
 using namespace hh;
 using json = nlohmann::json;
@@ -37,20 +38,23 @@ double peak_rss_mib() {
 
 int run(int argc, char** argv) {
   apps::Flags f("bench_train_lm", "Training tokens/s and memory of train_lm's GPT per attention.");
-  f.add("preset", "small", "model sizes: small, tiny or paper (train/lm_model.h)");
+  f.add("preset", "small", "model sizes: small, tiny or paper (experiments/lm/lm_model.h)");
   f.add("attentions", "softmax,hedgehog", "comma-separated attentions");
   f.add("vocab", "257", "vocabulary (257 = the byte tokenizer of the demonstration)");
   f.add("batch", "16", "sequences per step");
   f.add("context", "256", "tokens per sequence");
   f.add("steps", "12", "steps timed (after --warmup)");
   f.add("warmup", "3", "untimed steps first");
-  f.add("threads", "0", "CPU threads (0 = every core)");
-  apps::add_precision_flag(f);
+  apps::CommonFlagSpec common;
+  common.device = false;  // a CPU benchmark (tools/bench_train_lm_torch.py is its twin)
+  common.seed = false;
+  apps::add_common_flags(f, common);
   f.add("json", "", "write the results here (atomically)");
   f.add("compare", "", "a JSON written by tools/bench_train_lm_torch.py: print torch / hedgehog time ratios");
   if (!f.parse(argc, argv)) return 0;
-  const Precision precision = apps::precision_flag(f, Device::cpu());
-  if (f.integer("threads", 0, 4096) > 0) set_num_threads(static_cast<int>(f.integer("threads", 0, 4096)));
+  const apps::CommonFlags common_flags = apps::read_common_flags(f, common);
+  const Precision precision = common_flags.precision;
+  if (common_flags.threads > 0) set_num_threads(static_cast<int>(common_flags.threads));
   const int64_t vocab = f.integer("vocab", 2, 1 << 24), context = f.integer("context", 2, 1 << 20);
   const int64_t batch = f.integer("batch", 1, 1 << 20), steps = f.integer("steps", 1, 100000);
   const int64_t warmup = f.integer("warmup", 0, 100000);
@@ -117,11 +121,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return hh::apps::run_main(argc, argv, run); }

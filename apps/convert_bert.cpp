@@ -16,13 +16,14 @@
 #include <optional>
 
 #include "apps/convert_flags.h"
+#include "apps/kit/app.h"
 #include "core/atomic_file.h"
 #include "core/parallel.h"
 #include "data/tokenizer.h"
 #include "nn/models/bert.h"
 #include "nn/models/hf_model.h"
-#include "train/convert_glue.h"
-#include "train/convert_report.h"
+#include "experiments/convert/convert_glue.h"
+#include "train/convert/convert_report.h"
 
 using namespace hh;
 
@@ -178,11 +179,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return hh::apps::run_main(argc, argv, run); }

@@ -13,14 +13,15 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
-#include "apps/flags.h"
+#include "apps/kit/app.h"
+#include "apps/kit/flags.h"
 #include "core/atomic_file.h"
 #include "core/parallel.h"
 #include "data/associative_recall.h"
 #include "data/word_order.h"
-#include "train/convert_ar.h"
-#include "train/convert_classify.h"
-#include "train/convert_report.h"
+#include "experiments/ar/ar_convert.h"
+#include "experiments/convert/convert_classify.h"
+#include "train/convert/convert_report.h"
 
 using namespace hh;
 
@@ -191,23 +192,29 @@ int run(int argc, char** argv) {
         "                       validation epoch's weights are kept)");
   f.add("distill-epochs", "2", "stage 1: maximum epochs of attention distillation");
   f.add("finetune-epochs", "2", "stage 2: maximum epochs of finetuning");
-  f.add("seed", "0", "seed for data, initialization and batch order");
   f.add("jobs", "", "parts trained at once (default: 2 when the machine has 2 cores, else 1)");
-  f.add("threads", "1", "CPU threads (0 = all cores; the demo models are too small to gain from more)");
-  f.add("out", "out/convert_demo", "output folder: <out>/<part>/{results.json,results.csv,report.html,*.svg}");
+  apps::CommonFlagSpec common;
+  common.device = false;  // the demo runs on the CPU
+  common.seed_help = "seed for data, initialization and batch order";
+  common.threads_default = "1";
+  common.threads_help = "CPU threads (0 = all cores; the demo models are too small to gain from more)";
+  common.out = true;
+  common.out_default = "out/convert_demo";
+  common.out_help = "output folder: <out>/<part>/{results.json,results.csv,report.html,*.svg}";
+  apps::add_common_flags(f, common);
   f.add("quiet", "false", "plain progress lines instead of a bar", true);
-  apps::add_precision_flag(f);
   if (!f.parse(argc, argv)) return 0;
+  const apps::CommonFlags flags = apps::read_common_flags(f, common);
   Common c;
-  c.out = f.str("out");
+  c.out = flags.out;
   c.rows = train::parse_conversion_rows(f.str("feature-map"));
-  c.seed = static_cast<uint64_t>(f.integer("seed", 0));
+  c.seed = flags.seed;
   c.quiet = f.boolean("quiet");
-  c.precision = apps::precision_flag(f, Device::cpu());
+  c.precision = flags.precision;
   c.teacher_epochs = f.integer("teacher-epochs", 1, 100000);
   c.distill_epochs = f.integer("distill-epochs", 0, 100000);
   c.finetune_epochs = f.integer("finetune-epochs", 0, 100000);
-  const int64_t threads = f.integer("threads", 0, 4096);
+  const int64_t threads = flags.threads;
   const int64_t per_job_threads = threads == 0 ? std::max(1, omp_get_num_procs()) : threads;
   const int64_t jobs = f.given("jobs") ? f.integer("jobs", 1, 2) : std::min(2, std::max(1, omp_get_num_procs()));
   set_num_threads(static_cast<int>(per_job_threads));
@@ -258,11 +265,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return hh::apps::run_main(argc, argv, run); }

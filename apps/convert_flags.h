@@ -31,7 +31,8 @@
 #include <utility>
 #include <vector>
 
-#include "apps/flags.h"
+#include "apps/kit/app.h"
+#include "apps/kit/flags.h"
 #include "core/atomic_file.h"
 #include "core/backend.h"
 #include "core/device.h"
@@ -39,8 +40,8 @@
 #include "core/safetensors.h"
 #include "nn/models/hf_model.h"
 #include "nn/models/hf_save.h"
-#include "train/convert.h"
-#include "train/convert_report.h"
+#include "train/convert/convert.h"
+#include "train/convert/convert_report.h"
 
 namespace hh::apps {
 
@@ -87,6 +88,18 @@ inline std::string number_text(double x) {
 }
 
 // Declares the shared flags with the defaults `d`.
+// The common flags of every convert app (apps/kit/app.h); `out` is the default output folder.
+inline CommonFlagSpec conversion_common(const std::string& out) {
+  CommonFlagSpec c;
+  c.seed_help = "seed of the new feature-map weights, held-out rows, batch order and LoRA";
+  c.resume = true;
+  c.resume_help = "continue each row from its checkpoint under --out (same settings)";
+  c.out = true;
+  c.out_default = out;
+  c.out_help = "output folder: results.json/csv, config.json, report.html, <row>/checkpoint.safetensors";
+  return c;
+}
+
 inline void add_conversion_flags(Flags& f, const ConversionDefaults& d) {
   const auto num = [](double x) { return number_text(x); };
   const auto integer = [](int64_t x) { return std::to_string(x); };
@@ -112,16 +125,11 @@ inline void add_conversion_flags(Flags& f, const ConversionDefaults& d) {
   f.add("lora-targets", d.lora_targets, "LoRA: comma list of the Linear names that get adapters");
   f.add("joint-weight", "0", "> 0: the joint variant (stage 2 trains task loss + this x distillation loss)");
   f.add("batch", integer(d.batch), "batch size (both stages and evaluation)");
-  f.add("seed", "0", "seed of the new feature-map weights, held-out rows, batch order and LoRA");
   f.add("fidelity-batches", integer(d.fidelity_batches),
         "test batches for the attention fidelity (KL, entropy, monotonicity)");
-  f.add("threads", "0", "CPU threads (0 = all cores)");
-  f.add("device", "cpu", "cpu or cuda[:N]");
-  add_precision_flag(f);
-  f.add("resume", "false", "continue each row from its checkpoint under --out (same settings)", true);
+  add_common_flags(f, conversion_common(d.out));
   f.add("save", "false", "write each converted model as an HF folder under <out>/<row>/model (loads back)", true);
   f.add("quiet", "false", "plain progress lines instead of a bar", true);
-  f.add("out", d.out, "output folder: results.json/csv, config.json, report.html, <row>/checkpoint.safetensors");
 }
 
 // The value of --preset in argv ("" when absent), read before the flags are declared so that
@@ -212,9 +220,10 @@ inline train::ConvertConfig conversion_config(const Flags& f) {
   HH_CHECK(!c.finetune.lora_targets.empty(), "--lora-targets: no Linear name given");
   c.finetune.joint_weight = f.number("joint-weight", 0, 1e6);
   c.finetune.joint_loss = c.distill.loss;
-  c.seed = static_cast<uint64_t>(f.integer("seed", 0));
+  const CommonFlags common = read_common_flags(f, conversion_common(f.str("out")));
+  c.seed = common.seed;
   c.quiet = f.boolean("quiet");
-  c.resume = f.boolean("resume");
+  c.resume = common.resume;
   return c;
 }
 
@@ -235,12 +244,11 @@ inline ConversionRun conversion_run(const Flags& f) {
   r.rows = train::parse_conversion_rows(f.str("feature-map"));
   r.batch = f.integer("batch", 1, 1 << 20);
   r.fidelity_batches = f.integer("fidelity-batches", 1, 1 << 20);
-  const int64_t threads = f.integer("threads", 0, 4096);
-  r.threads = static_cast<int>(threads == 0 ? std::max(1, omp_get_num_procs()) : threads);
-  r.device = parse_device(f.str("device"));
-  if (r.device.is_cuda()) HH_CHECK(cuda_available(), "--device ", f.str("device"), ": ", cuda_unavailable_reason());
-  r.precision = precision_flag(f, r.device);
-  r.out = f.str("out");
+  const CommonFlags common = read_common_flags(f, conversion_common(f.str("out")));
+  r.threads = static_cast<int>(common.threads == 0 ? std::max(1, omp_get_num_procs()) : common.threads);
+  r.device = common.device;
+  r.precision = common.precision;
+  r.out = common.out;
   HH_CHECK(!r.out.empty(), "--out: empty path");
   r.save = f.boolean("save");
   return r;

@@ -9,10 +9,11 @@
 #include <vector>
 
 #include "apps/convert_lm_app.h"
+#include "apps/kit/app.h"
 #include "core/parallel.h"
 #include "data/text_corpus.h"
 #include "data/tokenizer.h"
-#include "train/convert_lm.h"
+#include "experiments/convert/convert_lm.h"
 
 using namespace hh;
 
@@ -142,11 +143,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return hh::apps::run_main(argc, argv, run); }

@@ -10,10 +10,11 @@
 #include <vector>
 
 #include "apps/convert_lm_app.h"
+#include "apps/kit/app.h"
 #include "core/parallel.h"
 #include "data/samsum.h"
 #include "data/tokenizer.h"
-#include "train/convert_samsum.h"
+#include "experiments/convert/convert_samsum.h"
 
 using namespace hh;
 
@@ -147,11 +148,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return hh::apps::run_main(argc, argv, run); }

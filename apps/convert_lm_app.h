@@ -13,7 +13,7 @@
 #include "apps/convert_flags.h"
 #include "data/tokenizer.h"
 #include "nn/models/hf_model.h"
-#include "train/convert.h"
+#include "train/convert/convert.h"
 
 namespace hh::apps {
 

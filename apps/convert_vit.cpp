@@ -11,11 +11,12 @@
 #include <optional>
 
 #include "apps/convert_flags.h"
+#include "apps/kit/app.h"
 #include "core/atomic_file.h"
 #include "core/parallel.h"
 #include "nn/models/hf_model.h"
-#include "train/convert_image.h"
-#include "train/convert_report.h"
+#include "experiments/convert/convert_image.h"
+#include "train/convert/convert_report.h"
 
 using namespace hh;
 using nlohmann::json;
@@ -137,11 +138,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return hh::apps::run_main(argc, argv, run); }

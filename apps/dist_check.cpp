@@ -16,7 +16,7 @@
 #include <memory>
 #include <string>
 
-#include "apps/flags.h"
+#include "apps/kit/flags.h"
 #include "autograd/ops.h"
 #include "core/atomic_file.h"
 #include "core/safetensors.h"

@@ -19,8 +19,9 @@
 #include <string>
 #include <vector>
 
-#include "apps/flags.h"
+#include "apps/kit/flags.h"
 #include "apps/hf_run_report.h"
+#include "apps/kit/app.h"
 #include "core/atomic_file.h"
 #include "core/backend.h"
 #include "core/parallel.h"
@@ -193,7 +194,6 @@ int run(int argc, char** argv) {
   f.add("temperature", "1.0", "decoders: sampling temperature; 0 = greedy");
   f.add("top-k", "0", "decoders: sample among the k most likely tokens (0 = all)");
   f.add("top-p", "1.0", "decoders: nucleus sampling mass (1 = all)");
-  f.add("seed", "0", "decoders: sampling seed");
   f.add("stop-at-eos", "true", "decoders: stop when the end-of-sequence token is generated", true);
   f.add("text", "", "BERT: the input text");
   f.add("text-pair", "", "BERT: a second text ([CLS] text [SEP] pair [SEP])");
@@ -201,10 +201,11 @@ int run(int argc, char** argv) {
   f.add("image", "", "ViT: an image file (PNG or binary PPM)");
   f.add("mixer", "softmax", "attention of every layer: softmax, or a feature map (hedgehog, taylor, ...)");
   f.add("form", "chunked", "linear mixers: chunked, quadratic, noncausal or recurrent");
-  f.add("device", "cpu", "cpu or cuda[:N]");
-  add_precision_flag(f);
-  f.add("threads", "0", "CPU threads (0 = all cores)");
-  f.add("out", "", "folder for results.json and report.html (optional)");
+  apps::CommonFlagSpec common;
+  common.seed_help = "decoders: sampling seed";
+  common.out = true;
+  common.out_help = "folder for results.json and report.html (optional)";
+  apps::add_common_flags(f, common);
   if (!f.parse(argc, argv)) return 0;
 
   // Everything checkable is checked before the model is read.
@@ -217,15 +218,14 @@ int run(int argc, char** argv) {
   HH_CHECK(opt.mixer == "softmax" || nn::is_feature_map_name(opt.mixer), "--mixer: unknown '", opt.mixer,
            "' (softmax or a feature map: hedgehog, taylor, elu, performer, cosformer, exp, ...)");
   opt.form = nn::parse_linear_form(f.str("form"));
-  opt.device = parse_device(f.str("device"));
-  if (opt.device.is_cuda()) HH_CHECK(cuda_available(), "--device ", f.str("device"), ": ", cuda_unavailable_reason());
-  const Precision precision = precision_flag(f, opt.device);
-  if (f.integer("threads", 0, 4096) > 0) set_num_threads(static_cast<int>(f.integer("threads")));
+  const apps::CommonFlags c = apps::read_common_flags(f, common);
+  opt.device = c.device;
+  const Precision precision = c.precision;
+  if (c.threads > 0) set_num_threads(static_cast<int>(c.threads));
   f.integer("max-new-tokens", 0, 1 << 20);
   f.number("temperature", 0.0, 100.0);
   f.integer("top-k", 0);
   f.number("top-p", 1e-6, 1.0);
-  f.integer("seed");
   f.boolean("stop-at-eos");
   if (!in.out_dir.empty()) ensure_writable_dir(in.out_dir);
   const int inputs_given = !in.prompt.empty() + !in.ids.empty() + !in.text.empty() + !in.image.empty();
@@ -268,11 +268,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "hf_run: error: %s\n", e.what());
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return hh::apps::run_main(argc, argv, run); }

@@ -8,21 +8,9 @@
 #include <string>
 #include <vector>
 
-namespace hh::apps {
+#include "train/report/html.h"
 
-inline std::string html_escape(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    switch (c) {
-      case '&': o += "&amp;"; break;
-      case '<': o += "&lt;"; break;
-      case '>': o += "&gt;"; break;
-      case '"': o += "&quot;"; break;
-      default: o += c;
-    }
-  }
-  return o;
-}
+namespace hh::apps {
 
 // Horizontal bars, one per class, scaled to the largest |logit|.
 inline std::string logits_svg(const std::vector<double>& v, const std::vector<std::string>& labels) {
@@ -48,11 +36,7 @@ inline std::string logits_svg(const std::vector<double>& v, const std::vector<st
 }
 
 inline std::string hf_run_report_html(const nlohmann::json& r) {
-  std::string h = "<!doctype html><html><head><meta charset='utf-8'><title>hf_run: " +
-                  html_escape(r.value("model", "")) +
-                  "</title><style>body{font-family:sans-serif;max-width:900px;margin:2em auto}"
-                  "pre{white-space:pre-wrap;background:#f4f4f4;padding:.8em}td{padding:2px 12px}</style></head><body>";
-  h += "<h1>hf_run</h1><table>";
+  std::string h = "<h1>hf_run</h1><table>";
   for (const char* k : {"model", "architecture", "mixer", "device"})
     if (r.contains(k)) h += std::string("<tr><td>") + k + "</td><td>" + html_escape(r[k].get<std::string>()) + "</td></tr>";
   for (const char* k : {"load_seconds", "prefill_seconds", "generate_seconds", "tokens_per_second", "forward_seconds"})
@@ -66,7 +50,9 @@ inline std::string hf_run_report_html(const nlohmann::json& r) {
     h += "<h2>Class logits (predicted: " + html_escape(r["predicted"].get<std::string>()) + ")</h2>";
     h += logits_svg(r["logits"].get<std::vector<double>>(), r["labels"].get<std::vector<std::string>>());
   }
-  return h + "</body></html>\n";
+  HtmlPageOptions page;
+  page.max_width = 900;
+  return html_page("hf_run: " + r.value("model", ""), h + "\n", page);
 }
 
 }  // namespace hh::apps

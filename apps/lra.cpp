@@ -17,7 +17,8 @@
 
 #include <omp.h>
 
-#include "apps/flags.h"
+#include "apps/kit/app.h"
+#include "apps/kit/flags.h"
 #include "core/atomic_file.h"
 #include "core/backend.h"
 #include "core/memory.h"
@@ -25,7 +26,7 @@
 #include "data/lra.h"
 #include "data/lra_generate.h"
 #include "nn/feature_maps.h"
-#include "train/lra_report.h"
+#include "experiments/lra/lra_report.h"
 #include "train/optim.h"
 
 using namespace hh;
@@ -157,18 +158,21 @@ int run(int argc, char** argv) {
   f.add("listops-depth", "", "--generate: ListOps maximum depth (default: the preset's)");
   f.add("pathfinder-size", "", "--generate: Pathfinder image side (default: the preset's)");
   f.add("pathfinder-contour", "", "--generate: Pathfinder contour length, the difficulty (default: the preset's)");
-  f.add("seed", "0", "seed for generation, initialization and batch order");
-  f.add("device", "cpu", "cpu or cuda[:N]");
-  add_precision_flag(f);
-  f.add("threads", "0", "CPU threads (0 = all cores)");
-  f.add("resume", "false", "continue the run in --out: skip finished runs, resume the others from their checkpoints", true);
+  apps::CommonFlagSpec common;
+  common.seed_help = "seed for generation, initialization and batch order";
+  common.resume = true;
+  common.resume_help = "continue the run in --out: skip finished runs, resume the others from their checkpoints";
+  common.out = true;
+  common.out_default = "out/lra";
+  common.out_help = "output folder: table6.csv, results.json, report.html, learning_curves.svg, per-run folders";
+  apps::add_common_flags(f, common);
   f.add("stop-after-steps", "0", "testing --resume: stop each run after N steps with a checkpoint (0 = off)");
-  f.add("out", "out/lra", "output folder: table6.csv, results.json, report.html, learning_curves.svg, per-run folders");
   f.add("quiet", "false", "plain progress lines instead of a bar", true);
   f.add("bench", "0", "time N training steps per (task, attention) on a random padded batch of --max-len\n"
         "                       tokens (no data, no training run) and print steps/s and peak memory");
   f.add("min-accuracy", "0", "exit 1 unless every run reaches this test accuracy in [0,1] (checks, CI)");
   if (!f.parse(argc, argv)) return 0;
+  const apps::CommonFlags c = apps::read_common_flags(f, common);
 
   const std::string preset = f.str("preset");
   HH_CHECK(preset == "paper" || preset == "demo" || preset == "tiny", "--preset: expected paper, demo or tiny, got '",
@@ -230,17 +234,14 @@ int run(int argc, char** argv) {
   base.adam_eps = f.number("adam-eps", 1e-30, 1);
   base.grad_clip = f.number("grad-clip", 0, 1e12);
   base.patience = f.integer("patience", 1, 1 << 30);
-  base.seed = static_cast<uint64_t>(f.integer("seed", 0));
-  base.device = parse_device(f.str("device"));
+  base.seed = c.seed;
+  base.device = c.device;
   base.quiet = f.boolean("quiet");
   base.stop_after_steps = f.integer("stop-after-steps", 0, INT64_MAX);
-  const bool resume = f.boolean("resume");
+  const bool resume = c.resume;
   const double min_accuracy = f.number("min-accuracy", 0, 1);
-  if (base.device.is_cuda()) HH_CHECK(cuda_available(), "--device ", f.str("device"), ": ", cuda_unavailable_reason());
-  base.precision = precision_flag(f, base.device);
-  int64_t threads = f.integer("threads", 0, 4096);
-  if (threads == 0) threads = std::max(1, omp_get_num_procs());
-  set_num_threads(static_cast<int>(threads));
+  base.precision = c.precision;
+  const int64_t threads = apps::apply_threads(c.threads);
 
   // One config per (task, attention); the preset fills what no flag gives.
   std::vector<train::LraRunConfig> runs;
@@ -273,7 +274,7 @@ int run(int argc, char** argv) {
     for (const auto& c : runs) bench(c, bench_steps);
     return 0;
   }
-  const std::string out = f.str("out");
+  const std::string out = c.out;
   HH_CHECK(!out.empty(), "--out: empty path (give the folder for the results)");
   ensure_writable_dir(out);
   nlohmann::json cfg = {{"preset", preset}, {"tasks", f.str("tasks")}, {"attentions", f.str("attentions")},
@@ -405,11 +406,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return hh::apps::run_main(argc, argv, run); }

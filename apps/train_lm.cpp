@@ -23,7 +23,8 @@
 #include <string>
 #include <vector>
 
-#include "apps/flags.h"
+#include "apps/kit/app.h"
+#include "apps/kit/flags.h"
 #include "core/atomic_file.h"
 #include "core/backend.h"
 #include "core/parallel.h"
@@ -32,8 +33,8 @@
 #include "nn/feature_maps.h"
 #include "nn/models/generate.h"
 #include "nn/models/hf_save.h"
-#include "train/lm_report.h"
-#include "train/lm_train.h"
+#include "experiments/lm/lm_report.h"
+#include "experiments/lm/lm_train.h"
 #include "train/schedule.h"
 
 using namespace hh;
@@ -125,10 +126,20 @@ std::string number_text(double x) {
   return buf;
 }
 
+// The common flags of `train_lm train` (apps/kit/app.h).
+apps::CommonFlagSpec train_common() {
+  apps::CommonFlagSpec c;
+  c.seed_help = "model initialisation and training windows";
+  c.resume = true;
+  c.resume_help = "continue each run from its checkpoint (it must have the same settings)";
+  c.out = true;
+  c.out_help = "output folder (required): results and report; each run in <out>/<attention>/";
+  return c;
+}
+
 void add_train_flags(apps::Flags& f, const TrainPreset& p) {
   const train::LmModelConfig m = train::lm_model_preset(p.model);
   f.add("data", "", "a folder written by `train_lm prepare` (required)");
-  f.add("out", "", "output folder (required): results and report; each run in <out>/<attention>/");
   f.add("preset", "small", "paper (Table 7: 125M, context 1024), small (the demonstration: minutes on 2 cores)\n"
         "or tiny (seconds); every value it sets is a flag below and a given flag wins");
   f.add("attentions", "softmax,hedgehog", "comma-separated: softmax and/or feature maps (" +
@@ -160,12 +171,8 @@ void add_train_flags(apps::Flags& f, const TrainPreset& p) {
   f.add("eval-stride", "0", "0 = non-overlapping windows; else a sliding window with this stride");
   f.add("eval-batch", "8", "windows per validation batch");
   f.add("checkpoint-every", "0", "steps between checkpoints (0 = at each validation)");
-  f.add("seed", "0", "model initialisation and training windows");
-  f.add("device", "cpu", "cpu or cuda[:N]");
-  add_precision_flag(f);
-  f.add("threads", "0", "CPU threads (0 = every core)");
+  apps::add_common_flags(f, train_common());
   f.add("dist", "auto", "data parallelism: auto (mpi under mpirun, else none), none, mpi or nccl");
-  f.add("resume", "false", "continue each run from its checkpoint (it must have the same settings)", true);
   f.add("samples", "3", "lines sampled from each trained model at the end (0 = none)");
   f.add("sample-tokens", "60", "tokens per sample");
   f.add("sample-temperature", "0.8", "sampling temperature (0 = greedy)");
@@ -218,17 +225,17 @@ int train_cmd(int argc, char** argv) {
   // Every flag and input is checked here, before any training.
   HH_CHECK(f.given("data"), "--data is required (a folder written by `train_lm prepare`)");
   HH_CHECK(f.given("out"), "--out is required");
-  const std::string data_dir = f.str("data"), out = f.str("out");
+  const apps::CommonFlags c = apps::read_common_flags(f, train_common());
+  const std::string data_dir = f.str("data"), out = c.out;
   const data::PreparedInfo info = data::read_prepared_info(data_dir);
   const data::TokenDataset train_data = data::TokenDataset::open(data_dir, "train");
   const std::vector<int32_t> valid = data::TokenDataset::open(data_dir, "valid").all();
   std::shared_ptr<data::Tokenizer> tok = data::make_lm_tokenizer(info.tokenizer);
 
-  const int threads = static_cast<int>(f.integer("threads", 0, 4096));
+  const int threads = static_cast<int>(c.threads);
   if (threads > 0) set_num_threads(threads);
-  const Device device = parse_device(f.str("device"));
-  if (device.is_cuda()) HH_CHECK(cuda_available(), "--device ", f.str("device"), ": ", cuda_unavailable_reason());
-  const Precision precision = precision_flag(f, device);
+  const Device device = c.device;
+  const Precision precision = c.precision;
   std::shared_ptr<train::Communicator> comm = train::make_communicator(f.str("dist"));
   const bool root = comm->rank() == 0;
 
@@ -262,10 +269,10 @@ int train_cmd(int argc, char** argv) {
   base.eval_stride = f.integer("eval-stride", 0, 1 << 20);
   base.eval_batch = f.integer("eval-batch", 1, 1 << 16);
   base.checkpoint_every = f.integer("checkpoint-every", 0, int64_t{1} << 40);
-  base.seed = static_cast<uint64_t>(f.integer("seed", 0));
+  base.seed = c.seed;
   base.device = device;
   base.precision = precision;
-  base.resume = f.boolean("resume");
+  base.resume = c.resume;
   base.progress = !f.boolean("quiet") && root;
   base.eos_id = info.eos_id;
   base.data_fingerprint = json{{"tokenizer", info.tokenizer}, {"vocab_size", info.vocab_size}, {"tokens", info.tokens}}.dump();
@@ -359,10 +366,12 @@ int sample_cmd(int argc, char** argv) {
   f.add("temperature", "0.8", "0 = greedy");
   f.add("top-k", "40", "0 = all");
   f.add("top-p", "1", "nucleus mass (1 = all)");
-  f.add("seed", "0", "");
-  f.add("device", "cpu", "cpu or cuda[:N]");
-  add_precision_flag(f);
+  apps::CommonFlagSpec common;
+  common.threads = false;
+  common.seed_help = "sampling seed";
+  apps::add_common_flags(f, common);
   if (!f.parse(argc, argv)) return 0;
+  const apps::CommonFlags c = apps::read_common_flags(f, common);
   HH_CHECK(f.given("model") != f.given("checkpoint"), "give one of --model and --checkpoint");
   const std::string folder = f.str("model"), ckpt = f.str("checkpoint");
   if (!folder.empty()) HH_CHECK(fs::is_directory(folder), "--model: ", folder, " is not a folder");
@@ -377,12 +386,11 @@ int sample_cmd(int argc, char** argv) {
   if (spec.empty()) spec = "bytes";
   std::shared_ptr<data::Tokenizer> tok = data::make_lm_tokenizer(spec);
   const nn::SamplingOptions so{f.number("temperature", 0.0, 100.0), f.integer("top-k", 0, 1 << 30),
-                               f.number("top-p", 1e-6, 1.0), static_cast<uint64_t>(f.integer("seed", 0))};
+                               f.number("top-p", 1e-6, 1.0), c.seed};
   nn::Sampler{so};
   const int64_t n = f.integer("samples", 1, 1000), tokens = f.integer("tokens", 1, 1 << 20);
-  const Device device = parse_device(f.str("device"));
-  if (device.is_cuda()) HH_CHECK(cuda_available(), "--device ", f.str("device"), ": ", cuda_unavailable_reason());
-  const Precision precision = precision_flag(f, device);
+  const Device device = c.device;
+  const Precision precision = c.precision;
   std::shared_ptr<nn::CausalLM> lm;
   if (!folder.empty()) {
     nn::HFModelOptions mo;
@@ -415,11 +423,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return hh::apps::run_main(argc, argv, run); }

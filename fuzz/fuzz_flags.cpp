@@ -1,4 +1,4 @@
-// libFuzzer harness: the apps' flag parser (apps/flags.h). The input is split at '\n' into
+// libFuzzer harness: the apps' flag parser (apps/kit/flags.h). The input is split at '\n' into
 // arguments; a parser with one flag of each kind parses them, then every typed getter runs.
 // Each step may reject the input with hh::Error; nothing else may happen.
 #include <cstdint>
@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "apps/flags.h"
+#include "apps/kit/flags.h"
 #include "fuzz/fuzz_common.h"
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {

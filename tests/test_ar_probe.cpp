@@ -13,7 +13,7 @@
 
 #include "core/parallel.h"
 #include "tests/op_table.h"
-#include "train/ar_report.h"
+#include "experiments/ar/ar_report.h"
 
 using namespace hh;
 

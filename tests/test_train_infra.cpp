@@ -27,7 +27,7 @@
 #include "train/metrics_log.h"
 #include "train/progress.h"
 #include "train/schedule.h"
-#include "train/svg.h"
+#include "train/report/svg.h"
 
 using namespace hh;
 namespace fs = std::filesystem;

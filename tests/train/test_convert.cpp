@@ -11,8 +11,8 @@
 #include <nlohmann/json.hpp>
 
 #include "data/batching.h"
-#include "train/convert_ar.h"
-#include "train/convert_report.h"
+#include "experiments/ar/ar_convert.h"
+#include "train/convert/convert_report.h"
 
 using namespace hh;
 namespace fs = std::filesystem;

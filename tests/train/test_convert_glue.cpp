@@ -1,4 +1,4 @@
-// GLUE as a ConversionTask (train/convert_glue): tokenization and padded batches with their masks,
+// GLUE as a ConversionTask (experiments/convert/convert_glue): tokenization and padded batches with their masks,
 // the metrics evaluate() reports against task_metrics on the model's own predictions computed one
 // row at a time (no padding), STS-B's regression loss, the num_labels check, bad data, and a
 // one-epoch conversion whose stage 1 changes only the feature maps. On the tiny BERT fixtures
@@ -13,7 +13,7 @@
 
 #include "nn/models/hf_model.h"
 #include "nn/models/hf_save.h"
-#include "train/convert_glue.h"
+#include "experiments/convert/convert_glue.h"
 #include "train/task_metrics.h"
 
 using namespace hh;

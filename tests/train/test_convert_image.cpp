@@ -1,4 +1,4 @@
-// convert_vit's task (train/convert_image): top-k accuracy on hand-computed cases, the data layouts
+// convert_vit's task (experiments/convert/convert_image): top-k accuracy on hand-computed cases, the data layouts
 // and their errors, the class-count check, and stage 1 on a tiny ViT (only feature maps change,
 // the distillation loss falls, the attention is bidirectional). Fixtures: tests/fixtures/vit, made
 // by tools/make_vit_fixtures.py.
@@ -14,7 +14,7 @@
 #include <set>
 
 #include "nn/models/hf_model.h"
-#include "train/convert_image.h"
+#include "experiments/convert/convert_image.h"
 
 using namespace hh;
 namespace fs = std::filesystem;

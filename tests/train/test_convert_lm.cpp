@@ -1,4 +1,4 @@
-// The causal-LM conversion tasks (train/convert_lm, train/convert_samsum) on the committed fixtures:
+// The causal-LM conversion tasks (experiments/convert/convert_lm, experiments/convert/convert_samsum) on the committed fixtures:
 // windows and targets, perplexity against an independent computation and transformers' own value,
 // SAMSum encoding and loss masks, greedy generation against step decoding by hand and against the
 // full forward, the ROUGE wiring, and a one-epoch conversion of a small GPT-2.
@@ -12,9 +12,9 @@
 #include "autograd/grad_mode.h"
 #include "autograd/ops/reduce.h"
 #include "autograd/ops/shape.h"
-#include "train/convert_lm.h"
-#include "train/convert_report.h"
-#include "train/convert_samsum.h"
+#include "experiments/convert/convert_lm.h"
+#include "train/convert/convert_report.h"
+#include "experiments/convert/convert_samsum.h"
 #include "train/task_metrics.h"
 
 using namespace hh;

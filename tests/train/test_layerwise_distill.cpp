@@ -12,8 +12,8 @@
 
 #include "core/memory.h"
 #include "nn/models/hf_model.h"
-#include "train/convert.h"
-#include "train/layerwise_distill.h"
+#include "train/convert/convert.h"
+#include "train/convert/layerwise_distill.h"
 
 using namespace hh;
 

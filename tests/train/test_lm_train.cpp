@@ -1,4 +1,4 @@
-// train_lm's model, trainer and sampling (train/lm_model, train/lm_train, nn/models/generate).
+// train_lm's model, trainer and sampling (experiments/lm/lm_model, experiments/lm/lm_train, nn/models/generate).
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -15,7 +15,7 @@
 #include "nn/models/generate.h"
 #include "nn/models/hf_save.h"
 #include "tests/temp_dir.h"
-#include "train/lm_train.h"
+#include "experiments/lm/lm_train.h"
 
 using namespace hh;
 

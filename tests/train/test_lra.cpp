@@ -9,10 +9,10 @@
 #include <nlohmann/json.hpp>
 
 #include "nn/feature_maps.h"
-#include "nn/lra_classifier.h"
+#include "experiments/lra/lra_classifier.h"
 #include "tests/temp_dir.h"
-#include "train/lra_experiment.h"
-#include "train/lra_report.h"
+#include "experiments/lra/lra_experiment.h"
+#include "experiments/lra/lra_report.h"
 
 using namespace hh;
 
