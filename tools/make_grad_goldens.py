@@ -129,7 +129,8 @@ def run(name, cls, inputs, labels, causal):
     print(f"{name}: loss {loss64.item():.12f}, {len(g64)} gradients, {sum(g.numel() for g in g64.values())} values")
     for key in ("stock f64", "f32"):
         loss, g = out[key]
-        worst = max(((g[n].double() - w).abs().max().item() / max(w.abs().max().item(), floor), n) for n, w in g64.items())
+        worst = max(((g[n].double() - w).abs().max().item() / max(w.abs().max().item(), floor), n)
+                    for n, w in g64.items())
         print(f"  {key}: loss relative error {abs(loss.item() - loss64.item()) / loss64.item():.2e}, "
               f"worst gradient {worst[0]:.2e} ({worst[1]})")
 
