@@ -42,7 +42,7 @@ Tensor family_loss(const std::string& name, HFModel& model, const SafeTensors& g
     const Tensor labels = in("labels");
     const int64_t L = labels.size(1);
     Tensor logits = lm.forward(in("input_ids"));
-    return cross_entropy(slice(logits, 1, 0, L - 1), contiguous(slice(labels, 1, 1, L)));
+    return cross_entropy(contiguous(slice(logits, 1, 0, L - 1)), contiguous(slice(labels, 1, 1, L)));
   }
   if (name == "bert-tiny") {
     auto& m = dynamic_cast<BertForSequenceClassification&>(model);
