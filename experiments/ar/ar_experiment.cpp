@@ -10,11 +10,11 @@
 
 #include "data/batching.h"
 #include "nn/diagnostics.h"
-#include "train/checkpoint.h"
 #include "train/early_stopping.h"
 #include "train/optim.h"
 #include "train/progress.h"
 #include "train/schedule.h"
+#include "train/trainer.h"
 
 namespace hh::train {
 
@@ -111,29 +111,6 @@ std::string ar_run_fingerprint(const ArDataset& data, const ArRunConfig& cfg) {
 
 namespace {
 
-// Watches the per-step loss for divergence (ArRunConfig::diverge_*); its state is checkpointed.
-struct DivergenceWatch {
-  double factor = 0;
-  int64_t steps = 0;
-  double initial = 0;      // the first step's loss
-  bool has_initial = false;
-  int64_t above = 0;       // consecutive steps above factor × initial
-
-  // Returns why the run diverged, or "" when it has not.
-  std::string update(double loss) {
-    if (!std::isfinite(loss)) return str("the loss became non-finite (", loss, ")");
-    if (!has_initial) {
-      initial = loss;
-      has_initial = true;
-    }
-    above = factor > 0 && loss > factor * initial ? above + 1 : 0;
-    if (above >= steps && above > 0)
-      return str("the loss stayed above ", factor, " x its initial value ", initial, " for ", above,
-                 " steps (now ", loss, ")");
-    return "";
-  }
-};
-
 // Diagnostics and figure material on the first test samples.
 void diagnose_run(nn::DecoderLM& model, const ArDataset& data, Device device, ArRunResult& r) {
   NoGradGuard ng;
@@ -177,79 +154,20 @@ void diagnose_run(nn::DecoderLM& model, const ArDataset& data, Device device, Ar
     }
 }
 
-// Where a run stands between steps: what a checkpoint holds besides the weights and AdamW state.
-struct RunState {
-  int64_t step = 0;
-  BatchCursor cursor;
-  double epoch_loss_sum = 0;  // loss summed over the batches of the current epoch so far
-  int64_t epoch_batches = 0;
-  bool finished = false;      // the epoch loop is over (early stop, solved, or out of epochs)
-  double seconds = 0;         // training time before this process resumed
-};
-
-void save_run(const std::string& path, const std::string& fingerprint, const nn::DecoderLM& model, const AdamW& opt,
-              const EarlyStopping& stopper, const DivergenceWatch& watch, const RunState& rs, const ArRunResult& r,
-              const std::map<std::string, Tensor>& best_state) {
-  const EarlyStoppingState& es = stopper.state();
-  nlohmann::json state = {{"cursor", {rs.cursor.epoch, rs.cursor.position}},
-                          {"epoch_loss_sum", rs.epoch_loss_sum},
-                          {"epoch_batches", rs.epoch_batches},
-                          {"finished", rs.finished},
-                          {"seconds", rs.seconds},
-                          {"early_stopping", {es.has_best, es.best, es.best_index, es.bad_count, es.num_updates}},
-                          {"divergence", {watch.has_initial, watch.initial, watch.above}},
-                          {"train_loss", r.train_loss},
-                          {"val_acc", r.val_acc},
-                          {"val_loss", r.val_loss},
-                          {"val_accuracy", r.val_accuracy},
-                          {"epochs_run", r.epochs_run}};
-  CheckpointMeta meta;
-  meta.step = rs.step;
-  meta.extra["ar.fingerprint"] = fingerprint;
-  meta.extra["ar.state"] = state.dump();
-  meta.tensors = best_state;
-  save_checkpoint(path, model, &opt, meta);
-}
-
-void load_run(const std::string& path, const std::string& fingerprint, nn::DecoderLM& model, AdamW& opt,
-              EarlyStopping& stopper, DivergenceWatch& watch, RunState& rs, ArRunResult& r,
-              std::map<std::string, Tensor>& best_state) {
-  CheckpointMeta meta;
-  load_checkpoint(path, model, &opt, meta);
-  auto get = [&](const char* key) -> const std::string& {
-    auto it = meta.extra.find(key);
-    HH_CHECK(it != meta.extra.end(), "checkpoint ", path, ": metadata lacks '", key, "' (not an ar_probe checkpoint)");
-    return it->second;
-  };
-  const std::string diff = fingerprint_diff(get("ar.fingerprint"), fingerprint);
-  if (!diff.empty()) {
-    fail(str("checkpoint ", path, ": it was saved by a run with another configuration (differs in ", diff,
-             "); start afresh without resuming, or use the original settings"));
-  }
-  try {
-    const nlohmann::json st = nlohmann::json::parse(get("ar.state"));
-    rs.step = meta.step;
-    rs.cursor = {st.at("cursor").at(0).get<int64_t>(), st.at("cursor").at(1).get<int64_t>()};
-    rs.epoch_loss_sum = st.at("epoch_loss_sum").get<double>();
-    rs.epoch_batches = st.at("epoch_batches").get<int64_t>();
-    rs.finished = st.at("finished").get<bool>();
-    rs.seconds = st.at("seconds").get<double>();
-    const auto& e = st.at("early_stopping");
-    stopper.set_state({e.at(0).get<bool>(), e.at(1).get<double>(), e.at(2).get<int64_t>(), e.at(3).get<int64_t>(),
-                       e.at(4).get<int64_t>()});
-    const auto& d = st.at("divergence");
-    watch.has_initial = d.at(0).get<bool>();
-    watch.initial = d.at(1).get<double>();
-    watch.above = d.at(2).get<int64_t>();
-    r.train_loss = st.at("train_loss").get<std::vector<double>>();
-    r.val_acc = st.at("val_acc").get<std::vector<double>>();
-    r.val_loss = st.at("val_loss").get<std::vector<double>>();
-    r.val_accuracy = st.at("val_accuracy").get<double>();
-    r.epochs_run = st.at("epochs_run").get<int64_t>();
-  } catch (const nlohmann::json::exception& e) {
-    fail(str("checkpoint ", path, ": bad training state in its metadata: ", e.what()));
-  }
-  best_state = meta.tensors;
+// A checkpoint of the AR loop before train/trainer.h: the loop state it held, in the Trainer's
+// terms (its batch cursor is the step's), and the curves restored into `r`.
+nlohmann::json load_legacy_ar_state(const std::map<std::string, std::string>& extra, ArRunResult& r) {
+  auto it = extra.find("ar.state");
+  HH_CHECK(it != extra.end(), "metadata lacks 'ar.state' (not an ar_probe checkpoint)");
+  const nlohmann::json st = nlohmann::json::parse(it->second);
+  r.train_loss = st.at("train_loss").get<std::vector<double>>();
+  r.val_acc = st.at("val_acc").get<std::vector<double>>();
+  r.val_loss = st.at("val_loss").get<std::vector<double>>();
+  r.val_accuracy = st.at("val_accuracy").get<double>();
+  r.epochs_run = st.at("epochs_run").get<int64_t>();
+  return {{"loss_sum", st.at("epoch_loss_sum")}, {"loss_count", st.at("epoch_batches")},
+          {"finished", st.at("finished")},       {"seconds", st.at("seconds")},
+          {"early_stopping", st.at("early_stopping")}, {"divergence", st.at("divergence")}};
 }
 
 }  // namespace
@@ -307,104 +225,65 @@ ArRunResult run_associative_recall(const ArDataset& data, const ArRunConfig& cfg
   LrSchedule schedule(sc);
   AdamW opt(decay_groups(model, cfg.weight_decay), cfg.lr);
   const bool stop_on_loss = cfg.early_stop == "loss";
-  EarlyStopping stopper(cfg.patience, stop_on_loss ? EarlyStopMode::min : EarlyStopMode::max);
-  DivergenceWatch watch;
-  watch.factor = cfg.diverge_factor;
-  watch.steps = cfg.diverge_steps;
 
-  std::map<std::string, Tensor> best_state;
-  auto snapshot = [&]() {
-    best_state.clear();
-    for (auto& [name, t] : model.state_dict()) best_state[name] = clone(t.detach());
-  };
-  snapshot();
-  RunState rs;
-  const std::string fingerprint = checkpoints ? ar_run_fingerprint(data, cfg) : "";
-  if (cfg.resume && ::access(cfg.checkpoint_path.c_str(), F_OK) == 0) {
-    load_run(cfg.checkpoint_path, fingerprint, model, opt, stopper, watch, rs, r, best_state);
-    batches.set_cursor(rs.cursor);
-  }
-  auto t0 = std::chrono::steady_clock::now();
-  auto elapsed = [&] { return rs.seconds + std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
-  auto save = [&] {
-    if (!checkpoints) return;
-    RunState now = rs;
-    now.cursor = batches.cursor();
-    now.seconds = elapsed();
-    save_run(cfg.checkpoint_path, fingerprint, model, opt, stopper, watch, now, r, best_state);
-  };
-  while (!rs.finished) {
-    const int64_t epoch = batches.epoch();
-    model.train();
-    ProgressOptions po;
-    po.label = r.label + " epoch " + std::to_string(epoch + 1) + "/" + std::to_string(cfg.epochs);
-    po.total = steps_per_epoch;
-    po.every_steps = 0;
-    po.every_seconds = 30;
-    if (cfg.quiet) po.mode = ProgressMode::plain;
-    Progress progress(po);
-    if (rs.epoch_batches > 0)  // resumed in the middle of this epoch
-      progress.update(rs.epoch_batches, {{"loss", rs.epoch_loss_sum / static_cast<double>(rs.epoch_batches)}});
+  TrainerConfig tc;
+  tc.total_steps = sc.total_steps;
+  tc.steps_per_epoch = steps_per_epoch;  // evaluated at every epoch's end
+  tc.grad_clip = cfg.grad_clip;
+  tc.patience = cfg.patience;
+  tc.mode = stop_on_loss ? EarlyStopMode::min : EarlyStopMode::max;
+  tc.diverge_factor = cfg.diverge_factor;
+  tc.diverge_steps = cfg.diverge_steps;
+  tc.checkpoint_path = cfg.checkpoint_path;
+  tc.kind = "ar";
+  tc.fingerprint = checkpoints ? ar_run_fingerprint(data, cfg) : "";
+  tc.checkpoint_every = cfg.checkpoint_every;
+  tc.resume = cfg.resume;
+  tc.stop_after_steps = cfg.stop_after_steps;
+  tc.label = r.label;
+  tc.quiet = cfg.quiet;
+  TrainerHooks hooks;
+  hooks.loss = [&](int64_t step, int64_t) {
     Batch b;
-    while (batches.next(b)) {
-      opt.set_lr(schedule.lr_at(rs.step));
-      Tensor ids = b.inputs().to(cfg.device), tg = b.targets().to(cfg.device);
-      Tensor logits = model.forward(ids);  // (B,L,V)
-      Tensor loss = cross_entropy(reshape(logits, {-1, mc.vocab}), reshape(tg, {-1}), kArIgnoreIndex);
-      const double lv = loss.item<double>();
-      std::string why = watch.update(lv);  // checked before the update: a NaN never reaches the weights
-      if (why.empty()) {
-        opt.zero_grad();
-        loss.backward();
-        try {
-          if (cfg.grad_clip > 0) clip_grad_norm(model.parameters(), cfg.grad_clip);
-        } catch (const Error& e) {  // a finite loss whose gradient overflowed
-          why = e.what();
-        }
-      }
-      if (!why.empty()) {
-        // Evaluate the best weights seen before the divergence; the caller reports the status.
-        r.status = str("diverged at epoch ", epoch + 1, ", step ", rs.step + 1, ": ", why);
-        rs.finished = true;
-        break;
-      }
-      opt.step();
-      model.on_optimizer_step();
-      ++rs.step;
-      rs.epoch_loss_sum += lv;
-      ++rs.epoch_batches;
-      progress.update(rs.epoch_batches, {{"loss", rs.epoch_loss_sum / static_cast<double>(rs.epoch_batches)}});
-      const bool stop_now = cfg.stop_after_steps > 0 && rs.step >= cfg.stop_after_steps;
-      if ((cfg.checkpoint_every > 0 && rs.step % cfg.checkpoint_every == 0) || stop_now) save();
-      if (stop_now) {
-        r.status = str("interrupted at step ", rs.step);
-        r.steps = rs.step;
-        r.seconds = elapsed();
-        return r;
-      }
-    }
-    if (rs.finished) break;  // diverged
+    batches.set_cursor({step / steps_per_epoch, (step % steps_per_epoch) * cfg.batch});
+    batches.next(b);
+    Tensor ids = b.inputs().to(cfg.device), tg = b.targets().to(cfg.device);
+    Tensor logits = model.forward(ids);  // (B,L,V)
+    return cross_entropy(reshape(logits, {-1, mc.vocab}), reshape(tg, {-1}), kArIgnoreIndex);
+  };
+  ArEval last;
+  hooks.evaluate = [&](int64_t) {
     model.eval();
-    const double mean_loss = rs.epoch_loss_sum / static_cast<double>(std::max<int64_t>(rs.epoch_batches, 1));
-    const ArEval ve = ar_evaluate(model, val, 64, cfg.device);
-    const double va = ve.accuracy;
-    progress.finish({{"loss", mean_loss}, {"val_loss", ve.loss}, {"val_acc", va}});
-    r.train_loss.push_back(mean_loss);
-    r.val_acc.push_back(va);
-    r.val_loss.push_back(ve.loss);
-    r.epochs_run = epoch + 1;
-    if (stopper.update(stop_on_loss ? ve.loss : va)) {
-      r.val_accuracy = va;
-      snapshot();
-    }
-    rs.epoch_loss_sum = 0;
-    rs.epoch_batches = 0;
-    rs.finished = stopper.should_stop() || va >= cfg.stop_accuracy || epoch + 1 >= cfg.epochs;
-    save();
-  }
-  r.steps = rs.step;
-  r.seconds = elapsed();
-  model.load_state_dict(best_state);
+    last = ar_evaluate(model, val, 64, cfg.device);
+    return Evaluation{stop_on_loss ? last.loss : last.accuracy, {{"val_loss", last.loss}, {"val_acc", last.accuracy}},
+                      last.accuracy >= cfg.stop_accuracy};
+  };
+  hooks.on_evaluation = [&](const EvaluationPoint& at, const Evaluation&) {
+    r.train_loss.push_back(at.train_loss);
+    r.val_acc.push_back(last.accuracy);
+    r.val_loss.push_back(last.loss);
+    r.epochs_run = (at.step + steps_per_epoch - 1) / steps_per_epoch;
+    if (at.best) r.val_accuracy = last.accuracy;
+  };
+  hooks.after_step = [&](int64_t) { model.on_optimizer_step(); };
+  hooks.save_state = [&] {
+    return nlohmann::json{{"train_loss", r.train_loss}, {"val_acc", r.val_acc}, {"val_loss", r.val_loss},
+                          {"val_accuracy", r.val_accuracy}, {"epochs_run", r.epochs_run}};
+  };
+  hooks.load_state = [&](const nlohmann::json& st) {
+    r.train_loss = st.at("train_loss").get<std::vector<double>>();
+    r.val_acc = st.at("val_acc").get<std::vector<double>>();
+    r.val_loss = st.at("val_loss").get<std::vector<double>>();
+    r.val_accuracy = st.at("val_accuracy").get<double>();
+    r.epochs_run = st.at("epochs_run").get<int64_t>();
+  };
+  hooks.load_legacy = [&](const std::map<std::string, std::string>& extra) { return load_legacy_ar_state(extra, r); };
+  const TrainerResult tr = Trainer(model, opt, schedule, tc, std::move(hooks)).fit();
+  r.status = tr.status;
+  r.steps = tr.steps;
+  r.seconds = tr.seconds;
+  if (tr.interrupted()) return r;  // nothing evaluated
+
   model.eval();
   r.accuracy = ar_accuracy(model, data.test, 64, cfg.device);
   diagnose_run(model, data, cfg.device, r);

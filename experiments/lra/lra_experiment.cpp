@@ -9,12 +9,12 @@
 #include <nlohmann/json.hpp>
 
 #include "data/batching.h"
-#include "train/checkpoint.h"
 #include "train/early_stopping.h"
 #include "train/metrics_log.h"
 #include "train/optim.h"
 #include "train/progress.h"
 #include "train/schedule.h"
+#include "train/trainer.h"
 
 namespace hh::train {
 
@@ -135,15 +135,6 @@ std::string lra_run_fingerprint(const LraData& data, const LraRunConfig& cfg) {
 
 namespace {
 
-// Where a run stands between steps, beside the weights and AdamW state.
-struct RunState {
-  int64_t step = 0;
-  double loss_sum = 0;    // training loss summed since the last evaluation
-  int64_t loss_count = 0;
-  bool finished = false;  // early-stopped (or out of steps)
-  double seconds = 0;     // training time before this process resumed
-};
-
 std::map<std::string, Generator*> dropout_generators(nn::LraClassifier& model) {
   std::map<std::string, Generator*> gens;
   auto drops = model.dropouts();
@@ -151,59 +142,29 @@ std::map<std::string, Generator*> dropout_generators(nn::LraClassifier& model) {
   return gens;
 }
 
-void save_run(const std::string& path, const std::string& fingerprint, nn::LraClassifier& model, const AdamW& opt,
-              const EarlyStopping& stopper, const RunState& rs, const LraRunResult& r,
-              const std::map<std::string, Tensor>& best_state) {
-  const EarlyStoppingState& es = stopper.state();
-  nlohmann::json state = {{"loss_sum", rs.loss_sum},       {"loss_count", rs.loss_count},
-                          {"finished", rs.finished},       {"seconds", rs.seconds},
-                          {"early_stopping", {es.has_best, es.best, es.best_index, es.bad_count, es.num_updates}},
-                          {"eval_steps", r.eval_steps},    {"train_loss", r.train_loss},
-                          {"val_acc", r.val_acc},          {"val_accuracy", r.val_accuracy},
-                          {"best_step", r.best_step}};
-  CheckpointMeta meta;
-  meta.step = rs.step;
-  meta.generators = dropout_generators(model);
-  meta.extra["lra.fingerprint"] = fingerprint;
-  meta.extra["lra.state"] = state.dump();
-  meta.tensors = best_state;
-  save_checkpoint(path, model, &opt, meta);
+// The curves and best-step record of a run, as its checkpoint holds them.
+nlohmann::json run_state(const LraRunResult& r) {
+  return {{"eval_steps", r.eval_steps}, {"train_loss", r.train_loss}, {"val_acc", r.val_acc},
+          {"val_accuracy", r.val_accuracy}, {"best_step", r.best_step}};
+}
+void load_run_state(const nlohmann::json& st, LraRunResult& r) {
+  r.eval_steps = st.at("eval_steps").get<std::vector<int64_t>>();
+  r.train_loss = st.at("train_loss").get<std::vector<double>>();
+  r.val_acc = st.at("val_acc").get<std::vector<double>>();
+  r.val_accuracy = st.at("val_accuracy").get<double>();
+  r.best_step = st.at("best_step").get<int64_t>();
 }
 
-void load_run(const std::string& path, const std::string& fingerprint, nn::LraClassifier& model, AdamW& opt,
-              EarlyStopping& stopper, RunState& rs, LraRunResult& r, std::map<std::string, Tensor>& best_state) {
-  CheckpointMeta meta;
-  meta.generators = dropout_generators(model);
-  load_checkpoint(path, model, &opt, meta);
-  auto get = [&](const char* key) -> const std::string& {
-    auto it = meta.extra.find(key);
-    HH_CHECK(it != meta.extra.end(), "checkpoint ", path, ": metadata lacks '", key, "' (not an lra checkpoint)");
-    return it->second;
-  };
-  const std::string diff = fingerprint_diff(get("lra.fingerprint"), fingerprint);
-  if (!diff.empty()) {
-    fail(str("checkpoint ", path, ": it was saved by a run with another configuration or data (differs in ", diff,
-             "); start afresh without --resume, or use the original settings"));
-  }
-  try {
-    const nlohmann::json st = nlohmann::json::parse(get("lra.state"));
-    rs.step = meta.step;
-    rs.loss_sum = st.at("loss_sum").get<double>();
-    rs.loss_count = st.at("loss_count").get<int64_t>();
-    rs.finished = st.at("finished").get<bool>();
-    rs.seconds = st.at("seconds").get<double>();
-    const auto& e = st.at("early_stopping");
-    stopper.set_state({e.at(0).get<bool>(), e.at(1).get<double>(), e.at(2).get<int64_t>(), e.at(3).get<int64_t>(),
-                       e.at(4).get<int64_t>()});
-    r.eval_steps = st.at("eval_steps").get<std::vector<int64_t>>();
-    r.train_loss = st.at("train_loss").get<std::vector<double>>();
-    r.val_acc = st.at("val_acc").get<std::vector<double>>();
-    r.val_accuracy = st.at("val_accuracy").get<double>();
-    r.best_step = st.at("best_step").get<int64_t>();
-  } catch (const nlohmann::json::exception& e) {
-    fail(str("checkpoint ", path, ": bad training state in its metadata: ", e.what()));
-  }
-  best_state = meta.tensors;
+// A checkpoint of the LRA loop before train/trainer.h: the loop state it held, in the Trainer's
+// terms, and the curves restored into `r`.
+nlohmann::json load_legacy_lra_state(const std::map<std::string, std::string>& extra, LraRunResult& r) {
+  auto it = extra.find("lra.state");
+  HH_CHECK(it != extra.end(), "metadata lacks 'lra.state' (not an lra checkpoint)");
+  const nlohmann::json st = nlohmann::json::parse(it->second);
+  load_run_state(st, r);
+  return {{"loss_sum", st.at("loss_sum")}, {"loss_count", st.at("loss_count")}, {"finished", st.at("finished")},
+          {"seconds", st.at("seconds")},   {"early_stopping", st.at("early_stopping")},
+          {"best_step", st.at("best_step")}};
 }
 
 void check_config(const LraData& data, const LraRunConfig& c) {
@@ -259,115 +220,68 @@ LraRunResult run_lra(const LraData& data, const LraRunConfig& cfg) {
   AdamWOptions ao;
   ao.eps = cfg.adam_eps;
   AdamW opt(decay_groups(model, cfg.weight_decay), cfg.lr, ao);
-  EarlyStopping stopper(cfg.patience, EarlyStopMode::max);
   const int64_t N = static_cast<int64_t>(data.train.examples.size());
   RowBatches order(N, cfg.batch, true, cfg.seed + 17);
   const int64_t per_epoch = order.size();
   const int64_t eval_batch = cfg.eval_batch > 0 ? cfg.eval_batch : cfg.batch;
-
-  std::map<std::string, Tensor> best_state;
-  auto snapshot = [&]() {
-    best_state.clear();
-    for (auto& [name, t] : model.state_dict()) best_state[name] = clone(t.detach());
-  };
-  snapshot();
-  RunState rs;
   const bool checkpoints = !cfg.checkpoint_path.empty();
-  const std::string fingerprint = checkpoints ? lra_run_fingerprint(data, cfg) : "";
-  bool resumed = false;
-  if (cfg.resume && ::access(cfg.checkpoint_path.c_str(), F_OK) == 0) {
-    load_run(cfg.checkpoint_path, fingerprint, model, opt, stopper, rs, r, best_state);
-    resumed = true;
-  }
+  const bool resumed = cfg.resume && checkpoints && ::access(cfg.checkpoint_path.c_str(), F_OK) == 0;
   MetricsLog log;
-  if (!cfg.log_path.empty()) log = MetricsLog(cfg.log_path, resumed);
 
-  auto t0 = std::chrono::steady_clock::now();
-  const int64_t start_step = rs.step;
-  auto elapsed = [&] { return rs.seconds + std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
-  auto save = [&] {
-    if (!checkpoints) return;
-    RunState now = rs;
-    now.seconds = elapsed();
-    save_run(cfg.checkpoint_path, fingerprint, model, opt, stopper, now, r, best_state);
-  };
-  ProgressOptions po;
-  po.label = r.task + " " + r.attention;
-  po.total = cfg.steps;
-  po.start_step = rs.step;
-  po.every_steps = 0;
-  po.every_seconds = 30;
-  if (cfg.quiet) po.mode = ProgressMode::plain;
-  Progress progress(po);
-  model.train();
+  TrainerConfig tc;
+  tc.total_steps = cfg.steps;
+  tc.eval_every = cfg.eval_every;
+  tc.grad_clip = cfg.grad_clip;
+  tc.patience = cfg.patience;
+  tc.mode = EarlyStopMode::max;
+  tc.checkpoint_path = cfg.checkpoint_path;
+  tc.kind = "lra";
+  tc.fingerprint = checkpoints ? lra_run_fingerprint(data, cfg) : "";
+  tc.resume = cfg.resume;
+  tc.stop_after_steps = cfg.stop_after_steps;
+  tc.label = r.task + " " + r.attention;
+  tc.metric_name = "val_acc";
+  tc.quiet = cfg.quiet;
+  TrainerHooks hooks;
   int64_t epoch_ready = -1;
-  double step_seconds = 0;  // this process's optimizer steps alone (no evaluation)
-  while (!rs.finished && rs.step < cfg.steps) {
-    const int64_t epoch = rs.step / per_epoch;
+  hooks.loss = [&](int64_t step, int64_t) {
+    const int64_t epoch = step / per_epoch;
     if (epoch != epoch_ready) {
       order.set_epoch(epoch);
       epoch_ready = epoch;
     }
-    const auto step_start = std::chrono::steady_clock::now();
-    LraBatch b = lra_batch(data.train, order.rows(rs.step % per_epoch), cfg.device);
-    const double lr = schedule.lr_at(rs.step);
-    opt.set_lr(lr);
-    Tensor loss = cross_entropy(forward_batch(model, b), b.labels);
-    const double lv = loss.item<double>();
-    std::string why = std::isfinite(lv) ? "" : str("the loss became non-finite (", lv, ")");
-    if (why.empty()) {
-      opt.zero_grad();
-      loss.backward();
-      try {
-        if (cfg.grad_clip > 0) clip_grad_norm(model.parameters(), cfg.grad_clip);
-      } catch (const Error& e) {
-        why = e.what();
-      }
+    LraBatch b = lra_batch(data.train, order.rows(step % per_epoch), cfg.device);
+    return cross_entropy(forward_batch(model, b), b.labels);
+  };
+  hooks.evaluate = [&](int64_t) {
+    const double va = lra_accuracy(model, data.val, eval_batch, cfg.device);
+    return Evaluation{va, {{"val_acc", va}}, false};
+  };
+  hooks.on_evaluation = [&](const EvaluationPoint& at, const Evaluation& e) {
+    r.eval_steps.push_back(at.step);
+    r.train_loss.push_back(at.train_loss);
+    r.val_acc.push_back(e.metric);
+    if (at.best) {
+      r.val_accuracy = e.metric;
+      r.best_step = at.step;
     }
-    if (!why.empty()) {  // scored below with the best weights before it; nothing is saved
-      r.status = str("diverged at step ", rs.step + 1, ": ", why);
-      break;
-    }
-    opt.step();
-    model.on_optimizer_step();
-    step_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
-    ++rs.step;
-    rs.loss_sum += lv;
-    ++rs.loss_count;
-    progress.update(rs.step, {{"loss", rs.loss_sum / static_cast<double>(rs.loss_count)}, {"lr", lr}});
-    if (rs.step % cfg.eval_every == 0 || rs.step == cfg.steps) {
-      const double va = lra_accuracy(model, data.val, eval_batch, cfg.device);
-      const double tl = rs.loss_sum / static_cast<double>(rs.loss_count);
-      r.eval_steps.push_back(rs.step);
-      r.train_loss.push_back(tl);
-      r.val_acc.push_back(va);
-      if (stopper.update(va)) {
-        r.val_accuracy = va;
-        r.best_step = rs.step;
-        snapshot();
-      }
-      if (log.is_open())
-        log.write({{"task", r.task}, {"attention", r.attention}, {"step", rs.step}, {"lr", lr},
-                   {"train_loss", tl}, {"val_acc", va}, {"best_val_acc", r.val_accuracy}, {"seconds", elapsed()}});
-      rs.loss_sum = 0;
-      rs.loss_count = 0;
-      rs.finished = stopper.should_stop() || rs.step >= cfg.steps;
-      progress.update(rs.step, {{"loss", tl}, {"val_acc", va}});
-      save();
-    }
-    if (cfg.stop_after_steps > 0 && rs.step >= cfg.stop_after_steps && !rs.finished) {
-      save();
-      r.status = str("interrupted at step ", rs.step);
-      r.steps = rs.step;
-      r.seconds = elapsed();
-      return r;
-    }
-  }
-  progress.finish({{"best_val_acc", r.val_accuracy}});
-  r.steps = rs.step;
-  r.seconds = elapsed();
-  r.steps_per_second = step_seconds > 0 ? static_cast<double>(rs.step - start_step) / step_seconds : 0.0;
-  model.load_state_dict(best_state);
+    if (log.is_open())
+      log.write({{"task", r.task}, {"attention", r.attention}, {"step", at.step}, {"lr", at.lr},
+                 {"train_loss", at.train_loss}, {"val_acc", e.metric}, {"best_val_acc", r.val_accuracy},
+                 {"seconds", at.seconds}});
+  };
+  hooks.after_step = [&](int64_t) { model.on_optimizer_step(); };
+  hooks.save_state = [&] { return run_state(r); };
+  hooks.load_state = [&](const nlohmann::json& st) { load_run_state(st, r); };
+  hooks.load_legacy = [&](const std::map<std::string, std::string>& extra) { return load_legacy_lra_state(extra, r); };
+  hooks.generators = dropout_generators(model);
+  if (!cfg.log_path.empty()) log = MetricsLog(cfg.log_path, resumed);
+  const TrainerResult tr = Trainer(model, opt, schedule, tc, std::move(hooks)).fit();
+  r.status = tr.status;
+  r.steps = tr.steps;
+  r.seconds = tr.seconds;
+  if (tr.interrupted()) return r;
+  r.steps_per_second = tr.step_seconds > 0 ? static_cast<double>(tr.steps - tr.start_step) / tr.step_seconds : 0.0;
   r.test_accuracy = lra_accuracy(model, data.test, eval_batch, cfg.device);
   return r;
 }

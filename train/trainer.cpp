@@ -1,0 +1,276 @@
+// The one training loop (see train/trainer.h).
+#include "train/trainer.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <utility>
+
+#include "autograd/ops.h"
+#include "core/error.h"
+#include "train/checkpoint.h"
+
+namespace hh::train {
+
+std::string DivergenceWatch::update(double loss) {
+  if (!std::isfinite(loss)) return str("the loss became non-finite (", loss, ")");
+  if (!has_initial) {
+    initial = loss;
+    has_initial = true;
+  }
+  above = factor > 0 && loss > factor * initial ? above + 1 : 0;
+  if (above >= steps && above > 0)
+    return str("the loss stayed above ", factor, " x its initial value ", initial, " for ", above, " steps (now ",
+               loss, ")");
+  return "";
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// Early stopping that never stops when patience is 0 (it still tracks the best value).
+int64_t stopper_patience(int64_t patience) {
+  return patience > 0 ? patience : std::numeric_limits<int64_t>::max();
+}
+
+constexpr const char* kStateKey = "trainer.state";
+
+}  // namespace
+
+Trainer::Trainer(nn::Module& model, Optimizer& opt, const LrSchedule& schedule, TrainerConfig cfg, TrainerHooks hooks)
+    : model_(model),
+      opt_(opt),
+      schedule_(schedule),
+      cfg_(std::move(cfg)),
+      hooks_(std::move(hooks)),
+      stopper_(stopper_patience(cfg_.patience), cfg_.mode) {
+  const TrainerConfig& c = cfg_;
+  HH_CHECK(c.total_steps >= 1, "trainer: total_steps must be >= 1, got ", c.total_steps);
+  HH_CHECK(c.steps_per_epoch >= 0 && c.eval_every >= 0 && c.checkpoint_every >= 0 && c.stop_after_steps >= 0 &&
+               c.patience >= 0,
+           "trainer: steps_per_epoch, eval_every, checkpoint_every, stop_after_steps and patience must be >= 0");
+  HH_CHECK(c.eval_every > 0 || c.steps_per_epoch > 0, "trainer: give eval_every or steps_per_epoch");
+  HH_CHECK(c.accumulation >= 1, "trainer: accumulation must be >= 1, got ", c.accumulation);
+  HH_CHECK(c.grad_clip >= 0, "trainer: grad_clip must be >= 0, got ", c.grad_clip);
+  HH_CHECK(c.diverge_factor == 0 || c.diverge_factor > 1, "trainer: diverge_factor must be 0 (off) or > 1, got ",
+           c.diverge_factor);
+  HH_CHECK(c.diverge_steps >= 1, "trainer: diverge_steps must be >= 1, got ", c.diverge_steps);
+  HH_CHECK(!(c.resume || c.stop_after_steps > 0 || c.checkpoint_every > 0) || !c.checkpoint_path.empty(),
+           "trainer: resume, stop_after_steps and checkpoint_every need a checkpoint_path");
+  HH_CHECK(c.checkpoint_path.empty() || !c.kind.empty(), "trainer: checkpoints need the experiment's kind");
+  HH_CHECK(static_cast<bool>(hooks_.loss) && static_cast<bool>(hooks_.evaluate), "trainer: the loss and evaluate hooks are required");
+  watch_.factor = c.diverge_factor;
+  watch_.steps = c.diverge_steps;
+}
+
+TrainerResult Trainer::fit() {
+  TrainerResult r;
+  auto snapshot = [&] {
+    best_.clear();
+    for (auto& [name, t] : model_.state_dict()) best_[name] = clone(t.detach());
+  };
+  if (cfg_.keep_best) snapshot();
+  if (cfg_.resume && ::access(cfg_.checkpoint_path.c_str(), F_OK) == 0) load(r);
+  r.start_step = r.steps;
+  const double seconds_before = r.seconds;
+  const auto t0 = Clock::now();
+  auto elapsed = [&] { return seconds_before + seconds_since(t0); };
+  auto save_now = [&] {
+    if (cfg_.checkpoint_path.empty()) return;
+    r.seconds = elapsed();
+    save(r);
+  };
+
+  const int64_t total = cfg_.total_steps, spe = cfg_.steps_per_epoch;
+  const int64_t eval_every = cfg_.eval_every > 0 ? cfg_.eval_every : spe;
+  const int64_t epochs = spe > 0 ? (total + spe - 1) / spe : 0;
+  ProgressOptions po;
+  po.every_steps = 0;
+  po.every_seconds = cfg_.progress_seconds;
+  if (cfg_.quiet) po.mode = ProgressMode::plain;
+  std::unique_ptr<Progress> bar;  // per epoch when spe > 0, else one for the whole run
+  int64_t bar_epoch = -1;
+  auto running_loss = [&] { return loss_sum_ / static_cast<double>(std::max<int64_t>(loss_count_, 1)); };
+  if (spe == 0) {
+    po.label = cfg_.label;
+    po.total = total;
+    po.start_step = r.steps;
+    bar = std::make_unique<Progress>(po);
+  }
+
+  model_.train();
+  while (!finished_ && r.steps < total) {
+    const int64_t step = r.steps;
+    const int64_t epoch = spe > 0 ? step / spe : 0;
+    if (spe > 0 && epoch != bar_epoch) {
+      po.label = cfg_.label + " epoch " + std::to_string(epoch + 1) + "/" + std::to_string(epochs);
+      po.total = std::min(spe, total - epoch * spe);
+      bar = std::make_unique<Progress>(po);
+      bar_epoch = epoch;
+      if (loss_count_ > 0) bar->update(step - epoch * spe, {{"loss", running_loss()}});  // resumed mid-epoch
+    }
+    const auto step_start = Clock::now();
+    const double lr = schedule_.lr_at(step);
+    opt_.set_lr(lr);
+    opt_.zero_grad();
+    // Every micro-batch runs its backward even after a non-finite loss (data-parallel ranks must
+    // take part in the same collectives); such a step never reaches the weights.
+    double lv = 0;
+    for (int64_t m = 0; m < cfg_.accumulation; ++m) {
+      Tensor loss = hooks_.loss(step, m);
+      lv += loss.item<double>() / static_cast<double>(cfg_.accumulation);
+      if (hooks_.before_backward) hooks_.before_backward(m);
+      (cfg_.accumulation == 1 ? loss : mul(loss, 1.0 / static_cast<double>(cfg_.accumulation))).backward();
+    }
+    if (hooks_.reduce_loss) lv = hooks_.reduce_loss(lv);
+    std::string why = watch_.update(lv);
+    if (why.empty() && cfg_.grad_clip > 0) {
+      try {
+        clip_grad_norm(model_.parameters(), cfg_.grad_clip);
+      } catch (const Error& e) {  // a finite loss whose gradient overflowed
+        why = e.what();
+      }
+    }
+    if (!why.empty()) {  // the best weights before it are loaded below; nothing is saved
+      r.status = spe > 0 ? str("diverged at epoch ", epoch + 1, ", step ", step + 1, ": ", why)
+                         : str("diverged at step ", step + 1, ": ", why);
+      break;
+    }
+    opt_.step();
+    if (hooks_.after_step) hooks_.after_step(step + 1);
+    r.step_seconds += seconds_since(step_start);
+    r.steps = step + 1;
+    loss_sum_ += lv;
+    ++loss_count_;
+    if (spe > 0)
+      bar->update(r.steps - epoch * spe, {{"loss", running_loss()}});
+    else
+      bar->update(r.steps, {{"loss", running_loss()}, {"lr", lr}});
+
+    bool saved = false;
+    if (r.steps % eval_every == 0 || r.steps == total) {
+      const Evaluation e = hooks_.evaluate(r.steps);
+      model_.train();
+      const double train_loss = running_loss();
+      const bool best = stopper_.update(e.metric);
+      if (best) {
+        r.best_step = r.steps;
+        if (cfg_.keep_best) snapshot();
+      }
+      ++r.evaluations;
+      if (hooks_.on_evaluation) hooks_.on_evaluation({r.steps, train_loss, lr, elapsed(), best}, e);
+      loss_sum_ = 0;
+      loss_count_ = 0;
+      finished_ = (cfg_.patience > 0 && stopper_.should_stop()) || e.stop || r.steps >= total;
+      ProgressMetrics shown{{"loss", train_loss}};
+      shown.insert(shown.end(), e.shown.begin(), e.shown.end());
+      if (spe > 0)
+        bar->finish(shown);
+      else
+        bar->update(r.steps, shown);
+      save_now();
+      saved = true;
+    } else if (cfg_.checkpoint_every > 0 && r.steps % cfg_.checkpoint_every == 0) {
+      save_now();
+      saved = true;
+    }
+    if (cfg_.stop_after_steps > 0 && r.steps >= cfg_.stop_after_steps && !finished_) {
+      if (!saved) save_now();
+      r.status = str("interrupted at step ", r.steps);
+      r.seconds = elapsed();
+      r.has_best = stopper_.has_best();
+      if (r.has_best) r.best_metric = stopper_.best();
+      return r;
+    }
+  }
+  r.has_best = stopper_.has_best();
+  if (r.has_best) r.best_metric = stopper_.best();
+  if (spe == 0) bar->finish(r.has_best ? ProgressMetrics{{"best_" + cfg_.metric_name, r.best_metric}} : ProgressMetrics{});
+  r.seconds = elapsed();
+  if (cfg_.keep_best) model_.load_state_dict(best_);
+  return r;
+}
+
+void Trainer::save(const TrainerResult& r) const {
+  const EarlyStoppingState& es = stopper_.state();
+  const nlohmann::json state = {{"loss_sum", loss_sum_},
+                                {"loss_count", loss_count_},
+                                {"finished", finished_},
+                                {"seconds", r.seconds},
+                                {"evaluations", r.evaluations},
+                                {"best_step", r.best_step},
+                                {"early_stopping", {es.has_best, es.best, es.best_index, es.bad_count, es.num_updates}},
+                                {"divergence", {watch_.has_initial, watch_.initial, watch_.above}}};
+  CheckpointMeta meta;
+  meta.step = r.steps;
+  meta.generators = hooks_.generators;
+  meta.extra[cfg_.kind + ".fingerprint"] = cfg_.fingerprint;
+  meta.extra[kStateKey] = state.dump();
+  if (hooks_.save_state) meta.extra[cfg_.kind + ".run"] = hooks_.save_state().dump();
+  if (cfg_.keep_best) meta.tensors = best_;
+  save_checkpoint(cfg_.checkpoint_path, model_, &opt_, meta);
+}
+
+void Trainer::load(TrainerResult& r) {
+  const std::string& path = cfg_.checkpoint_path;
+  CheckpointMeta meta;
+  meta.generators = hooks_.generators;
+  load_checkpoint(path, model_, &opt_, meta);
+  auto it = meta.extra.find(cfg_.kind + ".fingerprint");
+  HH_CHECK(it != meta.extra.end(), "checkpoint ", path, ": metadata lacks '", cfg_.kind, ".fingerprint' (not a ",
+           cfg_.kind, " checkpoint)");
+  const std::string diff = fingerprint_diff(it->second, cfg_.fingerprint);
+  if (!diff.empty()) {
+    fail(str("checkpoint ", path, ": it was saved by a run with another configuration or data (differs in ", diff,
+             "); start afresh without resuming, or use the original settings"));
+  }
+  try {
+    nlohmann::json st;
+    auto state = meta.extra.find(kStateKey);
+    if (state != meta.extra.end()) {
+      st = nlohmann::json::parse(state->second);
+      if (hooks_.load_state) {
+        auto run = meta.extra.find(cfg_.kind + ".run");
+        HH_CHECK(run != meta.extra.end(), "checkpoint ", path, ": metadata lacks '", cfg_.kind, ".run'");
+        hooks_.load_state(nlohmann::json::parse(run->second));
+      }
+    } else {
+      HH_CHECK(static_cast<bool>(hooks_.load_legacy), "checkpoint ", path, ": metadata lacks '", kStateKey,
+               "' (not a checkpoint of this version's training loop: start afresh without resuming)");
+      st = hooks_.load_legacy(meta.extra);
+    }
+    r.steps = meta.step;
+    loss_sum_ = st.at("loss_sum").get<double>();
+    loss_count_ = st.at("loss_count").get<int64_t>();
+    finished_ = st.at("finished").get<bool>();
+    r.seconds = st.at("seconds").get<double>();
+    r.evaluations = st.value("evaluations", int64_t{0});
+    r.best_step = st.value("best_step", int64_t{0});
+    const auto& e = st.at("early_stopping");
+    stopper_.set_state({e.at(0).get<bool>(), e.at(1).get<double>(), e.at(2).get<int64_t>(), e.at(3).get<int64_t>(),
+                        e.at(4).get<int64_t>()});
+    if (st.contains("divergence")) {
+      const auto& d = st.at("divergence");
+      watch_.has_initial = d.at(0).get<bool>();
+      watch_.initial = d.at(1).get<double>();
+      watch_.above = d.at(2).get<int64_t>();
+    }
+  } catch (const nlohmann::json::exception& e) {
+    fail(str("checkpoint ", path, ": bad training state in its metadata: ", e.what()));
+  }
+  HH_CHECK(r.steps >= 0 && r.steps <= cfg_.total_steps, "checkpoint ", path, ": its step ", r.steps,
+           " is outside this run's [0, ", cfg_.total_steps, "] steps");
+  HH_CHECK(loss_count_ >= 0, "checkpoint ", path, ": bad training state in its metadata (loss_count ", loss_count_, ")");
+  if (cfg_.keep_best) {
+    HH_CHECK(!meta.tensors.empty(), "checkpoint ", path, ": it holds no best weights");
+    best_ = meta.tensors;
+  }
+}
+
+}  // namespace hh::train
