@@ -229,7 +229,7 @@ int train_cmd(int argc, char** argv) {
   const Device device = parse_device(f.str("device"));
   if (device.is_cuda()) HH_CHECK(cuda_available(), "--device ", f.str("device"), ": ", cuda_unavailable_reason());
   const Precision precision = precision_flag(f, device);
-  std::shared_ptr<train::Communicator> comm = train::make_communicator(f.str("dist"));
+  std::shared_ptr<Communicator> comm = make_communicator(f.str("dist"));
   const bool root = comm->rank() == 0;
 
   train::LmTrainConfig base;
