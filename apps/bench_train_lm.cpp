@@ -71,7 +71,7 @@ int run(int argc, char** argv) {
   data::write_token_shard((dir / "train_00000.bin").string(), ids, vocab);
   const data::TokenDataset data = data::TokenDataset::open(dir.string(), "train");
   const std::vector<int32_t> valid(ids.begin(), ids.begin() + context + 1);
-  auto comm = train::make_communicator("none");
+  auto comm = make_communicator("none");
 
   json results = json::array();
   std::printf("%-10s %10s %12s %12s %14s %12s\n", "attention", "params", "step ms", "tokens/s", "peak alloc MiB",

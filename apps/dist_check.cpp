@@ -52,8 +52,8 @@ int compare(const std::string& mine, const std::string& other, double tol) {
   return 0;
 }
 
-int run_training(const apps::Flags& f, const std::shared_ptr<train::Communicator>& comm_ptr) {
-  train::Communicator& comm = *comm_ptr;
+int run_training(const apps::Flags& f, const std::shared_ptr<Communicator>& comm_ptr) {
+  Communicator& comm = *comm_ptr;
   const int64_t steps = f.integer("steps", 1, 100000);
   const int64_t global = f.integer("global-batch", 1, 1 << 20);
   const int64_t accum = f.integer("accum", 1, 1024);
@@ -144,7 +144,7 @@ int run_training(const apps::Flags& f, const std::shared_ptr<train::Communicator
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::shared_ptr<hh::train::Communicator> comm;
+  std::shared_ptr<hh::Communicator> comm;
   try {
     hh::apps::Flags f("dist_check", "Data-parallel training check: trains a tiny LM on 1 or N ranks (mpirun), "
                                     "or compares two weight files.");
@@ -162,7 +162,7 @@ int main(int argc, char** argv) {
     f.add("tol", "0", "--compare: largest max |delta| accepted");
     if (!f.parse(argc, argv)) return 0;
     if (f.given("compare")) return compare(f.str("out"), f.str("compare"), f.number("tol", 0.0, 1e30));
-    comm = hh::train::make_communicator(f.str("backend"));
+    comm = hh::make_communicator(f.str("backend"));
     return run_training(f, comm);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dist_check: error: %s\n", e.what());

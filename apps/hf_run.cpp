@@ -25,6 +25,7 @@
 #include "core/atomic_file.h"
 #include "core/backend.h"
 #include "core/parallel.h"
+#include "core/progress.h"
 #include "data/image.h"
 #include "data/tokenizer.h"
 #include "nn/feature_maps.h"
@@ -32,7 +33,6 @@
 #include "nn/models/generate.h"
 #include "nn/models/hf_model.h"
 #include "nn/models/vit.h"
-#include "train/progress.h"
 
 using namespace hh;
 using json = nlohmann::json;

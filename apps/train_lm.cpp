@@ -236,7 +236,7 @@ int train_cmd(int argc, char** argv) {
   if (threads > 0) set_num_threads(threads);
   const Device device = c.device;
   const Precision precision = c.precision;
-  std::shared_ptr<train::Communicator> comm = train::make_communicator(f.str("dist"));
+  std::shared_ptr<Communicator> comm = make_communicator(f.str("dist"));
   const bool root = comm->rank() == 0;
 
   train::LmTrainConfig base;

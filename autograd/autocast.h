@@ -64,7 +64,7 @@ Precision parse_precision(const std::string& s);
 void check_precision(Precision p, Device d);
 
 // Autocast for the scope of a forward pass at precision p: bf16 autocast for Precision::bf16,
-// nothing otherwise (tf32 is a process-wide cuBLAS setting: set_allow_tf32, cuda/cuda_config.h).
+// nothing otherwise (tf32 is a process-wide cuBLAS setting: set_allow_tf32, core/cuda_config.h).
 class PrecisionGuard {
  public:
   explicit PrecisionGuard(Precision p) : guard_(DType::bf16, p == Precision::bf16) {}

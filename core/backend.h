@@ -218,7 +218,7 @@ Backend& backend_for(Device d);
 inline Backend& backend_of(const Tensor& t) { return backend_for(t.device()); }
 
 // CUDA builds: core/cuda_module.cpp, which loads the CUDA backend module (libhedgehog_cuda.so)
-// on first use; CPU-only builds: cuda/cuda_stub.cpp. cuda_available() is false (never throws)
+// on first use; CPU-only builds: core/cuda_stub.cpp. cuda_available() is false (never throws)
 // when the module cannot be loaded or there is no device; cuda_backend() then throws the reason.
 Backend& cuda_backend(int index);
 bool cuda_available();

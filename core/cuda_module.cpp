@@ -1,5 +1,5 @@
 // The loader of the CUDA backend module (core/cuda_module.h) and the CUDA entry points of a CUDA
-// build. CPU-only builds compile cuda/cuda_stub.cpp instead. The module is loaded once per
+// build. CPU-only builds compile core/cuda_stub.cpp instead. The module is loaded once per
 // process and never unloaded (tensors may hold its memory until exit).
 #include "core/cuda_module.h"
 
@@ -8,8 +8,8 @@
 
 #include <cstdlib>
 
-#include "cuda/cuda_config.h"
-#include "cuda/cuda_stream.h"
+#include "core/cuda_config.h"
+#include "core/cuda_stream.h"
 
 namespace hh {
 
@@ -97,7 +97,7 @@ std::vector<std::string> search_paths() {
 
 }  // namespace cuda_module
 
-// ---- the entry points declared in core/backend.h, cuda/cuda_memory.h and cuda/cuda_config.h ----
+// ---- the entry points declared in core/backend.h, core/cuda_memory.h and core/cuda_config.h ----
 // The module defines the same set (cuda/cuda_backend.cpp) and links the core archive: its own
 // definitions win there, so this file is never pulled into the module. Keep both sets identical.
 

@@ -1,8 +1,8 @@
 // The CUDA backend is a separate shared module (libhedgehog_cuda.so, built from cuda/) that the
 // core loads with dlopen the first time a CUDA device is asked for, so CPU-only programs neither
 // link nor map cudart/cuBLAS. The module exports one C function returning the table below; the
-// core's cuda_backend(), cuda_available(), ... (core/backend.h, cuda/cuda_memory.h,
-// cuda/cuda_config.h, cuda/cuda_stream.h) forward to it.
+// core's cuda_backend(), cuda_available(), ... (core/backend.h, core/cuda_memory.h,
+// core/cuda_config.h, core/cuda_stream.h) forward to it.
 #pragma once
 #include <cstddef>
 #include <functional>
@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "core/backend.h"
-#include "cuda/cuda_memory.h"
-#include "cuda/cuda_stream.h"
+#include "core/cuda_memory.h"
+#include "core/cuda_stream.h"
 
 namespace hh::cuda_module {
 

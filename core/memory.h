@@ -1,11 +1,11 @@
 // Memory accounting per device: bytes held by live tensor storage now, and the peak since start
 // or the last reset_peak_memory. CPU counts come from CpuBackend::allocate (64-byte rounded block
-// sizes); CUDA devices report their caching allocator's numbers (cuda/cuda_memory.h).
+// sizes); CUDA devices report their caching allocator's numbers (core/cuda_memory.h).
 #pragma once
 #include <cstddef>
 
+#include "core/cuda_memory.h"  // struct MemoryStats {current, peak, reserved} (shared with CUDA)
 #include "core/device.h"
-#include "cuda/cuda_memory.h"  // struct MemoryStats {current, peak, reserved} (shared with CUDA)
 
 namespace hh {
 

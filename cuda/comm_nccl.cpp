@@ -18,10 +18,10 @@
 #include <string>
 
 #include "core/backend.h"
+#include "core/communicator.h"
 #include "core/error.h"
-#include "train/distributed.h"
 
-namespace hh::train {
+namespace hh {
 
 namespace {
 
@@ -152,4 +152,4 @@ const RegisterNccl register_nccl;
 
 }  // namespace
 
-}  // namespace hh::train
+}  // namespace hh

@@ -37,7 +37,7 @@
 #include <memory>
 #include <string>
 
-#include "cuda/cuda_memory.h"
+#include "core/cuda_memory.h"
 
 namespace hh::cuda {
 

@@ -5,10 +5,10 @@
 #include <array>
 #include <string>
 
+#include "core/cuda_config.h"
+#include "core/cuda_memory.h"
 #include "core/cuda_module.h"
-#include "cuda/cuda_config.h"
-#include "cuda/cuda_memory.h"
-#include "cuda/cuda_stream.h"
+#include "core/cuda_stream.h"
 
 namespace hh {
 
@@ -190,7 +190,7 @@ void CudaBackend::synchronize() {
   HH_CUDA_CHECK(cudaStreamSynchronize(stream_), "synchronize");
 }
 
-// ---- the entry points declared in core/backend.h, cuda/cuda_memory.h and cuda/cuda_config.h ----
+// ---- the entry points declared in core/backend.h, core/cuda_memory.h and core/cuda_config.h ----
 // Inside the module these are the real ones (the core's loader, core/cuda_module.cpp, defines the
 // same set for programs and forwards to the table exported below).
 

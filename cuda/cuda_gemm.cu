@@ -5,13 +5,13 @@
 // (N,M) matrix Cᵀ. So we ask for Cᵀ = Bᵀ·Aᵀ. A row-major operand read column-major already is
 // its transpose (op N); a column-major one (a transposed view) needs op T. Leading dimensions
 // come from the strides, batch strides are passed as they are (0 broadcasts one matrix).
-// f32 runs in full f32 unless set_allow_tf32(true) (cuda/cuda_config.h); bf16/f16 run on tensor
+// f32 runs in full f32 unless set_allow_tf32(true) (core/cuda_config.h); bf16/f16 run on tensor
 // cores with f32 accumulation (cuBLAS picks its cuBLASLt kernels for them).
 #include <atomic>
 #include <climits>
 
+#include "core/cuda_config.h"
 #include "cuda/cuda_common.cuh"
-#include "cuda/cuda_config.h"
 
 namespace hh {
 

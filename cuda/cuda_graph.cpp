@@ -1,10 +1,10 @@
 // CUDA-graph capture and replay (see cuda_graph.h).
 #include "cuda/cuda_graph.h"
 
+#include "core/cuda_stream.h"
 #include "core/error.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_check.h"
-#include "cuda/cuda_stream.h"
 
 namespace hh::cuda {
 

@@ -15,12 +15,12 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/progress.h"
 #include "data/text_corpus.h"
 #include "data/token_shards.h"
 #include "data/tokenizer_bytes.h"
 #include "data/tokenizer_gpt2.h"
 #include "data/unicode.h"
-#include "train/progress.h"
 
 namespace hh::data {
 

@@ -48,7 +48,7 @@ struct PrepareOptions {
   double valid_fraction = 0.05;     // non-WikiText inputs: the tail of each document goes to "valid"; [0, 1)
   int64_t shard_tokens = 100'000'000;
   int threads = 0;                  // 0 = all cores
-  bool progress = true;             // a train/progress.h bar on stderr (MiB done / total)
+  bool progress = true;             // a core/progress.h bar on stderr (MiB done / total)
   int bytes_per_id = 0;             // 0 = the smallest that fits the vocabulary; 2 or 4 forces a width
   int64_t chunk_bytes = 1 << 20;    // about how much text one thread tokenizes at a time
 };

@@ -1,5 +1,5 @@
 // The generators' work loop: item(i) for every i in [0, n) on `threads` threads (0 = every core),
-// in dynamic chunks, with a progress bar (train/progress.h) when `label` is not empty. An item that
+// in dynamic chunks, with a progress bar (core/progress.h) when `label` is not empty. An item that
 // throws does not stop the others; after all have run, the error of the lowest failing index is
 // thrown, so the outcome does not depend on the thread count.
 #pragma once
@@ -13,7 +13,7 @@
 
 #include "core/error.h"
 #include "core/parallel.h"
-#include "train/progress.h"
+#include "core/progress.h"
 
 namespace hh::data {
 

@@ -13,8 +13,8 @@
 #include "tests/op_table.h"
 
 #if defined(HH_WITH_CUDA)
-#include "cuda/cuda_config.h"
-#include "cuda/cuda_memory.h"
+#include "core/cuda_config.h"
+#include "core/cuda_memory.h"
 #endif
 
 namespace hh::test {

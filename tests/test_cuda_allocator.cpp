@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "core/cuda_stream.h"
 #include "cuda/cuda_allocator.h"
-#include "cuda/cuda_stream.h"
 #include "tests/cuda_compare.h"
 #include "tests/op_table.h"
 

@@ -19,13 +19,13 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/progress.h"
 #include "core/tensor.h"
 #include "data/batching.h"
 #include "nn/layers.h"
 #include "train/checkpoint.h"
 #include "train/early_stopping.h"
 #include "train/metrics_log.h"
-#include "train/progress.h"
 #include "train/schedule.h"
 #include "train/report/svg.h"
 

@@ -3,7 +3,7 @@
 // Jobs are handed out costliest first (by the caller's cost estimate; ties keep their given
 // order), so the last job to start is a short one and the workers finish close together. Each
 // worker calls the setup hook once on its own thread before its first job: the place to set its
-// OpenMP thread count, or on CUDA to give it a stream of its own (cuda/cuda_stream.h). A job that
+// OpenMP thread count, or on CUDA to give it a stream of its own (core/cuda_stream.h). A job that
 // throws is recorded as failed and the others go on. Every job's outcome is delivered to on_done
 // as soon as it completes, one call at a time (never two at once), in completion order.
 //

@@ -24,7 +24,7 @@
 #include "nn/module.h"
 #include "train/early_stopping.h"
 #include "train/optim.h"
-#include "train/progress.h"
+#include "core/progress.h"
 #include "train/schedule.h"
 
 namespace hh::train {

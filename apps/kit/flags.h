@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "autograd/autocast.h"
+#include "core/cuda_config.h"
 #include "core/device.h"
 #include "core/error.h"
-#include "cuda/cuda_config.h"
 
 namespace hh::apps {
 

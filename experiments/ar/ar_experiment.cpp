@@ -8,11 +8,11 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "core/progress.h"
 #include "data/batching.h"
 #include "nn/diagnostics.h"
 #include "train/early_stopping.h"
 #include "train/optim.h"
-#include "train/progress.h"
 #include "train/schedule.h"
 #include "train/trainer.h"
 

@@ -12,13 +12,13 @@
 #include "autograd/ops/nn.h"
 #include "autograd/ops/shape.h"
 #include "core/error.h"
+#include "core/progress.h"
 #include "core/safetensors.h"
 #include "data/text_corpus.h"
 #include "nn/models/hf_save.h"
 #include "train/checkpoint.h"
 #include "train/metrics_log.h"
 #include "train/optim.h"
-#include "train/progress.h"
 #include "train/schedule.h"
 
 namespace hh::train {

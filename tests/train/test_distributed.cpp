@@ -27,7 +27,7 @@ std::vector<double> values(const Tensor& t) { return to_vector<double>(t); }
 
 // World 2, rank 0. A reduction adds the other rank's contribution, 2x this rank's values, when
 // waited on; launches are recorded (the bucket sizes, in order) to check order and overlap.
-class TwoRankStandIn final : public train::Communicator {
+class TwoRankStandIn final : public Communicator {
  public:
   int rank() const override { return 0; }
   int world() const override { return 2; }
@@ -115,7 +115,7 @@ TEST_CASE("grad-ready hook: removal, copies, a leaf root, and every backward of 
 }
 
 TEST_CASE("communicator: none is world 1; unknown and unbuilt backends are clear errors") {
-  auto none = train::make_communicator("none");
+  auto none = make_communicator("none");
   CHECK(none->world() == 1);
   CHECK(none->rank() == 0);
   CHECK(none->backend() == "none");
@@ -125,25 +125,25 @@ TEST_CASE("communicator: none is world 1; unknown and unbuilt backends are clear
   none->broadcast(t, 0);
   none->barrier();
   CHECK(values(t) == std::vector<double>{1, 2});
-  CHECK_THROWS_WITH_AS(train::make_communicator("gloo"), doctest::Contains("unknown communicator backend 'gloo'"),
+  CHECK_THROWS_WITH_AS(make_communicator("gloo"), doctest::Contains("unknown communicator backend 'gloo'"),
                        hh::Error);
   // hh_tests links neither hedgehog_mpi nor hedgehog_nccl.
-  CHECK_THROWS_WITH_AS(train::make_communicator("mpi"),
+  CHECK_THROWS_WITH_AS(make_communicator("mpi"),
                        doctest::Contains("communicator 'mpi' is not available: this program was built without MPI"),
                        hh::Error);
-  CHECK_THROWS_WITH_AS(train::make_communicator("nccl"), doctest::Contains("built without NCCL"), hh::Error);
-  if (train::launcher_world_size() == 1) CHECK(train::make_communicator("auto")->backend() == "none");
+  CHECK_THROWS_WITH_AS(make_communicator("nccl"), doctest::Contains("built without NCCL"), hh::Error);
+  if (launcher_world_size() == 1) CHECK(make_communicator("auto")->backend() == "none");
 }
 
 TEST_CASE("communicator: auto under mpirun without MPI is an error, not N processes training alone") {
   if (std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE")) return;  // really under mpirun
   ::setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
-  CHECK(train::launcher_world_size() == 2);
-  CHECK_THROWS_WITH_AS(train::make_communicator("auto"),
+  CHECK(launcher_world_size() == 2);
+  CHECK_THROWS_WITH_AS(make_communicator("auto"),
                        doctest::Contains("started by mpirun (2 processes) but this program was built without MPI"),
                        hh::Error);
   ::setenv("OMPI_COMM_WORLD_SIZE", "1", 1);  // a job of one: nothing to reduce, nothing lost
-  CHECK(train::make_communicator("auto")->backend() == "none");
+  CHECK(make_communicator("auto")->backend() == "none");
   ::unsetenv("OMPI_COMM_WORLD_SIZE");
 }
 
@@ -230,7 +230,7 @@ TEST_CASE("GradReducer: no_sync micro-steps only accumulate; the last one reduce
 TEST_CASE("GradReducer: one process changes nothing; its hooks go with it") {
   Tensor w = leaf({1, 2});
   {
-    train::GradReducer r({{"w", w}, {"w again", w}}, train::make_communicator("none"));
+    train::GradReducer r({{"w", w}, {"w again", w}}, make_communicator("none"));
     CHECK(r.buckets() == 1);  // listed twice, reduced once
     sum(mul(w, 2.0)).backward();
     r.finish();
@@ -239,7 +239,7 @@ TEST_CASE("GradReducer: one process changes nothing; its hooks go with it") {
   }
   CHECK(w.impl_ptr()->grad_ready_hooks.list.empty());
   Tensor i = from_vector(std::vector<int64_t>{1}, {1});
-  CHECK_THROWS_WITH_AS(train::GradReducer({{"ids", i}}, train::make_communicator("none")),
+  CHECK_THROWS_WITH_AS(train::GradReducer({{"ids", i}}, make_communicator("none")),
                        doctest::Contains("parameter 'ids' is not a leaf tensor that requires grad"), hh::Error);
 }
 

@@ -134,7 +134,7 @@ TEST_CASE("train_lm: sampling (greedy, top-k 1, a tiny nucleus) and its checks")
 
 TEST_CASE("train_lm: a tiny GPT learns; a resumed run ends bit for bit where an uninterrupted one ends") {
   TinyData d;
-  auto comm = train::make_communicator("none");
+  auto comm = make_communicator("none");
   for (const std::string mixer : {"softmax", "hedgehog"}) {
     CAPTURE(mixer);
     test::TempDir out("lm_train_run");
@@ -175,7 +175,7 @@ TEST_CASE("train_lm: a tiny GPT learns; a resumed run ends bit for bit where an 
 
 TEST_CASE("train_lm: gradient accumulation gives the update of the whole batch") {
   TinyData d;
-  auto comm = train::make_communicator("none");
+  auto comm = make_communicator("none");
   test::TempDir out("lm_train_acc");
   train::LmTrainConfig c = tiny_config(out.file("one"), "hedgehog");
   c.steps = 3;
@@ -196,7 +196,7 @@ TEST_CASE("train_lm: gradient accumulation gives the update of the whole batch")
 
 TEST_CASE("train_lm: validation perplexity over blocks and sliding windows") {
   TinyData d;
-  auto comm = train::make_communicator("none");
+  auto comm = make_communicator("none");
   nn::HFModelOptions o;
   train::LmModelConfig mc = train::lm_model_preset("tiny");
   mc.vocab_size = 16;
@@ -228,7 +228,7 @@ TEST_CASE("train_lm: validation perplexity over blocks and sliding windows") {
 
 TEST_CASE("train_lm: the exported HF folder loads back with the same outputs") {
   TinyData d;
-  auto comm = train::make_communicator("none");
+  auto comm = make_communicator("none");
   for (const std::string mixer : {"softmax", "hedgehog"}) {
     CAPTURE(mixer);
     test::TempDir out("lm_train_export");
@@ -269,7 +269,7 @@ TEST_CASE("train_lm: bf16 autocast training tracks f32") {
   // validation loss within 0.005 of f32's (the loss goes from 2.77 to about 1.65; measured: at most
   // 5.7e-4 and 4.3e-4 per step, 2e-4 and 3e-4 at the end, for softmax and Hedgehog), and both learn.
   TinyData d;
-  auto comm = train::make_communicator("none");
+  auto comm = make_communicator("none");
   for (const std::string mixer : {"softmax", "hedgehog"}) {
     CAPTURE(mixer);
     test::TempDir out("lm_train_bf16");

@@ -15,11 +15,11 @@
 #include <vector>
 
 #include "autograd/ops.h"
+#include "core/cuda_stream.h"
 #include "core/error.h"
 #include "core/generator.h"
 #include "core/parallel.h"
 #include "core/tensor.h"
-#include "cuda/cuda_stream.h"
 #include "tests/cuda_compare.h"
 #include "tests/op_table.h"
 #include "train/run_scheduler.h"

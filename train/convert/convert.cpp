@@ -9,12 +9,12 @@
 #include <set>
 #include <sstream>
 
+#include "core/progress.h"
 #include "core/safetensors.h"
 #include "nn/attention.h"
 #include "train/checkpoint.h"
 #include "train/early_stopping.h"
 #include "train/optim.h"
-#include "train/progress.h"
 #include "train/schedule.h"
 
 namespace hh::train {

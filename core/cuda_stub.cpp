@@ -1,8 +1,9 @@
-// The CUDA backend's stand-in for CPU-only builds: every entry point says CUDA was not built.
+// The CUDA backend's stand-in for CPU-only builds (core/cuda_module.cpp is compiled instead in
+// CUDA builds): every CUDA entry point of the core says CUDA was not built.
 #include "core/backend.h"
-#include "cuda/cuda_config.h"
-#include "cuda/cuda_memory.h"
-#include "cuda/cuda_stream.h"
+#include "core/cuda_config.h"
+#include "core/cuda_memory.h"
+#include "core/cuda_stream.h"
 
 namespace hh {
 

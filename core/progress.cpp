@@ -1,5 +1,5 @@
-// Progress bar / periodic progress lines (see train/progress.h).
-#include "train/progress.h"
+// Progress bar / periodic progress lines (see core/progress.h).
+#include "core/progress.h"
 
 #include <unistd.h>
 

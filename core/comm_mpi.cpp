@@ -10,10 +10,10 @@
 #include <memory>
 #include <string>
 
+#include "core/communicator.h"
 #include "core/error.h"
-#include "train/distributed.h"
 
-namespace hh::train {
+namespace hh {
 
 namespace {
 
@@ -128,4 +128,4 @@ const RegisterMpi register_mpi;
 
 }  // namespace
 
-}  // namespace hh::train
+}  // namespace hh

@@ -1,4 +1,5 @@
-// Process-wide CUDA math settings. Plain header (no CUDA include).
+// Process-wide CUDA math settings: the core's interface, implemented by the CUDA module (through
+// core/cuda_module.cpp) or core/cuda_stub.cpp. Plain header (no CUDA include).
 #pragma once
 
 namespace hh {

@@ -1,6 +1,7 @@
-// CUDA memory statistics and cache control for one device. Plain header (no CUDA include), so
-// apps and tests can query the caching allocator of a CUDA build. Throws hh::Error when the
-// device does not exist.
+// CUDA memory statistics and cache control for one device: the core's interface, implemented by
+// the CUDA module (cuda/cuda_backend.cpp, reached through core/cuda_module.cpp) or by
+// core/cuda_stub.cpp in CPU-only builds. Plain header (no CUDA include), so apps and tests can
+// query the caching allocator of a CUDA build. Throws hh::Error when the device does not exist.
 #pragma once
 #include <cstddef>
 

@@ -1,5 +1,6 @@
-// Streams and graphs of one CUDA device, as the core sees them. Plain header (no CUDA include);
-// the CUDA backend's side is in cuda/cuda_backend.h (StreamGuard, thread_stream) and
+// Streams and graphs of one CUDA device, as the core sees them: the core's interface, implemented
+// by the CUDA module (through core/cuda_module.cpp) or core/cuda_stub.cpp. Plain header (no CUDA
+// include); the CUDA backend's side is in cuda/cuda_backend.h (StreamGuard, thread_stream) and
 // cuda/cuda_graph.h (CudaGraph).
 #pragma once
 #include <functional>

@@ -1,0 +1,63 @@
+# The layer check (scripts/check-layers) on two tiny generated trees: one whose includes all
+# point down (it must pass), and the same tree with an include that runs back up (data -> train)
+# and one that runs sideways (experiments/lm -> experiments/ar): it must fail and name both, as
+# file:line and the include, and nothing else.
+# cmake -DSCRIPT=<scripts/check-layers> -DWORK_DIR=<scratch folder> -P check_layers_test.cmake
+foreach(v SCRIPT WORK_DIR)
+  if(NOT DEFINED ${v})
+    message(FATAL_ERROR "check_layers_test.cmake: -D${v}=... is required")
+  endif()
+endforeach()
+
+function(write_tree root)
+  file(REMOVE_RECURSE ${root})
+  file(WRITE ${root}/core/tensor.h "// fake\n#pragma once\n")
+  file(WRITE ${root}/core/cpu/kernels.cpp "// fake\n#include \"core/tensor.h\"\n#include \"kernels.inc\"\n")
+  file(WRITE ${root}/core/cpu/kernels.inc "// fake\n")
+  file(WRITE ${root}/cuda/backend.cpp "// fake\n#include <cuda_runtime.h>\n#include \"core/tensor.h\"\n")
+  file(WRITE ${root}/autograd/ops.h "// fake\n#include \"core/tensor.h\"\n")
+  file(WRITE ${root}/nn/layers.h "// fake\n#include \"autograd/ops.h\"\n")
+  file(WRITE ${root}/data/reader.h "// fake\n#include \"core/tensor.h\"\n")
+  file(WRITE ${root}/train/trainer.h "// fake\n#include \"nn/layers.h\"\n#include \"data/reader.h\"\n")
+  file(WRITE ${root}/train/report/page.h "// fake\n#include \"train/trainer.h\"\n")
+  file(WRITE ${root}/experiments/ar/driver.h "// fake\n#include \"train/report/page.h\"\n")
+  file(WRITE ${root}/experiments/ar/driver.cpp "// fake\n#include \"experiments/ar/driver.h\"\n")
+  file(WRITE ${root}/experiments/lm/model.h "// fake\n#include \"nn/layers.h\"\n")
+  file(WRITE ${root}/apps/ar.cpp "// fake\n#include \"experiments/ar/driver.h\"\n#include \"experiments/lm/model.h\"\n")
+endfunction()
+
+function(run_check root out_rc out_text)
+  execute_process(COMMAND ${SCRIPT} ${root} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  set(${out_rc} ${rc} PARENT_SCOPE)
+  set(${out_text} "${out}${err}" PARENT_SCOPE)
+endfunction()
+
+# 1. Everything points down: passes.
+write_tree(${WORK_DIR}/good)
+run_check(${WORK_DIR}/good rc text)
+message("---- a tree whose includes point down (expect success):\n${text}")
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "check-layers failed (exit ${rc}) on a tree whose includes all point down")
+endif()
+
+# 2. One back-up include, one sideways include: fails, naming both and only them.
+write_tree(${WORK_DIR}/bad)
+file(WRITE ${WORK_DIR}/bad/data/lm_prepare.cpp "// fake\n#include \"data/reader.h\"\n#include \"train/trainer.h\"\n")
+file(WRITE ${WORK_DIR}/bad/experiments/lm/driver.cpp "// fake\n#include \"experiments/lm/model.h\"\n#include \"experiments/ar/driver.h\"\n")
+run_check(${WORK_DIR}/bad rc text)
+message("---- the same tree with a back-up and a sideways include (expect failure):\n${text}")
+if(rc EQUAL 0)
+  message(FATAL_ERROR "check-layers passed a tree where data/ includes train/")
+endif()
+foreach(expected "data/lm_prepare.cpp:3: #include \"train/trainer.h\": data/ may not include train/"
+                 "experiments/lm/driver.cpp:3: #include \"experiments/ar/driver.h\": experiments/lm/ may not include another experiment's folder experiments/ar/")
+  string(FIND "${text}" "${expected}" at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "check-layers did not report: ${expected}")
+  endif()
+endforeach()
+string(REGEX MATCHALL "[^\n]*: #include [^\n]*" reported "${text}")
+list(LENGTH reported n)
+if(NOT n EQUAL 2)
+  message(FATAL_ERROR "check-layers reported ${n} includes, expected exactly 2")
+endif()
