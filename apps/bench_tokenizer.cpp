@@ -18,6 +18,7 @@
 #include "apps/bench_stats.h"
 #include "apps/flags.h"
 #include "core/error.h"
+#include "core/regular_file.h"
 #include "data/tokenizer.h"
 
 namespace {
@@ -35,6 +36,7 @@ int run(int argc, char** argv) {
   if (!flags.parse(argc, argv)) return 0;
   const int64_t reps = flags.integer("reps", 1, 1000), repeat = flags.integer("repeat", 1, 1000);
   const auto tok = hh::data::load_tokenizer(flags.str("tokenizer"));
+  hh::check_regular_file(flags.str("file"), "--file");
   std::ifstream in(flags.str("file"), std::ios::binary);
   HH_CHECK(in, "--file: cannot open ", flags.str("file"));
   std::ostringstream ss;

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/regular_file.h"
 
 namespace hh {
 
@@ -19,6 +20,7 @@ namespace {
 constexpr int64_t kMaxPixels = int64_t(1) << 28;  // 268M pixels: far beyond any real photo
 
 std::string read_file(const std::string& path) {
+  check_regular_file(path, "image");  // a FIFO blocks; /dev/zero would be read until memory runs out
   std::ifstream f(path, std::ios::binary);
   HH_CHECK(f.good(), "image: cannot open ", path);
   std::ostringstream ss;

@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/regular_file.h"
 #include "data/image.h"
 #include "data/image_dataset.h"
 
@@ -126,6 +127,7 @@ void require_file(const std::string& path, const char* task) {
 template <typename F>
 void for_each_line(const std::string& path, const char* task, F on_line) {
   require_file(path, task);
+  check_regular_file(path, str("lra ", task));  // names the kind of file (a FIFO would block the open below)
   std::ifstream f(path, std::ios::binary);
   HH_CHECK(f.good(), "lra ", task, ": ", path, ": cannot open the file");
   std::string line;

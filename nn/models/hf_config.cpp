@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/regular_file.h"
 #include "core/safetensors.h"
 
 namespace hh::nn {
@@ -18,6 +19,7 @@ HFConfig::HFConfig(std::shared_ptr<const Impl> impl, std::string origin)
     : impl_(std::move(impl)), origin_(std::move(origin)) {}
 
 HFConfig HFConfig::load(const std::string& path) {
+  check_regular_file(path, "config");  // a FIFO would block the open below forever
   std::ifstream f(path, std::ios::binary);
   HH_CHECK(f.good(), "config: cannot open ", path);
   std::ostringstream ss;
