@@ -38,6 +38,7 @@ set(HF_RUN_BAD
     "--model ${HF}/gpt2-tiny --ids 500" "outside the model's vocabulary of 101"
     "--model ${HF}/gpt2-tiny --image ${HF}/vit-tiny/image.png" "generates text"
     "--model ${HF}/vit-tiny --image ${CMAKE_CURRENT_SOURCE_DIR}/CMakeLists.txt" "CMakeLists.txt"
+    "--model ${HF}/vit-tiny --image /dev/zero" "/dev/zero: not a regular file (a character device)"
     "--model ${HF}/gpt2-tiny --ids 1 --out ${CMAKE_CURRENT_SOURCE_DIR}/CMakeLists.txt" "not a folder"
     "--model ${HF}/gpt2-tiny --prompt hi --ids 1" "exactly one input")
 list(LENGTH HF_RUN_BAD n)
@@ -51,5 +52,5 @@ foreach(i RANGE ${last})
   add_test(NAME hf_run_rejects_${i} COMMAND hf_run ${args})
   string(REGEX REPLACE "([][().*+?^$|\\\\])" "\\\\\\1" msg_re "${msg}")
   set_tests_properties(hf_run_rejects_${i} PROPERTIES PASS_REGULAR_EXPRESSION "error: .*${msg_re}"
-                       FAIL_REGULAR_EXPRESSION "generated ids|LABEL_")
+                       FAIL_REGULAR_EXPRESSION "generated ids|LABEL_" TIMEOUT 120)
 endforeach()

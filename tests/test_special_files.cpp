@@ -36,6 +36,7 @@
 #include "nn/models/hf_model.h"
 #include "tests/temp_dir.h"
 #include "train/checkpoint.h"
+#include "train/metrics_log.h"
 
 namespace fs = std::filesystem;
 using namespace hh;
@@ -46,8 +47,8 @@ namespace {
 std::string fixture(const std::string& rel) { return std::string(HH_SOURCE_DIR) + "/tests/fixtures/" + rel; }
 
 // A FIFO at `path` (replacing any file there) with a watchdog: after `after`, while the FIFO
-// exists, its write end is opened and closed again whenever a reader holds it open, so a reader
-// blocked on it wakes up with end-of-file instead of hanging the test run.
+// exists, its write end is opened and closed again (a reader blocked on it wakes up with
+// end-of-file) and so is its read end (a writer blocked in open wakes up), instead of hanging.
 class Fifo {
  public:
   explicit Fifo(std::string path, std::chrono::milliseconds after = std::chrono::seconds(5)) : path_(std::move(path)) {
@@ -58,7 +59,9 @@ class Fifo {
       const auto deadline = std::chrono::steady_clock::now() + after;
       while (!done_) {
         if (std::chrono::steady_clock::now() >= deadline) {
-          const int fd = ::open(path_.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);  // only while a reader waits
+          int fd = ::open(path_.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);  // succeeds only while a reader waits
+          if (fd >= 0) ::close(fd);
+          fd = ::open(path_.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);  // wakes a writer blocked in open
           if (fd >= 0) ::close(fd);
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -165,6 +168,9 @@ TEST_CASE("special files: safetensors files, sharded index and its targets, chec
   nn::Linear model(2, 2, true, nn::Init{g});
   train::CheckpointMeta meta;
   refuses([&] { train::load_checkpoint(ckpt.path(), model, nullptr, meta); }, ckpt.path());
+  // The metrics log a resumed run appends to (opening a FIFO for writing blocks too).
+  Fifo log(dir.file("metrics.jsonl"));
+  refuses([&] { MetricsLog m(log.path(), true); }, log.path());
 }
 
 TEST_CASE("special files: token shards and meta.json") {
