@@ -1,16 +1,21 @@
 // Sizes and paths from data files are bounded before use (issue 27, item 4): an image header or a
 // preprocessor_config.json declaring more pixels than PIL's decompression-bomb limit is refused
-// before anything is allocated, and a Pathfinder metadata line cannot point outside the data root.
+// before anything is allocated, a token id far beyond the vocabulary's size is refused before a
+// table of that size exists, and a Pathfinder metadata line cannot point outside the data root.
 #include <doctest/doctest.h>
 
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "data/image.h"
 #include "data/lra.h"
+#include "data/tokenizer.h"
 #include "tests/temp_dir.h"
 
 using namespace hh;
@@ -86,5 +91,33 @@ TEST_CASE("hostile sizes: a Pathfinder metadata line cannot leave the data root"
     const std::string e = error_of([&] { data::read_lra_split(data::LraTask::pathfinder, dir.path.string(), "train"); });
     CHECK_MESSAGE(e.find("leaves the data folder") != std::string::npos, e);
     CHECK(e.find(dir.file("metadata/0.npy") + ":1") != std::string::npos);
+  }
+}
+
+TEST_CASE("hostile sizes: a token id of 2e8 in a vocabulary is refused before a table of that size is allocated") {
+  struct Case {
+    const char* fixture;
+    const char* file;
+    std::vector<std::string> vocab_path;  // where the token -> id object is in the file
+  };
+  for (const Case& c : {Case{"bert", "tokenizer.json", {"model", "vocab"}}, Case{"llama", "tokenizer.json", {"model", "vocab"}},
+                        Case{"gpt2", "vocab.json", {}}}) {
+    CAPTURE(c.fixture);
+    TempDir dir("hostile_tok");
+    const std::string from = std::string(HH_SOURCE_DIR) + "/tests/fixtures/tokenizers/" + c.fixture;
+    for (const auto& e : std::filesystem::directory_iterator(from))
+      std::filesystem::copy_file(e.path(), dir.path / e.path().filename());
+    std::ifstream in(dir.file(c.file));
+    nlohmann::json j = nlohmann::json::parse(in);
+    nlohmann::json* vocab = &j;
+    for (const std::string& k : c.vocab_path) vocab = &(*vocab)[k];
+    REQUIRE(vocab->is_object());
+    REQUIRE(vocab->contains("a"));
+    (*vocab)["a"] = 200000000;
+    dir.write(c.file, j.dump());
+    const auto start = std::chrono::steady_clock::now();
+    const std::string e = error_of([&] { data::load_tokenizer(dir.path.string()); });
+    CHECK_MESSAGE(e.find("no token has id") != std::string::npos, e);
+    CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < 2.0);
   }
 }
