@@ -32,9 +32,11 @@ void ParamCount::check_memory() const {
   const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
   if (pages <= 0 || page <= 0) return;
   const double memory = static_cast<double>(pages) * static_cast<double>(page);
-  const double bytes = static_cast<double>(total_) * 4.0;  // built as f32
+  // 2 bytes a parameter (bf16, the narrowest dtype a model is held in): a lower bound of what the
+  // weights need, so only configs that cannot fit at all are refused here.
+  const double bytes = static_cast<double>(total_) * 2.0;
   HH_CHECK(bytes <= memory, where_, ": the config describes ", total_, " parameters (", bytes / (1 << 30),
-           " GiB as f32), more than this machine's memory (", memory / (1 << 30), " GiB); ", largest());
+           " GiB even as bf16), more than this machine's memory (", memory / (1 << 30), " GiB); ", largest());
 }
 
 void ParamCount::check_stored(const SafeTensors& weights, const std::string& folder, const std::string& key,

@@ -21,7 +21,7 @@ class ParamCount {
   // a * b for a part of the count; the error on overflow names `what` (the keys multiplied).
   int64_t mul(int64_t a, int64_t b, const std::string& what) const;
   int64_t total() const { return total_; }
-  // hh::Error when total() f32 parameters exceed the machine's physical memory.
+  // hh::Error when total() parameters exceed the machine's physical memory even as bf16.
   void check_memory() const;
   // Before a model is built from a folder: hh::Error when the config asks for more layers than
   // the weights hold (`key` = `layers`; the files' layers are the indices N of names with the
