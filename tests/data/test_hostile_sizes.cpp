@@ -94,7 +94,8 @@ TEST_CASE("hostile sizes: a Pathfinder metadata line cannot leave the data root"
   }
 }
 
-TEST_CASE("hostile sizes: a token id of 2e8 in a vocabulary is refused before a table of that size is allocated") {
+TEST_CASE("hostile sizes: a token id of 1e9 in a vocabulary is refused before a table of that size is allocated") {
+  // (Before: a table of 1e9 strings, 32 GB, was allocated first: std::bad_alloc, or minutes.)
   struct Case {
     const char* fixture;
     const char* file;
@@ -113,11 +114,11 @@ TEST_CASE("hostile sizes: a token id of 2e8 in a vocabulary is refused before a 
     for (const std::string& k : c.vocab_path) vocab = &(*vocab)[k];
     REQUIRE(vocab->is_object());
     REQUIRE(vocab->contains("a"));
-    (*vocab)["a"] = 200000000;
+    (*vocab)["a"] = 1000000000;  // inside the [0, 2^30) range the readers accept
     dir.write(c.file, j.dump());
     const auto start = std::chrono::steady_clock::now();
     const std::string e = error_of([&] { data::load_tokenizer(dir.path.string()); });
     CHECK_MESSAGE(e.find("no token has id") != std::string::npos, e);
-    CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < 2.0);
+    CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < 5.0);
   }
 }
