@@ -19,6 +19,7 @@
 #include "apps/kit/bench_stats.h"
 #include "apps/kit/flags.h"
 #include "core/error.h"
+#include "core/regular_file.h"
 #include "data/tokenizer.h"
 
 namespace {
@@ -36,6 +37,7 @@ int run(int argc, char** argv) {
   if (!flags.parse(argc, argv)) return 0;
   const int64_t reps = flags.integer("reps", 1, 1000), repeat = flags.integer("repeat", 1, 1000);
   const auto tok = hh::data::load_tokenizer(flags.str("tokenizer"));
+  hh::check_regular_file(flags.str("file"), "--file");
   std::ifstream in(flags.str("file"), std::ios::binary);
   HH_CHECK(in, "--file: cannot open ", flags.str("file"));
   std::ostringstream ss;

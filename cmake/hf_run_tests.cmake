@@ -38,6 +38,7 @@ set(HF_RUN_BAD
     "--model ${HF}/gpt2-tiny --ids 500" "outside the model's vocabulary of 101"
     "--model ${HF}/gpt2-tiny --image ${HF}/vit-tiny/image.png" "generates text"
     "--model ${HF}/vit-tiny --image ${CMAKE_CURRENT_SOURCE_DIR}/CMakeLists.txt" "CMakeLists.txt"
+    "--model ${HF}/vit-tiny --image /dev/zero" "/dev/zero: not a regular file (a character device)"
     "--model ${HF}/gpt2-tiny --ids 1 --out ${CMAKE_CURRENT_SOURCE_DIR}/CMakeLists.txt" "not a folder"
     "--model ${HF}/gpt2-tiny --prompt hi --ids 1" "exactly one input")
 list(LENGTH HF_RUN_BAD n)
@@ -51,5 +52,19 @@ foreach(i RANGE ${last})
   add_test(NAME hf_run_rejects_${i} COMMAND hf_run ${args})
   string(REGEX REPLACE "([][().*+?^$|\\\\])" "\\\\\\1" msg_re "${msg}")
   set_tests_properties(hf_run_rejects_${i} PROPERTIES PASS_REGULAR_EXPRESSION "error: .*${msg_re}"
-                       FAIL_REGULAR_EXPRESSION "generated ids|LABEL_")
+                       FAIL_REGULAR_EXPRESSION "generated ids|LABEL_" TIMEOUT 120)
 endforeach()
+# A FIFO where config.json is expected: refused at once with an error naming it (it used to block
+# forever in open()).
+add_test(NAME hf_run_rejects_fifo_config
+         COMMAND sh -c "d=$(mktemp -d) && cp '${HF}/gpt2-tiny/model.safetensors' \"$d/\" && mkfifo \"$d/config.json\" && \"$1\" --model \"$d\" --ids 1; rc=$?; rm -rf \"$d\"; exit $rc"
+                 sh $<TARGET_FILE:hf_run>)
+set_tests_properties(hf_run_rejects_fifo_config PROPERTIES
+                     PASS_REGULAR_EXPRESSION "error: config: [^\n]*/config\\.json: not a regular file \\(a FIFO\\)" TIMEOUT 60)
+# A config asking for 1,000,000,000 layers: refused before any layer is built, naming the key (it
+# used to grow past 6 GB).
+add_test(NAME hf_run_rejects_billion_layers
+         COMMAND sh -c "d=$(mktemp -d) && cp '${HF}'/llama-tiny/* \"$d/\" && sed -i 's/\"num_hidden_layers\": 2/\"num_hidden_layers\": 1000000000/' \"$d/config.json\" && \"$1\" --model \"$d\" --ids 1; rc=$?; rm -rf \"$d\"; exit $rc"
+                 sh $<TARGET_FILE:hf_run>)
+set_tests_properties(hf_run_rejects_billion_layers PROPERTIES
+                     PASS_REGULAR_EXPRESSION "error: llama: [^\n]*config\\.json: .*\"num_hidden_layers\" = 1000000000" TIMEOUT 60)

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/regular_file.h"
 
 namespace hh {
 
@@ -185,19 +186,7 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
 }
 
 InputFile::InputFile(const std::string& path) : path_(path) {
-  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  HH_CHECK(fd_ >= 0, "read_file: cannot open '", path, "': ", errno_str(errno));
-  struct stat st;
-  if (::fstat(fd_, &st) != 0) {
-    int err = errno;
-    ::close(fd_);
-    fail(str("read_file: cannot stat '", path, "': ", errno_str(err)));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd_);
-    fail(str("read_file: '", path, "' is not a regular file", S_ISDIR(st.st_mode) ? " (it is a folder)" : ""));
-  }
-  size_ = static_cast<uint64_t>(st.st_size);
+  fd_ = open_regular_file(path, "read_file", &size_);  // a FIFO or device is refused, never opened blocking
 }
 
 InputFile::~InputFile() {
@@ -235,19 +224,7 @@ std::string read_file(const std::string& path) {
 std::shared_ptr<MappedFile> MappedFile::open(const std::string& path) {
   std::shared_ptr<MappedFile> m(new MappedFile());
   m->path_ = path;
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  HH_CHECK(fd >= 0, "cannot open ", path, ": ", errno_str(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    int err = errno;
-    ::close(fd);
-    fail(str("cannot map ", path, ": ", errno_str(err)));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    fail(str("cannot map ", path, ": not a regular file"));
-  }
-  m->size_ = static_cast<uint64_t>(st.st_size);
+  int fd = open_regular_file(path, "", &m->size_);  // a FIFO or device is refused, never opened blocking
   if (m->size_ > 0) {
     void* p = ::mmap(nullptr, m->size_, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
     int err = errno;

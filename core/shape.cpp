@@ -2,13 +2,18 @@
 
 #include <sstream>
 
+#include "core/checked.h"
 #include "core/error.h"
 
 namespace hh {
 
+// Sizes may come from a file (a config, a safetensors header): every product is checked, so a
+// shape whose element count does not fit int64 is an error naming it, never a wrapped count.
 int64_t numel_of(const Shape& s) {
   int64_t n = 1;
-  for (int64_t d : s) n *= d;
+  for (int64_t d : s) {
+    n = checked_mul(n, d, [&] { return str("the element count of shape ", s); });
+  }
   return n;
 }
 
@@ -17,7 +22,7 @@ Strides contiguous_strides(const Shape& s) {
   int64_t acc = 1;
   for (size_t i = s.size(); i-- > 0;) {
     st[i] = acc;
-    acc *= s[i];
+    acc = checked_mul(acc, s[i], [&] { return str("the strides of shape ", s); });
   }
   return st;
 }

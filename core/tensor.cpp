@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/backend.h"
+#include "core/checked.h"
 #include "core/philox.h"
 
 namespace hh {
@@ -95,8 +96,9 @@ namespace {
 Tensor make_tensor(const Shape& shape, DType dtype, Device device) {
   for (int64_t d : shape) HH_CHECK(d >= 0, "empty: negative dimension in shape ", shape);
   auto impl = std::make_shared<TensorImpl>();
-  int64_t n = numel_of(shape);
-  size_t nbytes = static_cast<size_t>(n) * itemsize(dtype);
+  const int64_t n = numel_of(shape);  // checked: an error naming the shape when it overflows
+  const size_t nbytes = static_cast<size_t>(
+      checked_mul(n, static_cast<int64_t>(itemsize(dtype)), [&] { return str("empty: the bytes of shape ", shape); }));
   impl->storage = std::make_shared<Storage>();
   impl->storage->data = backend_for(device).allocate(nbytes);
   impl->storage->nbytes = nbytes;

@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "core/error.h"
+#include "core/regular_file.h"
 
 namespace hh::data {
 
@@ -206,6 +207,7 @@ std::vector<GlueExample> read_glue(const GlueTask& task, const std::string& path
            options.max_examples);
   std::error_code ec;
   HH_CHECK(!std::filesystem::is_directory(path, ec), where, ": is a directory, not a TSV file");
+  check_regular_file(path, str("glue ", l.task.name));  // a FIFO would block the open below forever
   std::ifstream f(path, std::ios::binary);
   HH_CHECK(f.good(), where, ": cannot open the file");
 

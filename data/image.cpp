@@ -11,14 +11,18 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/regular_file.h"
 
 namespace hh {
 
 namespace {
 
-constexpr int64_t kMaxPixels = int64_t(1) << 28;  // 268M pixels: far beyond any real photo
+// PIL's decompression-bomb limit (2 x Image.MAX_IMAGE_PIXELS, where Image.open raises): a small
+// file declaring more pixels (a 1 MB PNG of 16384^2 decodes to 1.8 GB) is refused before decoding.
+constexpr int64_t kMaxPixels = 2 * int64_t(89478485);
 
 std::string read_file(const std::string& path) {
+  check_regular_file(path, "image");  // a FIFO blocks; /dev/zero would be read until memory runs out
   std::ifstream f(path, std::ios::binary);
   HH_CHECK(f.good(), "image: cannot open ", path);
   std::ostringstream ss;
@@ -35,7 +39,8 @@ RgbImage read_png(const std::string& bytes, const std::string& path) {
     fail(str("image: ", path, ": not a readable PNG (", img.message, ")"));
   if (int64_t(img.width) * int64_t(img.height) > kMaxPixels) {
     png_image_free(&img);
-    fail(str("image: ", path, ": ", img.width, "x", img.height, " pixels is too large"));
+    fail(str("image: ", path, ": ", img.width, "x", img.height, " pixels is too large (over ", kMaxPixels,
+             " pixels, PIL's decompression-bomb limit)"));
   }
   // RGBA keeps the colour channels as stored (8-bit output is not premultiplied); the alpha
   // channel is then dropped, as PIL's convert("RGB").
@@ -79,7 +84,8 @@ RgbImage read_pnm(const std::string& bytes, const std::string& path) {
   };
   const int64_t width = next_int("width"), height = next_int("height"), maxval = next_int("maxval");
   HH_CHECK(maxval <= 65535, "image: ", path, ": PPM/PGM maxval ", maxval, " is above 65535");
-  HH_CHECK(width * height <= kMaxPixels, "image: ", path, ": ", width, "x", height, " pixels is too large");
+  HH_CHECK(width * height <= kMaxPixels, "image: ", path, ": ", width, "x", height, " pixels is too large (over ",
+           kMaxPixels, " pixels, PIL's decompression-bomb limit)");
   HH_CHECK(pos < bytes.size() && std::isspace(static_cast<unsigned char>(bytes[pos])), "image: ", path,
            ": bad PPM/PGM header (no whitespace before the samples)");
   ++pos;
@@ -180,6 +186,7 @@ RgbImage read_image(const std::string& path) {
 
 RgbImage resize_bilinear(const RgbImage& img, int64_t height, int64_t width) {
   HH_CHECK(height > 0 && width > 0, "image: cannot resize to ", height, "x", width);
+  HH_CHECK(height <= kMaxPixels / width, "image: cannot resize to ", height, "x", width, " (over ", kMaxPixels, " pixels)");
   HH_CHECK(img.height > 0 && img.width > 0, "image: cannot resize an empty image");
   RgbImage out = img;
   if (width != img.width) out = resample_axis(out, width, true);  // PIL: horizontal first
@@ -240,6 +247,10 @@ ImagePreprocess ImagePreprocess::load(const std::string& path, int64_t image_siz
     p.height = s["height"].get<int64_t>();
     p.width = s["width"].get<int64_t>();
   }
+  // Images are resized to this size: bounded as decoded images are, before anything is allocated
+  // (a size of 2^31 x 2^31 took 10 GB before ending in std::bad_alloc).
+  HH_CHECK(p.width <= 0 || p.height <= kMaxPixels / p.width, "image: ", path, ": \"size\" ", p.height, "x", p.width,
+           " is too large (over ", kMaxPixels, " pixels)");
   return p;
 }
 

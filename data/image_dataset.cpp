@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/regular_file.h"
 
 namespace hh::data {
 
@@ -95,6 +96,7 @@ ImageDataset read_cifar10(const std::vector<std::string>& files, std::vector<std
   for (const std::string& path : files) {
     std::error_code ec;
     HH_CHECK(!fs::is_directory(path, ec), "cifar10: ", path, ": is a directory, not a batch file");
+    check_regular_file(path, "cifar10");  // a FIFO would block the open below forever
     std::ifstream f(path, std::ios::binary | std::ios::ate);
     HH_CHECK(f.good(), "cifar10: ", path, ": cannot open the file");
     const std::streamoff size = f.tellg();
@@ -119,6 +121,7 @@ ImageDataset read_cifar10(const std::vector<std::string>& files, std::vector<std
 }
 
 std::vector<std::string> read_cifar10_meta(const std::string& path) {
+  check_regular_file(path, "cifar10");
   std::ifstream f(path, std::ios::binary);
   HH_CHECK(f.good(), "cifar10: ", path, ": cannot open the file");
   std::vector<std::string> lines;

@@ -16,6 +16,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/progress.h"
+#include "core/regular_file.h"
 #include "data/text_corpus.h"
 #include "data/token_shards.h"
 #include "data/tokenizer_bytes.h"
@@ -451,6 +452,7 @@ PrepareResult prepare_lm_data(const PrepareOptions& o) {
 PreparedInfo read_prepared_info(const std::string& dir) {
   const std::string path = (fs::path(dir) / kMetaName).string();
   std::error_code ec;
+  check_regular_file(path, "prepared data");  // a FIFO is named as such (and never opened)
   HH_CHECK(fs::is_regular_file(path, ec), "prepared data: ", path,
            " is missing (the folder was not prepared, or its preparation did not finish)");
   nlohmann::json j;

@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/regular_file.h"
 #include "data/image.h"
 #include "data/image_dataset.h"
 
@@ -126,6 +127,7 @@ void require_file(const std::string& path, const char* task) {
 template <typename F>
 void for_each_line(const std::string& path, const char* task, F on_line) {
   require_file(path, task);
+  check_regular_file(path, str("lra ", task));  // names the kind of file (a FIFO would block the open below)
   std::ifstream f(path, std::ios::binary);
   HH_CHECK(f.good(), "lra ", task, ": ", path, ": cannot open the file");
   std::string line;
@@ -366,7 +368,15 @@ void read_pathfinder(const std::string& dir, const std::string& split, int64_t m
       PathfinderItem it;
       const std::string err = parse_label(f[3], 2, false, it.label);
       if (!err.empty()) fail(str("lra pathfinder: ", where, ": ", err));
-      it.image = (fs::path(root) / std::string(f[0]) / std::string(f[1])).string();
+      // Image paths stay inside the data root: an absolute folder or file name, or a ".." in
+      // either, is refused (a line "/dev zero 0 0" read /dev/zero until memory ran out).
+      const fs::path rel = fs::path(std::string(f[0])) / std::string(f[1]);
+      bool escapes = rel.is_absolute() || rel.has_root_name() || rel.has_root_directory();
+      for (const fs::path& part : rel) escapes = escapes || part == "..";
+      if (escapes)
+        fail(str("lra pathfinder: ", where, ": the image path ", quoted(rel.string()),
+                 " leaves the data folder (absolute, or with a \"..\")"));
+      it.image = (fs::path(root) / rel).string();
       it.where = where;
       items.push_back(std::move(it));
     });

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/regular_file.h"
 
 namespace hh::data {
 
@@ -21,6 +22,7 @@ std::vector<SamsumExample> read_samsum(const std::string& path, int64_t max_exam
            max_examples);
   std::error_code ec;
   HH_CHECK(!std::filesystem::is_directory(path, ec), where, ": is a directory, not a JSON file");
+  check_regular_file(path, "samsum");  // a FIFO would block the open below forever
   std::ifstream f(path, std::ios::binary);
   HH_CHECK(f.good(), where, ": cannot open the file");
   std::ostringstream ss;

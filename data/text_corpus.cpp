@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/regular_file.h"
 #include "data/unicode.h"
 
 namespace hh::data {
@@ -60,6 +61,7 @@ void check_rows(const LmWindows& w, const std::vector<int64_t>& rows) {
 std::string read_text_file(const std::string& path) {
   std::error_code ec;
   HH_CHECK(!std::filesystem::is_directory(path, ec), "text: ", path, ": is a directory, not a text file");
+  check_regular_file(path, "text");  // a FIFO would block the open below forever
   std::ifstream f(path, std::ios::binary | std::ios::ate);
   HH_CHECK(f.good(), "text: ", path, ": cannot open the file");
   const std::streamoff size = f.tellg();

@@ -7,6 +7,7 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/regular_file.h"
 
 namespace hh::data {
 
@@ -69,6 +70,7 @@ TokenShard TokenShard::open(const std::string& path) {
   s.path_ = path;
   std::error_code ec;
   HH_CHECK(std::filesystem::exists(path, ec), "token shard ", path, ": no such file");
+  check_regular_file(path, "token shard");  // a FIFO or device is named as such (and never opened)
   s.file_ = MappedFile::open(path);  // errors name the path and the OS error
   const uint64_t size = s.file_->size();
   const unsigned char* p = s.file_->data();

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/regular_file.h"
 #include "data/tokenizer_gpt2.h"
 #include "data/tokenizer_spbpe.h"
 #include "data/tokenizer_wordpiece.h"
@@ -154,9 +155,11 @@ void Tokenizer::check_added_token_options(const std::string& token, bool lstrip,
 // ---- load_tokenizer ----
 
 namespace {
+// Present and not a folder: a FIFO or device under a tokenizer file's name is then refused by
+// detail::read_file, naming it, rather than skipped.
 bool is_file(const std::string& path) {
   struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+  return ::stat(path.c_str(), &st) == 0 && !S_ISDIR(st.st_mode);
 }
 }  // namespace
 
@@ -197,6 +200,7 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& folder) {
 }
 
 std::string detail::read_file(const std::string& path) {
+  check_regular_file(path, "tokenizer");  // a FIFO would block the open below forever
   std::ifstream in(path, std::ios::binary);
   HH_CHECK(in, "cannot open ", path);
   std::ostringstream ss;

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "data/unicode.h"
+#include "data/vocab_ids.h"
 
 namespace hh::data {
 
@@ -105,6 +106,8 @@ std::vector<std::string> dense_vocab(const std::vector<std::pair<std::string, in
              ", outside [0, 2^30)");
     max_id = std::max(max_id, e.second);
   }
+  const int64_t gap = first_missing_id(entries, max_id, [](const auto& e) { return e.second; });
+  HH_CHECK(gap < 0, where, ": no token has id ", gap, " (ids must be 0..N-1)");  // before max_id + 1 slots
   std::vector<std::string> vocab(static_cast<size_t>(max_id + 1));
   std::vector<bool> seen(vocab.size(), false);
   for (const auto& e : entries) {

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "data/unicode.h"
+#include "data/vocab_ids.h"
 
 namespace hh::data {
 
@@ -214,6 +215,8 @@ std::unique_ptr<SpBpeTokenizer> SpBpeTokenizer::from_tokenizer_json(const std::s
                ", outside [0, 2^30)");
       max_id = std::max(max_id, e.second);
     }
+    const int64_t gap = first_missing_id(entries, max_id, [](const auto& e) { return e.second; });
+    HH_CHECK(gap < 0, path, ": no token has id ", gap);  // before max_id + 1 slots are allocated
     std::vector<std::string> vocab(static_cast<size_t>(max_id + 1));
     std::vector<bool> have(vocab.size(), false);
     for (const auto& [k, id] : entries) {

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "data/unicode.h"
+#include "data/vocab_ids.h"
 
 namespace hh::data {
 
@@ -240,6 +241,8 @@ std::unique_ptr<WordPieceTokenizer> WordPieceTokenizer::from_tokenizer_json(cons
       entries.emplace_back(k, v.get<int64_t>());
       max_id = std::max(max_id, v.get<int64_t>());
     }
+    const int64_t gap = first_missing_id(entries, max_id, [](const auto& e) { return e.second; });
+    HH_CHECK(gap < 0, path, ": model.vocab: no token has id ", gap);  // before max_id + 1 slots are allocated
     std::vector<std::string> vocab(static_cast<size_t>(max_id + 1));
     std::vector<bool> have(vocab.size(), false);
     for (const auto& [k, id] : entries) {

@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/generator.h"
+#include "core/regular_file.h"
 
 namespace hh::data {
 
@@ -49,6 +50,7 @@ std::vector<std::string> text_files_in(const std::string& folder) {
 
 namespace {
 std::string read_all(const std::string& path) {
+  check_regular_file(path, "word order");  // a FIFO would block the open below forever
   std::ifstream in(path, std::ios::binary);
   HH_CHECK(in.good(), "word order: cannot read '", path, "'");
   std::ostringstream os;

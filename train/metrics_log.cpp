@@ -9,6 +9,7 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/regular_file.h"
 
 namespace hh {
 
@@ -41,6 +42,7 @@ std::string to_json_line(const MetricRecord& record) {
 }
 
 MetricsLog::MetricsLog(const std::string& path, bool append) : path_(path) {
+  check_regular_file(path, "metrics log");  // opening a FIFO for writing would block until a reader comes
   file_ = std::fopen(path.c_str(), append ? "ab" : "wb");
   HH_CHECK(file_ != nullptr, "metrics log: cannot open '", path, "' for writing: ", std::strerror(errno));
 }

@@ -3,8 +3,10 @@
 #include <utility>
 #include <vector>
 
+#include "core/checked.h"
 #include "core/error.h"
 #include "core/generator.h"
+#include "nn/models/param_count.h"
 
 namespace hh::nn {
 
@@ -25,6 +27,28 @@ void check_ids(const Tensor& ids, int64_t n, const char* what, const char* limit
            "]");
 }
 
+}  // namespace
+
+namespace {
+// BertModel's parameters without the optional pooler and classifier (a lower bound of what the
+// folder must hold), every product and sum checked.
+ParamCount bert_params(const BertConfig& b, const std::string& where) {
+  ParamCount p("bert: " + where);
+  const int64_t C = b.hidden_size, I = b.intermediate_size;
+  const std::string one = "bert: " + where + ": the parameters of one layer";
+  // query, key, value, output dense: 4C^2 + 4C; two LayerNorms: 4C; intermediate and output: 2CI + I + C.
+  int64_t layer = p.mul(p.mul(4, C, "4 x hidden_size"), C, "4 x hidden_size x hidden_size");
+  for (int64_t part : {p.mul(9, C, "9 x hidden_size"), p.mul(2, p.mul(C, I, "hidden_size x intermediate_size"),
+                                                           "2 x hidden_size x intermediate_size"), I})
+    layer = checked_add(layer, part, one);
+  p.add("vocab_size", b.vocab_size, p.mul(b.vocab_size, C, "vocab_size x hidden_size"));
+  p.add("max_position_embeddings", b.max_position_embeddings,
+        p.mul(b.max_position_embeddings, C, "max_position_embeddings x hidden_size"));
+  p.add("type_vocab_size", b.type_vocab_size, p.mul(b.type_vocab_size, C, "type_vocab_size x hidden_size"));
+  p.add("num_hidden_layers", b.num_hidden_layers, p.mul(b.num_hidden_layers, layer, "num_hidden_layers x the parameters of one layer"));
+  p.add("hidden_size", C, p.mul(2, C, "2 x hidden_size"));  // the embeddings' LayerNorm
+  return p;
+}
 }  // namespace
 
 BertConfig BertConfig::from_hf(const HFConfig& c) {
@@ -48,6 +72,7 @@ BertConfig BertConfig::from_hf(const HFConfig& c) {
   b.num_labels = c.has("id2label") ? static_cast<int64_t>(c.child("id2label").keys().size()) : c.get_int("num_labels", 2);
   HH_CHECK(b.num_labels > 0, c.origin(), ": the number of labels (\"id2label\" / \"num_labels\") must be positive, got ",
            b.num_labels);
+  bert_params(b, c.origin()).check_memory();  // before any layer is built
   return b;
 }
 
@@ -195,6 +220,7 @@ std::shared_ptr<HFModel> make_bert(const HFConfig& c, const HFModelOptions& opts
   HH_CHECK(bare || arch == "BertForSequenceClassification", c.origin(), ": \"architectures\" = \"", arch,
            "\" is not supported (expected BertModel, BertForSequenceClassification, BertForMaskedLM or BertForPreTraining)");
   const SafeTensors weights = read_hf_weights(folder);
+  bert_params(cfg, c.origin()).check_stored(weights, folder, "num_hidden_layers", cfg.num_hidden_layers, "layer");  // before any layer is built
   Generator gen(opts.seed);
   Init init{gen, opts.device, opts.dtype, /*draw=*/false};  // the HF weights are all loaded next
   std::shared_ptr<HFModel> model;

@@ -3,9 +3,29 @@
 #include <utility>
 
 #include "autograd/ops/attention.h"
+#include "core/checked.h"
 #include "core/error.h"
+#include "nn/models/param_count.h"
 
 namespace hh::nn {
+
+namespace {
+// GPT2LMHeadModel's parameters (lm_head is the tied wte), every product and sum checked.
+ParamCount gpt2_params(const GPT2Config& c, const std::string& where) {
+  ParamCount p("gpt2: " + where);
+  const int64_t C = c.n_embd, I = c.n_inner;
+  const std::string one = "gpt2: " + where + ": the parameters of one layer";
+  // c_attn and c_proj: 4C^2 + 4C; c_fc and c_proj: 2CI + I + C; ln_1, ln_2: 4C.
+  int64_t layer = p.mul(p.mul(4, C, "4 x n_embd"), C, "4 x n_embd x n_embd");
+  for (int64_t part : {p.mul(8, C, "8 x n_embd"), p.mul(2, p.mul(C, I, "n_embd x n_inner"), "2 x n_embd x n_inner"), I, C})
+    layer = checked_add(layer, part, one);
+  p.add("vocab_size", c.vocab_size, p.mul(c.vocab_size, C, "vocab_size x n_embd"));
+  p.add("n_positions", c.n_positions, p.mul(c.n_positions, C, "n_positions x n_embd"));
+  p.add("n_layer", c.n_layer, p.mul(c.n_layer, layer, "n_layer x the parameters of one layer"));
+  p.add("n_embd", C, p.mul(2, C, "2 x n_embd"));  // ln_f
+  return p;
+}
+}  // namespace
 
 GPT2Config GPT2Config::from_hf(const HFConfig& config) {
   GPT2Config c;
@@ -14,7 +34,8 @@ GPT2Config GPT2Config::from_hf(const HFConfig& config) {
   c.n_embd = config.get_int("n_embd");
   c.n_layer = config.get_int("n_layer");
   c.n_head = config.get_int("n_head");
-  c.n_inner = config.get_int("n_inner", 4 * c.n_embd);
+  c.n_inner = config.has("n_inner") ? config.get_int("n_inner")
+                                     : checked_mul(4, c.n_embd, "gpt2: " + config.origin() + ": n_inner's default 4 x n_embd");
   c.layer_norm_epsilon = config.get_double("layer_norm_epsilon", 1e-5);
   c.activation = hf_activation(config, "activation_function", "gelu_new");
   const auto where = config.origin();
@@ -32,6 +53,7 @@ GPT2Config GPT2Config::from_hf(const HFConfig& config) {
            ": add_cross_attention = true is not supported");
   HH_CHECK(config.get_bool("tie_word_embeddings", true), "gpt2: ", where,
            ": tie_word_embeddings = false is not supported (GPT2LMHeadModel ties lm_head to wte)");
+  gpt2_params(c, where).check_memory();  // before any layer is built
   return c;
 }
 
@@ -210,6 +232,10 @@ NamedTensors GPT2LMHeadModel::hf_state_dict() const {
 }
 
 std::shared_ptr<HFModel> make_gpt2(const HFConfig& config, const HFModelOptions& options, const std::string& folder) {
+  // The config must describe weights the folder can hold before any layer is built.
+  const SafeTensors weights = read_hf_weights(folder);
+  const GPT2Config c = GPT2Config::from_hf(config);
+  gpt2_params(c, config.origin()).check_stored(weights, folder, "n_layer", c.n_layer, "h");
   auto model = std::make_shared<GPT2LMHeadModel>(config, options);
   // Files name the body with or without "transformer."; the attention masks are not weights, and
   // lm_head (when a file stores it) is the tied wte.
@@ -221,7 +247,7 @@ std::shared_ptr<HFModel> make_gpt2(const HFConfig& config, const HFModelOptions&
   auto transform = [](const std::string& name, const Tensor& t) -> Tensor {
     return is_conv1d_weight(name) && t.dim() == 2 ? contiguous(transpose(t, 0, 1)) : t;
   };
-  load_hf_weights(*model, read_hf_weights(folder), folder, rename, transform);
+  load_hf_weights(*model, weights, folder, rename, transform);
   return model;
 }
 

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/regular_file.h"
 #include "core/safetensors.h"
 
 namespace hh::nn {
@@ -18,6 +19,7 @@ HFConfig::HFConfig(std::shared_ptr<const Impl> impl, std::string origin)
     : impl_(std::move(impl)), origin_(std::move(origin)) {}
 
 HFConfig HFConfig::load(const std::string& path) {
+  check_regular_file(path, "config");  // a FIFO would block the open below forever
   std::ifstream f(path, std::ios::binary);
   HH_CHECK(f.good(), "config: cannot open ", path);
   std::ostringstream ss;
@@ -64,6 +66,9 @@ bool HFConfig::has(const std::string& key) const {
 int64_t HFConfig::get_int(const std::string& key) const {
   const nlohmann::json& v = required(impl_->j, key, origin_);
   HH_CHECK(v.is_number_integer(), "config: ", origin_, ": \"", key, "\" must be an integer, got ", type_name(v));
+  // JSON integers above 2^63 - 1 are parsed unsigned: refuse them rather than wrap to a negative.
+  HH_CHECK(!v.is_number_unsigned() || v.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX), "config: ", origin_, ": \"",
+           key, "\" = ", v.get<uint64_t>(), " does not fit a 64-bit integer");
   return v.get<int64_t>();
 }
 int64_t HFConfig::get_positive_int(const std::string& key) const {

@@ -2,12 +2,35 @@
 
 #include <utility>
 
+#include "core/checked.h"
 #include "core/error.h"
+#include "nn/models/param_count.h"
 #include "nn/rope.h"
 
 namespace hh::nn {
 
 namespace {
+// LlamaForCausalLM's parameters, every product and sum checked (the heads x head_dim products too).
+ParamCount llama_params(const LlamaConfig& c, const std::string& where) {
+  ParamCount p("llama: " + where);
+  const int64_t C = c.hidden_size, I = c.intermediate_size;
+  const int64_t q = p.mul(c.num_attention_heads, c.head_dim, "num_attention_heads x head_dim");
+  const int64_t kv = p.mul(c.num_key_value_heads, c.head_dim, "num_key_value_heads x head_dim");
+  const std::string one = "llama: " + where + ": the parameters of one layer";
+  // q_proj and o_proj: 2 C q; k_proj, v_proj: 2 C kv; the MLP: 3 C I; two norms: 2C; biases.
+  int64_t layer = p.mul(p.mul(2, C, "2 x hidden_size"), q, "2 x hidden_size x num_attention_heads x head_dim");
+  layer = checked_add(layer, p.mul(p.mul(2, C, "2 x hidden_size"), kv, "2 x hidden_size x num_key_value_heads x head_dim"), one);
+  layer = checked_add(layer, p.mul(p.mul(3, C, "3 x hidden_size"), I, "3 x hidden_size x intermediate_size"), one);
+  layer = checked_add(layer, p.mul(2, C, "2 x hidden_size"), one);
+  if (c.attention_bias) layer = checked_add(layer, checked_add(checked_add(q, p.mul(2, kv, "2 x kv"), one), C, one), one);
+  if (c.mlp_bias) layer = checked_add(layer, checked_add(p.mul(2, I, "2 x intermediate_size"), C, one), one);
+  const int64_t embed = p.mul(c.vocab_size, C, "vocab_size x hidden_size");
+  p.add("vocab_size", c.vocab_size, c.tie_word_embeddings ? embed : p.mul(2, embed, "2 x vocab_size x hidden_size"));
+  p.add("num_hidden_layers", c.num_hidden_layers, p.mul(c.num_hidden_layers, layer, "num_hidden_layers x the parameters of one layer"));
+  p.add("hidden_size", C, C);  // the final norm
+  return p;
+}
+
 // rope_scaling (transformers 4) or rope_parameters (transformers 5): only the plain rotation is
 // implemented, so any other type (linear, dynamic, yarn, llama3, ...) is refused by name.
 void check_rope_kind(const HFConfig& config, const std::string& key) {
@@ -60,6 +83,7 @@ LlamaConfig LlamaConfig::from_hf(const HFConfig& config) {
   else if (config.has("rope_parameters"))
     c.rope_theta = config.child("rope_parameters").get_double("rope_theta", 10000.0);
   HH_CHECK(c.rope_theta > 0, "llama: ", where, ": rope_theta must be positive, got ", c.rope_theta);
+  llama_params(c, where).check_memory();  // before any layer is built
   return c;
 }
 
@@ -196,13 +220,17 @@ Tensor LlamaForCausalLM::step(const Tensor& ids, DecodeState& state) {
 }
 
 std::shared_ptr<HFModel> make_llama(const HFConfig& config, const HFModelOptions& options, const std::string& folder) {
+  // The config must describe weights the folder can hold before any layer is built.
+  const SafeTensors weights = read_hf_weights(folder);
+  const LlamaConfig c = LlamaConfig::from_hf(config);
+  llama_params(c, config.origin()).check_stored(weights, folder, "num_hidden_layers", c.num_hidden_layers, "layers");
   auto m = std::make_shared<LlamaForCausalLM>(config, options);
   const bool tied = m->cfg.tie_word_embeddings;
   // A tied folder may still store lm_head (a copy of embed_tokens): it is not a separate weight.
   auto rename = [tied](const std::string& name) -> std::string {
     return tied && name == "lm_head.weight" ? "" : name;
   };
-  load_hf_weights(*m, read_hf_weights(folder), folder, rename);
+  load_hf_weights(*m, weights, folder, rename);
   return m;
 }
 

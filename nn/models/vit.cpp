@@ -3,10 +3,38 @@
 #include <cmath>
 #include <vector>
 
+#include "core/checked.h"
 #include "core/error.h"
 #include "core/generator.h"
+#include "nn/models/param_count.h"
 
 namespace hh::nn {
+
+namespace {
+// ViTModel's parameters without the optional pooler and classifier (a lower bound of what the
+// folder must hold), every product and sum checked (the patch count (image_size / patch_size)^2 too).
+ParamCount vit_params(const ViTConfig& v, const std::string& where) {
+  ParamCount p("vit: " + where);
+  const int64_t C = v.hidden_size, I = v.intermediate_size, side = v.image_size / v.patch_size;
+  const std::string one = "vit: " + where + ": the parameters of one layer";
+  // query, key, value, output dense: 4C^2 + C (+ 3C biases); two LayerNorms: 4C; intermediate and output: 2CI + I + C.
+  int64_t layer = p.mul(p.mul(4, C, "4 x hidden_size"), C, "4 x hidden_size x hidden_size");
+  for (int64_t part : {p.mul(v.qkv_bias ? 9 : 6, C, "9 x hidden_size"),
+                       p.mul(2, p.mul(C, I, "hidden_size x intermediate_size"), "2 x hidden_size x intermediate_size"), I})
+    layer = checked_add(layer, part, one);
+  const int64_t patches = p.mul(side, side, "(image_size / patch_size)^2");
+  p.add("image_size", v.image_size,
+        p.mul(checked_add(patches, 2, "vit: " + where + ": (image_size / patch_size)^2 + 2"), C,
+              "((image_size / patch_size)^2 + 2) x hidden_size"));  // positions, cls
+  const int64_t kernel = p.mul(p.mul(v.num_channels, v.patch_size, "num_channels x patch_size"), v.patch_size,
+                               "num_channels x patch_size^2");
+  p.add("patch_size", v.patch_size, p.mul(checked_add(kernel, 1, "vit: " + where + ": the patch kernel"), C,
+                                          "(num_channels x patch_size^2 + 1) x hidden_size"));
+  p.add("num_hidden_layers", v.num_hidden_layers, p.mul(v.num_hidden_layers, layer, "num_hidden_layers x the parameters of one layer"));
+  p.add("hidden_size", C, p.mul(2, C, "2 x hidden_size"));  // the final layernorm
+  return p;
+}
+}  // namespace
 
 ViTConfig ViTConfig::from_hf(const HFConfig& c) {
   ViTConfig v;
@@ -28,6 +56,7 @@ ViTConfig ViTConfig::from_hf(const HFConfig& c) {
   v.num_labels = c.has("id2label") ? static_cast<int64_t>(c.child("id2label").keys().size()) : c.get_int("num_labels", 2);
   HH_CHECK(v.num_labels > 0, c.origin(), ": the number of labels (\"id2label\" / \"num_labels\") must be positive, got ",
            v.num_labels);
+  vit_params(v, c.origin()).check_memory();  // before any layer is built
   return v;
 }
 
@@ -143,6 +172,7 @@ std::shared_ptr<HFModel> make_vit(const HFConfig& c, const HFModelOptions& opts,
   HH_CHECK(bare || arch == "ViTForImageClassification", c.origin(), ": \"architectures\" = \"", arch,
            "\" is not supported (expected ViTForImageClassification or ViTModel)");
   const SafeTensors weights = read_hf_weights(folder);
+  vit_params(cfg, c.origin()).check_stored(weights, folder, "num_hidden_layers", cfg.num_hidden_layers, "layer");  // before any layer is built
   Generator gen(opts.seed);
   Init init{gen, opts.device, opts.dtype, /*draw=*/false};  // the HF weights are all loaded next
   std::shared_ptr<HFModel> model;
