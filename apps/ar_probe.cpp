@@ -282,6 +282,7 @@ int run(int argc, char** argv) {
   rc.patience = pick("patience", 4, 10, 1, 100000);
   rc.batch = pick("batch", 32, 32, 1, 1 << 20);
   rc.lr = f.given("lr") ? f.number("lr", 0, 10) : 1e-3;
+  HH_CHECK(rc.lr > 0, "--lr: expected a positive learning rate, got ", rc.lr);
   rc.stop_accuracy = f.given("stop-at") ? f.number("stop-at", 1e-9, 1) : (paper ? 1.0 : 0.99);
   rc.early_stop = f.given("early-stop") ? f.str("early-stop") : (paper ? "loss" : "accuracy");
   HH_CHECK(rc.early_stop == "accuracy" || rc.early_stop == "loss", "--early-stop: expected accuracy or loss, got '",

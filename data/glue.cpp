@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "core/error.h"
+#include "core/quote.h"
 #include "core/regular_file.h"
 
 namespace hh::data {
@@ -98,11 +99,7 @@ std::vector<std::string_view> split_tabs(std::string_view line) {
   }
 }
 
-std::string quoted(std::string_view s) {
-  constexpr size_t kMax = 60;
-  std::string out = "'" + std::string(s.substr(0, kMax));
-  return out + (s.size() > kMax ? "...'" : "'");
-}
+std::string quoted(std::string_view s) { return quote_text(s, 60); }
 
 // The label field of a row as (label, score); an empty string on success, else what is wrong.
 std::string parse_label(const Layout& l, std::string_view field, GlueExample& ex) {
@@ -129,7 +126,9 @@ std::string parse_label(const Layout& l, std::string_view field, GlueExample& ex
     case LabelKind::Score: {
       const std::string s(field);
       char* end = nullptr;
-      const double v = s.empty() || std::isspace(static_cast<unsigned char>(s[0])) ? NAN : std::strtod(s.c_str(), &end);
+      // Decimal only: strtod also reads hex floats ("0x1p1"), "inf" and "nan", which no GLUE file holds.
+      const bool decimal = !s.empty() && s.find_first_not_of("0123456789.+-eE") == std::string::npos;
+      const double v = decimal ? std::strtod(s.c_str(), &end) : NAN;
       if (end != s.c_str() + s.size() || !std::isfinite(v) || v < 0.0 || v > 5.0)
         return str("score ", quoted(field), " is not a number in [0, 5]");
       ex.label = 0;

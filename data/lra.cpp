@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/quote.h"
 #include "core/regular_file.h"
 #include "data/image.h"
 #include "data/image_dataset.h"
@@ -45,11 +46,7 @@ const TaskRow& row_of(LraTask t) {
   fail(str("lra: unknown task id ", static_cast<int>(t)));
 }
 
-std::string quoted(std::string_view s) {
-  constexpr size_t kMax = 40;
-  std::string out = "'" + std::string(s.substr(0, kMax));
-  return out + (s.size() > kMax ? "...'" : "'");
-}
+std::string quoted(std::string_view s) { return quote_text(s, 40); }
 
 std::vector<std::string_view> split_tabs(std::string_view line) {
   std::vector<std::string_view> out;

@@ -10,6 +10,8 @@
 #include <memory>
 #include <utility>
 
+#include <nlohmann/json.hpp>
+
 #include "autograd/ops.h"
 #include "core/error.h"
 #include "train/checkpoint.h"
@@ -212,7 +214,7 @@ void Trainer::save(const TrainerResult& r) const {
   meta.generators = hooks_.generators;
   meta.extra[cfg_.kind + ".fingerprint"] = cfg_.fingerprint;
   meta.extra[kStateKey] = state.dump();
-  if (hooks_.save_state) meta.extra[cfg_.kind + ".run"] = hooks_.save_state().dump();
+  if (hooks_.save_state) meta.extra[cfg_.kind + ".run"] = hooks_.save_state().text;
   if (cfg_.keep_best) meta.tensors = best_;
   save_checkpoint(cfg_.checkpoint_path, model_, &opt_, meta);
 }
@@ -238,12 +240,12 @@ void Trainer::load(TrainerResult& r) {
       if (hooks_.load_state) {
         auto run = meta.extra.find(cfg_.kind + ".run");
         HH_CHECK(run != meta.extra.end(), "checkpoint ", path, ": metadata lacks '", cfg_.kind, ".run'");
-        hooks_.load_state(nlohmann::json::parse(run->second));
+        hooks_.load_state(JsonText{run->second});
       }
     } else {
       HH_CHECK(static_cast<bool>(hooks_.load_legacy), "checkpoint ", path, ": metadata lacks '", kStateKey,
                "' (not a checkpoint of this version's training loop: start afresh without resuming)");
-      st = hooks_.load_legacy(meta.extra);
+      st = nlohmann::json::parse(hooks_.load_legacy(meta.extra).text);
     }
     r.steps = meta.step;
     loss_sum_ = st.at("loss_sum").get<double>();

@@ -16,7 +16,6 @@
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <string>
 
 #include "core/generator.h"
@@ -40,6 +39,12 @@ struct DivergenceWatch {
 
   // Returns why the run diverged, or "" when it has not.
   std::string update(double loss);
+};
+
+// A JSON document as text: what an experiment keeps in a checkpoint (installed headers do not
+// include nlohmann/json, so the hooks pass text; the experiments parse and dump it).
+struct JsonText {
+  std::string text;
 };
 
 // One evaluation, as the experiment's hook reports it.
@@ -99,12 +104,12 @@ struct TrainerHooks {
   // Optional: the step's mean loss across data-parallel ranks, after the backward passes.
   std::function<double(double loss)> reduce_loss;
   // Optional: the experiment's own state in a checkpoint (curves), and its restore.
-  std::function<nlohmann::json()> save_state;
-  std::function<void(const nlohmann::json&)> load_state;
+  std::function<JsonText()> save_state;
+  std::function<void(const JsonText&)> load_state;
   // Optional: a checkpoint written by an experiment's loop before this Trainer existed: returns the
   // loop state ({loss_sum, loss_count, finished, seconds, early_stopping, divergence, best_step})
   // and restores the experiment's own from `extra`, or throws hh::Error saying why it cannot.
-  std::function<nlohmann::json(const std::map<std::string, std::string>& extra)> load_legacy;
+  std::function<JsonText(const std::map<std::string, std::string>& extra)> load_legacy;
   // Generators the run draws from (dropout), saved and restored with a checkpoint.
   std::map<std::string, Generator*> generators;
 };

@@ -267,17 +267,21 @@ ArRunResult run_associative_recall(const ArDataset& data, const ArRunConfig& cfg
   };
   hooks.after_step = [&](int64_t) { model.on_optimizer_step(); };
   hooks.save_state = [&] {
-    return nlohmann::json{{"train_loss", r.train_loss}, {"val_acc", r.val_acc}, {"val_loss", r.val_loss},
-                          {"val_accuracy", r.val_accuracy}, {"epochs_run", r.epochs_run}};
+    return JsonText{nlohmann::json{{"train_loss", r.train_loss}, {"val_acc", r.val_acc}, {"val_loss", r.val_loss},
+                                   {"val_accuracy", r.val_accuracy}, {"epochs_run", r.epochs_run}}
+                        .dump()};
   };
-  hooks.load_state = [&](const nlohmann::json& st) {
+  hooks.load_state = [&](const JsonText& text) {
+    const nlohmann::json st = nlohmann::json::parse(text.text);
     r.train_loss = st.at("train_loss").get<std::vector<double>>();
     r.val_acc = st.at("val_acc").get<std::vector<double>>();
     r.val_loss = st.at("val_loss").get<std::vector<double>>();
     r.val_accuracy = st.at("val_accuracy").get<double>();
     r.epochs_run = st.at("epochs_run").get<int64_t>();
   };
-  hooks.load_legacy = [&](const std::map<std::string, std::string>& extra) { return load_legacy_ar_state(extra, r); };
+  hooks.load_legacy = [&](const std::map<std::string, std::string>& extra) {
+    return JsonText{load_legacy_ar_state(extra, r).dump()};
+  };
   const TrainerResult tr = Trainer(model, opt, schedule, tc, std::move(hooks)).fit();
   r.status = tr.status;
   r.steps = tr.steps;

@@ -271,9 +271,11 @@ LraRunResult run_lra(const LraData& data, const LraRunConfig& cfg) {
                  {"seconds", at.seconds}});
   };
   hooks.after_step = [&](int64_t) { model.on_optimizer_step(); };
-  hooks.save_state = [&] { return run_state(r); };
-  hooks.load_state = [&](const nlohmann::json& st) { load_run_state(st, r); };
-  hooks.load_legacy = [&](const std::map<std::string, std::string>& extra) { return load_legacy_lra_state(extra, r); };
+  hooks.save_state = [&] { return JsonText{run_state(r).dump()}; };
+  hooks.load_state = [&](const JsonText& st) { load_run_state(nlohmann::json::parse(st.text), r); };
+  hooks.load_legacy = [&](const std::map<std::string, std::string>& extra) {
+    return JsonText{load_legacy_lra_state(extra, r).dump()};
+  };
   hooks.generators = dropout_generators(model);
   if (!cfg.log_path.empty()) log = MetricsLog(cfg.log_path, resumed);
   const TrainerResult tr = Trainer(model, opt, schedule, tc, std::move(hooks)).fit();

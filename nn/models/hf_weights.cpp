@@ -1,11 +1,13 @@
 #include "nn/models/hf_weights.h"
 
+#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <set>
 #include <sstream>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/error.h"
 
 namespace hh::nn {
@@ -60,6 +62,20 @@ void load_hf_weights(Module& model, const SafeTensors& weights, const std::strin
   HH_CHECK(missing.empty() && unexpected.empty(), "hf: ", origin, ": weights do not match the model: missing [",
            join(missing), "], unexpected [", join(unexpected), "]");
   HH_CHECK(mismatched.empty(), "hf: ", origin, ": wrong shape for ", join(mismatched));
+  // A floating weight is read from a floating tensor only: integer or boolean data in its place is
+  // a broken or foreign file, never cast. F64 is read as the model's dtype, which is said once.
+  std::vector<std::string> wrong_dtype;
+  bool narrowed_f64 = false;
+  for (const auto& [name, t] : model.state_dict()) {
+    auto it = state.find(name);
+    if (it == state.end() || !is_floating(t.dtype())) continue;
+    const DType d = it->second.dtype();
+    if (!is_floating(d)) wrong_dtype.push_back(str(source[name], " (", dtype_name(d), ")"));
+    narrowed_f64 = narrowed_f64 || (d == DType::f64 && t.dtype() != DType::f64);
+  }
+  HH_CHECK(wrong_dtype.empty(), "hf: ", origin, ": weights that must be floating point hold integer or boolean data: ",
+           join(wrong_dtype));
+  if (narrowed_f64) std::fprintf(stderr, "note: hf: %s: F64 weights are read as the model's dtype\n", origin.c_str());
   // A parameter whose file tensor already has its dtype, device and a contiguous layout takes that
   // tensor as is (on the CPU a view of the mapped file: no copy, pages read on first use); the rest
   // are copied and cast by load_state_dict.

@@ -194,6 +194,9 @@ TEST_CASE("glue: malformed files name the file and the line") {
   CHECK(contains(read_error("stsb", kStsbHeader + "0\tg\tf\ty\t1\tn\tn\ta\tb\t5.5\n"), "train.tsv:2: score '5.5' is not a number in [0, 5]"));
   CHECK(contains(read_error("stsb", kStsbHeader + "0\tg\tf\ty\t1\tn\tn\ta\tb\tabc\n"), "train.tsv:2: score 'abc'"));
   CHECK(contains(read_error("stsb", kStsbHeader + "0\tg\tf\ty\t1\tn\tn\ta\tb\t\n"), "train.tsv:2: score ''"));
+  // strtod reads hex floats, inf and nan; a GLUE score is decimal (issue 27: 0x1p1 was read as 2).
+  for (const char* s : {"0x1p1", "0X2", "inf", "nan", " 1"})
+    CHECK(contains(read_error("stsb", kStsbHeader + "0\tg\tf\ty\t1\tn\tn\ta\tb\t" + s + "\n"), "train.tsv:2: score '"));
   CHECK(contains(read_error("stsb", kStsbHeader + "0\tg\tf\ty\t1\tn\tn\ta\tb\t 1\n"), "train.tsv:2: score ' 1'"));
   CHECK(contains(read_error("qqp", ""), "train.tsv: the file is empty"));
   CHECK(contains(read_error("qqp", "id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate\n"), "train.tsv: no examples"));

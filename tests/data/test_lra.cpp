@@ -219,6 +219,12 @@ TEST_CASE("lra: errors name the file, the line or record, and what was wrong") {
     CHECK(contains(e, "basic_val.tsv:2:"));
     CHECK(contains(e, "unknown ListOps symbol '[FIRST'"));
   }
+  SUBCASE("ListOps: binary bytes in a message are escaped, never copied raw") {
+    t.write("basic_val.tsv", std::string("Source\tTarget\n( [\xff\x01\x1b[2J ) ]\t1\n"));
+    const std::string e = error_of(LraTask::listops, d, "val");
+    CHECK(contains(e, "unknown ListOps symbol '[\\xFF\\x01\\x1B[2J'"));
+    CHECK(e.find('\x1b') == std::string::npos);
+  }
   SUBCASE("ListOps: field count") {
     t.write("basic_test.tsv", "Source\tTarget\n( ( ( [MAX 1 ) 2 ) ] )\n");
     CHECK(contains(error_of(LraTask::listops, d, "test"), "basic_test.tsv:2: has 1 tab-separated fields, expected 2"));

@@ -279,3 +279,9 @@ TEST_CASE("RowBatches: every row once per epoch, reshuffled per epoch, same orde
   CHECK(batcher.epoch_order(1) == epoch_order(10, true, 7, 1));
   CHECK_THROWS_AS(b.rows(3), Error);
 }
+
+TEST_CASE("convert: a feature map given twice is refused (its rows would train into one folder)") {
+  CHECK(train::parse_conversion_rows("elu,hedgehog,t2r-hh,performer").size() == 4);
+  for (const char* list : {"elu,elu", "hedgehog,elu,hedgehog", "t2r,t2r-hh"})  // t2r is distilled: T2R-HH
+    CHECK_THROWS_WITH_AS(train::parse_conversion_rows(list), doctest::Contains("is given twice"), hh::Error);
+}

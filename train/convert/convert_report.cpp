@@ -54,7 +54,11 @@ std::vector<ConversionRow> parse_conversion_rows(const std::string& list) {
     // Maps without weights cannot be distilled; t2r-hh is t2r distilled.
     const bool trainable = name == "t2r" || name == "t2r-hh" || name == "hedgehog" || name == "hedgehog-exp";
     const std::string mixer = name == "t2r-hh" ? "t2r" : name;
-    rows.push_back({map_label(mixer, trainable), mixer, trainable});
+    const ConversionRow row{map_label(mixer, trainable), mixer, trainable};
+    for (const ConversionRow& r : rows)
+      HH_CHECK(r.label != row.label, "feature map '", name, "' is given twice (each row trains into its own "
+               "folder under the output folder)");
+    rows.push_back(row);
   }
   HH_CHECK(!rows.empty(), "no feature map given (expected paper or a comma list of feature-map names)");
   return rows;

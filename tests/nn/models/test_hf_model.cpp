@@ -120,6 +120,28 @@ TEST_CASE("load_hf_model: malformed folders are errors naming the key, file or t
     CHECK_THROWS_WITH_AS(load_hf_model(dir.path()),
                          doctest::Contains("missing [transformer.ln_f.bias], unexpected [transformer.ln_g.bias]"), Error);
   }
+  // Integer or boolean data where a floating weight belongs is refused, never cast (issue 27).
+  for (DType bad : {DType::i64, DType::i32, DType::u8, DType::boolean}) {
+    hh::test::ScratchFolder dir("gpt2-tiny");
+    auto st = load_safetensors(dir.file("model.safetensors"));
+    std::vector<std::pair<std::string, Tensor>> out;
+    for (const auto& name : st.order)
+      out.emplace_back(name, name == "transformer.ln_f.bias" ? st.tensors.at(name).to(bad) : st.tensors.at(name));
+    save_safetensors(dir.file("model.safetensors"), out);
+    CAPTURE(dtype_name(bad));
+    CHECK_THROWS_WITH_AS(load_hf_model(dir.path()),
+                         doctest::Contains(str("integer or boolean data: transformer.ln_f.bias (", dtype_name(bad), ")")
+                                               .c_str()),
+                         Error);
+  }
+  {  // F64 weights load (as the model's dtype), with a note
+    hh::test::ScratchFolder dir("gpt2-tiny");
+    auto st = load_safetensors(dir.file("model.safetensors"));
+    std::vector<std::pair<std::string, Tensor>> out;
+    for (const auto& name : st.order) out.emplace_back(name, st.tensors.at(name).to(DType::f64));
+    save_safetensors(dir.file("model.safetensors"), out);
+    CHECK(load_hf_model(dir.path())->parameters().front().dtype() == DType::f32);
+  }
 }
 
 TEST_CASE("load_causal_lm: a decoder is returned as CausalLM; an encoder is refused") {
