@@ -1,6 +1,8 @@
 #include "data/tokenizer_gpt2.h"
 
 #include <algorithm>
+#include <climits>
+#include <cstdint>
 #include <queue>
 
 #include <nlohmann/json.hpp>
@@ -24,41 +26,56 @@ const BpeMerges::Merge* BpeMerges::find(int32_t left, int32_t right) const {
 }
 
 void BpeMerges::apply(std::vector<int32_t>& sym) const {
+  // HF's Word::merge_all: a min-heap of candidate merges keyed (rank, position of the left
+  // symbol), the symbols a doubly linked list over their first positions, stale candidates
+  // skipped when popped. Each merge removes a symbol and pushes at most two candidates, so the
+  // heap sees at most 3n entries: O(n log n) time, O(n) memory (12 bytes a symbol, 8 a candidate).
+  // There is no cap on a word's length: HF's BPE has none (only WordPiece has
+  // max_input_chars_per_word), so a cap would change the ids of long words; the cost is what
+  // bounds it.
+  HH_CHECK(sym.size() < static_cast<size_t>(INT32_MAX), "BPE: a word of ", sym.size(),
+           " symbols is longer than 2^31 - 1");
   const int32_t n = static_cast<int32_t>(sym.size());
   if (n < 2) return;
-  struct Candidate {
-    int32_t rank, pos, merged;
-    bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+  const auto key = [](int32_t rank, int32_t pos) {
+    return (static_cast<uint64_t>(static_cast<uint32_t>(rank)) << 32) | static_cast<uint32_t>(pos);
   };
-  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> heap;
   std::vector<int32_t> prev(static_cast<size_t>(n)), next(static_cast<size_t>(n));
+  std::vector<uint64_t> initial;
   for (int32_t i = 0; i < n; ++i) {
     prev[static_cast<size_t>(i)] = i - 1;
     next[static_cast<size_t>(i)] = i + 1 < n ? i + 1 : -1;
     if (i + 1 < n)
       if (const Merge* m = find(sym[static_cast<size_t>(i)], sym[static_cast<size_t>(i) + 1]))
-        heap.push({m->rank, i, m->merged});
+        initial.push_back(key(m->rank, i));
   }
+  if (initial.empty()) return;
+  // Lowest rank first, then the leftmost position: the smallest key.
+  std::priority_queue<uint64_t, std::vector<uint64_t>, std::greater<uint64_t>> heap(std::greater<uint64_t>(),
+                                                                                   std::move(initial));
   const auto at = [](std::vector<int32_t>& v, int32_t i) -> int32_t& { return v[static_cast<size_t>(i)]; };
+  bool merged_any = false;
   while (!heap.empty()) {
-    const Candidate c = heap.top();
+    const int32_t rank = static_cast<int32_t>(heap.top() >> 32), pos = static_cast<int32_t>(heap.top() & 0xFFFFFFFFu);
     heap.pop();
-    if (at(sym, c.pos) < 0) continue;  // merged into its left neighbour meanwhile
-    const int32_t right = at(next, c.pos);
+    if (at(sym, pos) < 0) continue;  // merged into its left neighbour meanwhile
+    const int32_t right = at(next, pos);
     if (right < 0) continue;
-    const Merge* m = find(at(sym, c.pos), at(sym, right));
-    if (!m || m->merged != c.merged || m->rank != c.rank) continue;  // the pair there changed
-    at(sym, c.pos) = c.merged;
+    // Ranks are unique to a pair, so an equal rank means the pair there is still this one.
+    const Merge* m = find(at(sym, pos), at(sym, right));
+    if (!m || m->rank != rank) continue;  // the pair there changed
+    merged_any = true;
+    at(sym, pos) = m->merged;
     at(sym, right) = -1;
-    at(next, c.pos) = at(next, right);
-    if (at(next, c.pos) >= 0) at(prev, at(next, c.pos)) = c.pos;
-    const int32_t p = at(prev, c.pos), q = at(next, c.pos);
+    at(next, pos) = at(next, right);
+    if (at(next, pos) >= 0) at(prev, at(next, pos)) = pos;
+    const int32_t p = at(prev, pos), q = at(next, pos);
     if (p >= 0)
-      if (const Merge* pm = find(at(sym, p), at(sym, c.pos))) heap.push({pm->rank, p, pm->merged});
+      if (const Merge* pm = find(at(sym, p), at(sym, pos))) heap.push(key(pm->rank, p));
     if (q >= 0)
-      if (const Merge* qm = find(at(sym, c.pos), at(sym, q))) heap.push({qm->rank, c.pos, qm->merged});
+      if (const Merge* qm = find(at(sym, pos), at(sym, q))) heap.push(key(qm->rank, pos));
   }
-  sym.erase(std::remove(sym.begin(), sym.end(), -1), sym.end());
+  if (merged_any) sym.erase(std::remove(sym.begin(), sym.end(), -1), sym.end());
 }
 
 // ---- byte <-> printable stand-in ----
