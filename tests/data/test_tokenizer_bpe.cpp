@@ -4,8 +4,11 @@
 // checked against HF `tokenizers` 0.23.3's ids. No timing is asserted.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <queue>
 #include <random>
 #include <string>
 #include <utility>
@@ -45,6 +48,44 @@ std::vector<int32_t> reference_merge(const std::vector<MergeRule>& rules, std::v
     sym[best] = merged;
     sym.erase(sym.begin() + static_cast<std::ptrdiff_t>(best) + 1);
   }
+}
+
+// The merge as it was before issue 27 (one binary heap holding every candidate), kept as a second
+// reference for words too long for the O(n^2) one.
+std::vector<int32_t> previous_heap_merge(const std::vector<MergeRule>& rules, std::vector<int32_t> sym) {
+  std::map<std::pair<int32_t, int32_t>, std::pair<int32_t, int32_t>> table;  // pair -> (rank, merged)
+  for (size_t k = 0; k < rules.size(); ++k) table[{rules[k].left, rules[k].right}] = {static_cast<int32_t>(k), rules[k].merged};
+  const auto find = [&](int32_t a, int32_t b) -> const std::pair<int32_t, int32_t>* {
+    const auto it = table.find({a, b});
+    return it == table.end() ? nullptr : &it->second;
+  };
+  const int32_t n = static_cast<int32_t>(sym.size());
+  std::priority_queue<std::pair<int32_t, int32_t>, std::vector<std::pair<int32_t, int32_t>>, std::greater<>> heap;
+  std::vector<int32_t> prev(sym.size()), next(sym.size());
+  for (int32_t i = 0; i < n; ++i) {
+    prev[static_cast<size_t>(i)] = i - 1;
+    next[static_cast<size_t>(i)] = i + 1 < n ? i + 1 : -1;
+    if (i + 1 < n)
+      if (const auto* m = find(sym[static_cast<size_t>(i)], sym[static_cast<size_t>(i) + 1])) heap.push({m->first, i});
+  }
+  while (!heap.empty()) {
+    const auto [rank, pos] = heap.top();
+    heap.pop();
+    const size_t p = static_cast<size_t>(pos);
+    if (sym[p] < 0 || next[p] < 0) continue;
+    const auto* m = find(sym[p], sym[static_cast<size_t>(next[p])]);
+    if (!m || m->first != rank) continue;
+    sym[p] = m->second;
+    sym[static_cast<size_t>(next[p])] = -1;
+    next[p] = next[static_cast<size_t>(next[p])];
+    if (next[p] >= 0) prev[static_cast<size_t>(next[p])] = pos;
+    if (prev[p] >= 0)
+      if (const auto* pm = find(sym[static_cast<size_t>(prev[p])], sym[p])) heap.push({pm->first, prev[p]});
+    if (next[p] >= 0)
+      if (const auto* qm = find(sym[p], sym[static_cast<size_t>(next[p])])) heap.push({qm->first, pos});
+  }
+  sym.erase(std::remove(sym.begin(), sym.end(), -1), sym.end());
+  return sym;
 }
 
 std::vector<int32_t> heap_merge(const std::vector<MergeRule>& rules, std::vector<int32_t> sym) {
@@ -119,6 +160,33 @@ TEST_CASE("bpe merge: the heap merge equals the reference merge on random words 
       const std::vector<int32_t> word(n, 0);
       REQUIRE(heap_merge(rules, word) == reference_merge(rules, word));
     }
+}
+
+TEST_CASE("bpe merge: long words (the counting-sort path) equal both references") {
+  std::mt19937 rng(2027);
+  const auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  for (int table = 0; table < 24; ++table) {
+    const int alphabet = uniform(1, 4);
+    int32_t next_id = alphabet;
+    std::vector<MergeRule> rules;
+    for (int k = uniform(1, 40); k > 0; --k) {
+      const int32_t a = uniform(0, next_id - 1), b = uniform(0, next_id - 1);
+      rules.push_back({a, b, uniform(0, 5) == 0 ? uniform(0, next_id - 1) : next_id++});
+    }
+    std::vector<int32_t> word(static_cast<size_t>(uniform(4096, 30000)));
+    const int bias = uniform(0, 2);
+    for (int32_t& s : word) s = bias > 0 && uniform(0, 3) > 0 ? 0 : uniform(0, alphabet - 1);
+    INFO("table ", table, ", ", word.size(), " symbols");
+    const std::vector<int32_t> got = heap_merge(rules, word);
+    REQUIRE(got == previous_heap_merge(rules, word));
+    if (table < 3) {
+      word.resize(4100);  // short enough for the O(n^2) definition
+      REQUIRE(heap_merge(rules, word) == reference_merge(rules, word));
+    }
+  }
+  const std::vector<MergeRule> runs = {{0, 0, 1}, {1, 0, 2}, {0, 1, 3}, {2, 2, 4}, {1, 1, 5}};
+  const std::vector<int32_t> aaaa(100000, 0);
+  CHECK(heap_merge(runs, aaaa) == previous_heap_merge(runs, aaaa));
 }
 
 TEST_CASE("bpe merge: a later rule for the same pair replaces the earlier, and stale candidates are skipped") {
