@@ -92,33 +92,30 @@ void BpeMerges::apply(std::vector<int32_t>& sym) const {
   };
   std::vector<Link> link(static_cast<size_t>(n));
   std::vector<uint64_t> initial;  // (rank, pos) of the pairs of the word as it comes
-  std::vector<int32_t> rank_at;   // long words: the rank at each position, -1 where none
+  // Long words: each position's rank (-1 where none) goes to link[].prev for the counting sort,
+  // which sets the links after.
   const bool counting = n >= 4096 && static_cast<size_t>(n) * 4 >= static_cast<size_t>(next_rank_);
-  if (counting) rank_at.assign(static_cast<size_t>(n), -1);
   size_t n_initial = 0;
   for (int32_t i = 0; i < n; ++i) {
-    link[static_cast<size_t>(i)] = {i - 1, i + 1 < n ? i + 1 : -1};
-    if (i + 1 < n)
-      if (const Merge* m = find(sym[static_cast<size_t>(i)], sym[static_cast<size_t>(i) + 1])) {
-        ++n_initial;
-        if (counting)
-          rank_at[static_cast<size_t>(i)] = m->rank;
-        else
-          initial.push_back(key(m->rank, i));
-      }
+    const Merge* m = i + 1 < n ? find(sym[static_cast<size_t>(i)], sym[static_cast<size_t>(i) + 1]) : nullptr;
+    link[static_cast<size_t>(i)] = {counting ? (m ? m->rank : -1) : i - 1, i + 1 < n ? i + 1 : -1};
+    if (m) {
+      ++n_initial;
+      if (!counting) initial.push_back(key(m->rank, i));
+    }
   }
   if (n_initial == 0) return;
   if (counting) {  // stable by position: a scatter in position order into each rank's slots
     std::vector<uint32_t> start(static_cast<size_t>(next_rank_) + 1, 0);
-    for (int32_t r : rank_at)
-      if (r >= 0) ++start[static_cast<size_t>(r) + 1];
+    for (const Link& l : link)
+      if (l.prev >= 0) ++start[static_cast<size_t>(l.prev) + 1];
     for (size_t r = 1; r < start.size(); ++r) start[r] += start[r - 1];
     initial.resize(n_initial);
     for (int32_t i = 0; i < n; ++i) {
-      const int32_t r = rank_at[static_cast<size_t>(i)];
+      const int32_t r = link[static_cast<size_t>(i)].prev;
       if (r >= 0) initial[start[static_cast<size_t>(r)]++] = key(r, i);
+      link[static_cast<size_t>(i)].prev = i - 1;
     }
-    std::vector<int32_t>().swap(rank_at);
   } else {
     std::sort(initial.begin(), initial.end());
   }
