@@ -451,8 +451,9 @@ std::vector<std::pair<size_t, size_t>> Gpt2Tokenizer::pre_tokenize(std::string_v
 void Gpt2Tokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& out) const {
   // HF caches words too; the cache is bounded so that a stream of unique pieces cannot grow it.
   constexpr size_t kMaxCached = 1 << 18, kMaxPiece = 256;
-  std::string key(piece);
-  if (piece.size() <= kMaxPiece) {
+  const bool cacheable = piece.size() <= kMaxPiece;
+  std::string key(cacheable ? piece : std::string_view());  // no copy of a long piece
+  if (cacheable) {
     std::lock_guard<std::mutex> lock(cache_mutex_);
     const auto it = cache_.find(key);
     if (it != cache_.end()) {
@@ -464,7 +465,7 @@ void Gpt2Tokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& o
   for (size_t k = 0; k < piece.size(); ++k) sym[k] = byte_id_[static_cast<unsigned char>(piece[k])];
   merges_.apply(sym);
   out.insert(out.end(), sym.begin(), sym.end());
-  if (piece.size() <= kMaxPiece) {
+  if (cacheable) {
     std::lock_guard<std::mutex> lock(cache_mutex_);
     if (cache_.size() < kMaxCached) cache_.emplace(std::move(key), std::move(sym));
   }
