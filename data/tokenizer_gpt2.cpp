@@ -1,7 +1,8 @@
 #include "data/tokenizer_gpt2.h"
 
 #include <algorithm>
-#include <queue>
+#include <climits>
+#include <cstdint>
 
 #include <nlohmann/json.hpp>
 
@@ -24,42 +25,163 @@ const BpeMerges::Merge* BpeMerges::find(int32_t left, int32_t right) const {
   return it == table_.end() ? nullptr : &it->second;
 }
 
+namespace {
+
+// A 4-ary min-heap of 64-bit keys: half the levels of a binary heap, the four children of a node
+// in one or two cache lines.
+class QuadHeap {
+ public:
+  bool empty() const { return v_.empty(); }
+  uint64_t top() const { return v_[0]; }
+  void push(uint64_t key) {
+    size_t i = v_.size();
+    v_.push_back(key);
+    while (i > 0) {
+      const size_t parent = (i - 1) / 4;
+      if (v_[parent] <= key) break;
+      v_[i] = v_[parent];
+      i = parent;
+    }
+    v_[i] = key;
+  }
+  void pop() {
+    const uint64_t key = v_.back();
+    v_.pop_back();
+    const size_t n = v_.size();
+    if (n == 0) return;
+    size_t i = 0;
+    for (;;) {
+      const size_t first = 4 * i + 1;
+      if (first >= n) break;
+      size_t best = first;
+      for (size_t c = first + 1; c < std::min(first + 4, n); ++c)
+        if (v_[c] < v_[best]) best = c;
+      if (v_[best] >= key) break;
+      v_[i] = v_[best];
+      i = best;
+    }
+    v_[i] = key;
+  }
+
+ private:
+  std::vector<uint64_t> v_;
+};
+
+}  // namespace
+
 void BpeMerges::apply(std::vector<int32_t>& sym) const {
+  // HF's Word::merge_all: candidate merges keyed (rank, position of the left symbol), always the
+  // smallest key next, the symbols a doubly linked list over their first positions, stale
+  // candidates skipped when taken. Each merge removes a symbol and adds at most two candidates, so
+  // there are at most 3n: O(n log n) time, O(n) memory (12 bytes a symbol, 8 a candidate).
+  // The priority queue is the word's own candidates sorted once (a counting sort by rank for long
+  // words, read front to back) beside a heap of the candidates that merges create; the smaller
+  // front of the two is the next key, exactly the order of one heap holding all of them (and the
+  // created candidates that arrive in order skip the heap: see `sorted` below).
+  // There is no cap on a word's length: HF's BPE has none (only WordPiece has
+  // max_input_chars_per_word), so a cap would change the ids of long words; the cost is what
+  // bounds it.
+  HH_CHECK(sym.size() < static_cast<size_t>(INT32_MAX), "BPE: a word of ", sym.size(),
+           " symbols is longer than 2^31 - 1");
   const int32_t n = static_cast<int32_t>(sym.size());
   if (n < 2) return;
-  struct Candidate {
-    int32_t rank, pos, merged;
-    bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+  const auto key = [](int32_t rank, int32_t pos) {
+    return (static_cast<uint64_t>(static_cast<uint32_t>(rank)) << 32) | static_cast<uint32_t>(pos);
   };
-  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> heap;
-  std::vector<int32_t> prev(static_cast<size_t>(n)), next(static_cast<size_t>(n));
+  struct Link {
+    int32_t prev, next;
+  };
+  std::vector<Link> link(static_cast<size_t>(n));
+  std::vector<uint64_t> initial;  // (rank, pos) of the pairs of the word as it comes
+  // Long words: each position's rank (-1 where none) goes to link[].prev for the counting sort,
+  // which sets the links after.
+  const bool counting = n >= 4096 && static_cast<size_t>(n) * 4 >= static_cast<size_t>(next_rank_);
+  size_t n_initial = 0;
   for (int32_t i = 0; i < n; ++i) {
-    prev[static_cast<size_t>(i)] = i - 1;
-    next[static_cast<size_t>(i)] = i + 1 < n ? i + 1 : -1;
-    if (i + 1 < n)
-      if (const Merge* m = find(sym[static_cast<size_t>(i)], sym[static_cast<size_t>(i) + 1]))
-        heap.push({m->rank, i, m->merged});
+    const Merge* m = i + 1 < n ? find(sym[static_cast<size_t>(i)], sym[static_cast<size_t>(i) + 1]) : nullptr;
+    link[static_cast<size_t>(i)] = {counting ? (m ? m->rank : -1) : i - 1, i + 1 < n ? i + 1 : -1};
+    if (m) {
+      ++n_initial;
+      if (!counting) initial.push_back(key(m->rank, i));
+    }
   }
-  const auto at = [](std::vector<int32_t>& v, int32_t i) -> int32_t& { return v[static_cast<size_t>(i)]; };
-  while (!heap.empty()) {
-    const Candidate c = heap.top();
-    heap.pop();
-    if (at(sym, c.pos) < 0) continue;  // merged into its left neighbour meanwhile
-    const int32_t right = at(next, c.pos);
+  if (n_initial == 0) return;
+  if (counting) {  // stable by position: a scatter in position order into each rank's slots
+    std::vector<uint32_t> start(static_cast<size_t>(next_rank_) + 1, 0);
+    for (const Link& l : link)
+      if (l.prev >= 0) ++start[static_cast<size_t>(l.prev) + 1];
+    for (size_t r = 1; r < start.size(); ++r) start[r] += start[r - 1];
+    initial.resize(n_initial);
+    for (int32_t i = 0; i < n; ++i) {
+      const int32_t r = link[static_cast<size_t>(i)].prev;
+      if (r >= 0) initial[start[static_cast<size_t>(r)]++] = key(r, i);
+      link[static_cast<size_t>(i)].prev = i - 1;
+    }
+  } else {
+    std::sort(initial.begin(), initial.end());
+  }
+  // Created candidates: those that come in increasing order (a sweep of one rank along the word
+  // creates its successors left to right) queue in `sorted`, the others in the heap.
+  QuadHeap heap;
+  std::vector<uint64_t> sorted;
+  size_t next_sorted = 0;
+  const auto push = [&](uint64_t k) {
+    if (next_sorted == sorted.size()) {
+      sorted.clear();
+      next_sorted = 0;
+    }
+    if (sorted.empty() || k >= sorted.back()) {
+      if (next_sorted >= (size_t{1} << 16) && 2 * next_sorted >= sorted.size()) {  // drop what was taken
+        sorted.erase(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(next_sorted));
+        next_sorted = 0;
+      }
+      sorted.push_back(k);
+    } else {
+      heap.push(k);
+    }
+  };
+  size_t next_initial = 0;
+  const auto at = [&](int32_t i) -> int32_t& { return sym[static_cast<size_t>(i)]; };
+  const auto ln = [&](int32_t i) -> Link& { return link[static_cast<size_t>(i)]; };
+  bool merged_any = false;
+  for (;;) {
+    // The smallest of the three fronts.
+    constexpr uint64_t kNone = ~uint64_t{0};
+    const uint64_t a = next_initial < initial.size() ? initial[next_initial] : kNone;
+    const uint64_t b = next_sorted < sorted.size() ? sorted[next_sorted] : kNone;
+    const uint64_t c = heap.empty() ? kNone : heap.top();
+    uint64_t k;
+    if (a <= b && a <= c && a != kNone) {
+      k = a;
+      ++next_initial;
+    } else if (b <= c && b != kNone) {
+      k = b;
+      ++next_sorted;
+    } else if (c != kNone) {
+      k = c;
+      heap.pop();
+    } else {
+      break;
+    }
+    const int32_t rank = static_cast<int32_t>(k >> 32), pos = static_cast<int32_t>(k & 0xFFFFFFFFu);
+    if (at(pos) < 0) continue;  // merged into its left neighbour meanwhile
+    const int32_t right = ln(pos).next;
     if (right < 0) continue;
-    const Merge* m = find(at(sym, c.pos), at(sym, right));
-    if (!m || m->merged != c.merged || m->rank != c.rank) continue;  // the pair there changed
-    at(sym, c.pos) = c.merged;
-    at(sym, right) = -1;
-    at(next, c.pos) = at(next, right);
-    if (at(next, c.pos) >= 0) at(prev, at(next, c.pos)) = c.pos;
-    const int32_t p = at(prev, c.pos), q = at(next, c.pos);
+    // Ranks are unique to a pair, so an equal rank means the pair there is still this one.
+    const Merge* m = find(at(pos), at(right));
+    if (!m || m->rank != rank) continue;  // the pair there changed
+    merged_any = true;
+    at(pos) = m->merged;
+    at(right) = -1;
+    const int32_t p = ln(pos).prev, q = ln(right).next;
+    ln(pos).next = q;
+    if (q >= 0) ln(q).prev = pos;
     if (p >= 0)
-      if (const Merge* pm = find(at(sym, p), at(sym, c.pos))) heap.push({pm->rank, p, pm->merged});
+      if (const Merge* pm = find(at(p), at(pos))) push(key(pm->rank, p));
     if (q >= 0)
-      if (const Merge* qm = find(at(sym, c.pos), at(sym, q))) heap.push({qm->rank, c.pos, qm->merged});
+      if (const Merge* qm = find(at(pos), at(q))) push(key(qm->rank, pos));
   }
-  sym.erase(std::remove(sym.begin(), sym.end(), -1), sym.end());
+  if (merged_any) sym.erase(std::remove(sym.begin(), sym.end(), -1), sym.end());
 }
 
 // ---- byte <-> printable stand-in ----
@@ -332,8 +454,9 @@ std::vector<std::pair<size_t, size_t>> Gpt2Tokenizer::pre_tokenize(std::string_v
 void Gpt2Tokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& out) const {
   // HF caches words too; the cache is bounded so that a stream of unique pieces cannot grow it.
   constexpr size_t kMaxCached = 1 << 18, kMaxPiece = 256;
-  std::string key(piece);
-  if (piece.size() <= kMaxPiece) {
+  const bool cacheable = piece.size() <= kMaxPiece;
+  std::string key(cacheable ? piece : std::string_view());  // no copy of a long piece
+  if (cacheable) {
     std::lock_guard<std::mutex> lock(cache_mutex_);
     const auto it = cache_.find(key);
     if (it != cache_.end()) {
@@ -345,7 +468,7 @@ void Gpt2Tokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& o
   for (size_t k = 0; k < piece.size(); ++k) sym[k] = byte_id_[static_cast<unsigned char>(piece[k])];
   merges_.apply(sym);
   out.insert(out.end(), sym.begin(), sym.end());
-  if (piece.size() <= kMaxPiece) {
+  if (cacheable) {
     std::lock_guard<std::mutex> lock(cache_mutex_);
     if (cache_.size() < kMaxCached) cache_.emplace(std::move(key), std::move(sym));
   }

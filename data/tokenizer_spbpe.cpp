@@ -12,9 +12,23 @@ namespace hh::data {
 
 namespace {
 
-void replace_all(std::string& s, const std::string& from, const std::string& to) {
-  if (from.empty()) return;
-  for (size_t pos = s.find(from); pos != std::string::npos; pos = s.find(from, pos + to.size())) s.replace(pos, from.size(), to);
+// `s` with every occurrence of `from` (left to right, not overlapping) replaced by `to`, built in one
+// pass: O(|s| + |result|). (An in-place std::string::replace per match was quadratic when `to` is
+// longer than `from`, as " " -> "\u2581" is.)
+std::string replaced(std::string_view s, const std::string& from, const std::string& to) {
+  if (from.empty()) return std::string(s);
+  size_t count = 0;
+  for (size_t pos = s.find(from); pos != std::string_view::npos; pos = s.find(from, pos + from.size())) ++count;
+  std::string out;
+  out.reserve(s.size() - count * from.size() + count * to.size());
+  size_t start = 0;
+  for (size_t pos = s.find(from); pos != std::string_view::npos; pos = s.find(from, pos + from.size())) {
+    out.append(s, start, pos - start);
+    out += to;
+    start = pos + from.size();
+  }
+  out.append(s, start, std::string_view::npos);
+  return out;
 }
 
 std::string byte_token(unsigned b) {
@@ -51,37 +65,38 @@ std::string SpBpeTokenizer::normalize(std::string_view text) const {
     if (n.prepend) {
       if (!s.empty()) s.insert(0, n.text);
     } else {
-      replace_all(s, n.from, n.text);
+      s = replaced(s, n.from, n.text);
     }
   }
   return s;
 }
 
-std::vector<std::string> SpBpeTokenizer::metaspace(std::string s, bool first) const {
-  if (!meta_.on) return {std::move(s)};
-  replace_all(s, " ", meta_.replacement);
+std::string SpBpeTokenizer::metaspace(std::string_view text, bool first) const {
+  std::string s = replaced(text, " ", meta_.replacement);
   const bool starts = s.compare(0, meta_.replacement.size(), meta_.replacement) == 0;
   if (!starts && (meta_.scheme == Metaspace::always || (meta_.scheme == Metaspace::first && first)))
     s.insert(0, meta_.replacement);
-  if (!meta_.split) return {std::move(s)};
-  std::vector<std::string> pieces;  // each "▁" starts a piece (HF: MergedWithNext)
-  size_t start = 0;
-  for (size_t pos = s.find(meta_.replacement, 1); pos != std::string::npos; pos = s.find(meta_.replacement, pos + 1)) {
-    pieces.push_back(s.substr(start, pos - start));
-    start = pos;
-  }
-  pieces.push_back(s.substr(start));
-  return pieces;
+  return s;
 }
 
-void SpBpeTokenizer::encode_word(const std::string& word, std::vector<int32_t>& out) const {
+int32_t SpBpeTokenizer::char_id(std::string_view word, size_t start, size_t end, char32_t c) const {
+  if (c < 0x80) return ascii_ids_[c];
+  if (c == unicode::kReplacement && !(end - start == 3 && word.compare(start, 3, "\xEF\xBF\xBD") == 0))
+    return token_to_id(word.substr(start, end - start));  // ill-formed bytes (not in a sanitized text)
+  const auto it = char_ids_.find(c);
+  return it == char_ids_.end() ? -1 : it->second;
+}
+
+void SpBpeTokenizer::encode_word(std::string_view word, std::vector<int32_t>& out) const {
+  size_t chars = 0;  // one symbol per character (byte fallback may add more)
+  for (char b : word) chars += (static_cast<unsigned char>(b) & 0xC0) != 0x80;
   std::vector<int32_t> sym;
-  sym.reserve(word.size());
+  sym.reserve(chars);
   bool pending_unk = false;
   for (size_t i = 0; i < word.size();) {
     const size_t start = i;
-    unicode::next_code_point(word, i);
-    const int32_t id = token_to_id(std::string_view(word).substr(start, i - start));
+    const char32_t c = unicode::next_code_point(word, i);
+    const int32_t id = char_id(word, start, i, c);
     if (id >= 0) {
       if (pending_unk) sym.push_back(unk_id());
       pending_unk = false;
@@ -116,7 +131,20 @@ std::vector<int32_t> SpBpeTokenizer::encode(std::string_view text, bool add_spec
   split_on_added_tokens(
       text,
       [&](std::string_view part) {
-        for (const std::string& piece : metaspace(normalize(part), part.data() == text.data())) encode_word(piece, ids);
+        // No pre-tokenizer (Llama-2): the whole normalized part is one word; BPE's merge is
+        // O(n log n) in its length (BpeMerges::apply), everything else here is linear.
+        if (!meta_.on) return encode_word(normalize(part), ids);
+        const std::string s = metaspace(normalize(part), part.data() == text.data());
+        if (!meta_.split) return encode_word(s, ids);
+        // Each replacement starts a piece (HF: MergedWithNext), except at position 0.
+        const std::string_view all(s);
+        const std::string& rep = meta_.replacement;
+        size_t start = 0;
+        for (size_t pos = all.find(rep, 1); pos != std::string_view::npos; pos = all.find(rep, pos + 1)) {
+          encode_word(all.substr(start, pos - start), ids);
+          start = pos;
+        }
+        encode_word(all.substr(start), ids);
       },
       [&](int32_t id) { ids.push_back(id); });
   return add_special_tokens ? this->add_special_tokens(ids, nullptr, nullptr) : ids;
@@ -129,7 +157,7 @@ std::string SpBpeTokenizer::decode(const std::vector<int32_t>& ids, bool skip_sp
     if (!(skip_special_tokens && is_special(id))) toks.push_back(vocab_[static_cast<size_t>(id)]);
   for (const DecodeStep& d : decoder_) {
     if (d.kind == DecodeStep::replace) {
-      for (std::string& t : toks) replace_all(t, d.from, d.to);
+      for (std::string& t : toks) t = replaced(t, d.from, d.to);
     } else if (d.kind == DecodeStep::fuse) {
       std::string all;
       for (const std::string& t : toks) all += t;
@@ -175,6 +203,19 @@ std::string SpBpeTokenizer::decode(const std::vector<int32_t>& ids, bool skip_sp
   std::string all;
   for (const std::string& t : toks) all += t;
   return unicode::sanitize_utf8(all);
+}
+
+void SpBpeTokenizer::index_chars() {
+  for (unsigned c = 0; c < 0x80; ++c) ascii_ids_[c] = token_to_id(std::string(1, static_cast<char>(c)));
+  char_ids_.clear();
+  for (const std::string& token : vocab_) {
+    if (token.empty() || static_cast<unsigned char>(token[0]) < 0x80) continue;
+    size_t i = 0;
+    const char32_t c = unicode::next_code_point(token, i);
+    if (i == token.size() && c != unicode::kReplacement) char_ids_.emplace(c, token_to_id(token));
+  }
+  const int32_t fffd = token_to_id("\xEF\xBF\xBD");
+  if (fffd >= 0) char_ids_.emplace(unicode::kReplacement, fffd);
 }
 
 std::unique_ptr<SpBpeTokenizer> SpBpeTokenizer::from_tokenizer_json(const std::string& path) {
@@ -253,6 +294,7 @@ std::unique_ptr<SpBpeTokenizer> SpBpeTokenizer::from_tokenizer_json(const std::s
     t->byte_fallback_ = model.value("byte_fallback", false);
     t->fuse_unk_ = model.value("fuse_unk", false);
     for (unsigned b = 0; b < 256; ++b) t->byte_ids_[b] = t->token_to_id(byte_token(b));
+    t->index_chars();
     const auto unk = model.value("unk_token", nlohmann::json());
     if (!unk.is_null()) {
       HH_CHECK(unk.is_string() && t->token_to_id(unk.get<std::string>()) >= 0, path, ": model.unk_token ", unk.dump(),

@@ -17,6 +17,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "data/tokenizer.h"
@@ -35,10 +37,15 @@ class SpBpeTokenizer : public Tokenizer {
  private:
   SpBpeTokenizer() = default;
   std::string normalize(std::string_view text) const;
-  // The Metaspace step (when there is one): the pieces of a normalized part; `first`: the part
-  // starts the text.
-  std::vector<std::string> metaspace(std::string s, bool first) const;
-  void encode_word(const std::string& word, std::vector<int32_t>& out) const;
+  // The Metaspace step's rewrite (when there is one): spaces replaced, the replacement prepended
+  // per prepend_scheme; `first`: the part starts the text. encode() cuts the pieces (split=true)
+  // as views of the result.
+  std::string metaspace(std::string_view text, bool first) const;
+  // The id of the character c = word[start, end) (-1 when not in the vocabulary), without building
+  // a string: ascii_ids_ and char_ids_ hold every one-character token.
+  int32_t char_id(std::string_view word, size_t start, size_t end, char32_t c) const;
+  void index_chars();  // fills ascii_ids_ and char_ids_ from the vocabulary
+  void encode_word(std::string_view word, std::vector<int32_t>& out) const;
 
   struct NormStep {
     bool prepend;  // true: prepend `text` (non-empty input); false: replace `from` by `text`
@@ -61,6 +68,8 @@ class SpBpeTokenizer : public Tokenizer {
   BpeMerges merges_;
   bool byte_fallback_ = false, fuse_unk_ = false;
   int32_t byte_ids_[256] = {};  // "<0xNN>" ids, -1 where absent
+  int32_t ascii_ids_[128] = {};  // the id of each one-byte token, -1 where absent
+  std::unordered_map<char32_t, int32_t> char_ids_;  // the id of each one-character token of two or more bytes
 };
 
 }  // namespace hh::data

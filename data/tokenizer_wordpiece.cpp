@@ -82,6 +82,14 @@ std::vector<std::string> WordPieceTokenizer::basic_tokenize(std::string_view tex
 }
 
 void WordPieceTokenizer::encode_word(const std::string& word, std::vector<int32_t>& out) const {
+  // HF's cap (max_input_chars_per_word) is checked before anything is allocated for the word; the
+  // greedy longest match below is then O(cap^2) lookups at worst.
+  int64_t count = 0;
+  for (size_t i = 0; i < word.size() && count <= options_.max_chars_per_word; ++count) unicode::next_code_point(word, i);
+  if (count > options_.max_chars_per_word) {
+    out.push_back(unk_id());
+    return;
+  }
   std::vector<size_t> bounds;  // byte offset of each character, then word.size()
   for (size_t i = 0; i < word.size();) {
     bounds.push_back(i);
@@ -89,10 +97,6 @@ void WordPieceTokenizer::encode_word(const std::string& word, std::vector<int32_
   }
   const size_t nchars = bounds.size();
   bounds.push_back(word.size());
-  if (static_cast<int64_t>(nchars) > options_.max_chars_per_word) {
-    out.push_back(unk_id());
-    return;
-  }
   const size_t first = out.size();
   std::string candidate;
   for (size_t start = 0; start < nchars;) {
