@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/quote.h"
 #include "data/unicode.h"
 #include "data/vocab_ids.h"
 
@@ -270,8 +271,8 @@ void Gpt2Tokenizer::build(std::vector<std::string> vocab, const std::vector<std:
   for (size_t k = 0; k < merges.size(); ++k) {
     const auto& [a, b] = merges[k];
     const int32_t ia = token_to_id(a), ib = token_to_id(b), im = token_to_id(a + b);
-    HH_CHECK(ia >= 0 && ib >= 0 && im >= 0, merges_where, ": merge ", k + 1, " '", a, " ", b, "': '",
-             ia < 0 ? a : ib < 0 ? b : a + b, "' is not in the vocabulary");
+    HH_CHECK(ia >= 0 && ib >= 0 && im >= 0, merges_where, ": merge ", k + 1, " ", quote_text(a + " " + b), ": ",
+             quote_text(ia < 0 ? a : ib < 0 ? b : a + b), " is not in the vocabulary");
     merges_.add(ia, ib, im);
   }
 }
@@ -297,7 +298,7 @@ std::unique_ptr<Gpt2Tokenizer> Gpt2Tokenizer::from_files(const std::string& voca
     if (line.empty() || (line_no == 1 && line.rfind("#version", 0) == 0)) continue;
     const size_t sp = line.find(' ');
     HH_CHECK(sp != std::string::npos && sp > 0 && sp + 1 < line.size() && line.find(' ', sp + 1) == std::string::npos,
-             merges_txt, ":", line_no, ": expected two tokens separated by one space, got '", line, "'");
+             merges_txt, ":", line_no, ": expected two tokens separated by one space, got ", quote_text(line));
     merges.emplace_back(line.substr(0, sp), line.substr(sp + 1));
   }
   std::unique_ptr<Gpt2Tokenizer> t(new Gpt2Tokenizer());

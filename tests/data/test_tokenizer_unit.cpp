@@ -278,6 +278,9 @@ TEST_CASE("load_tokenizer: unreadable or malformed files give errors naming the 
   CHECK(load_error({{"vocab.json", bytes}, {"merges.txt", "#version: 0.2\na b\n"}}).empty());
   CHECK(contains(load_error({{"vocab.json", bytes}, {"merges.txt", "#version: 0.2\na b\nab  c\n"}}), "merges.txt:3: expected two tokens"));
   CHECK(contains(load_error({{"vocab.json", bytes}, {"merges.txt", "a b\nab d\n"}}), "merges.txt: merge 2 'ab d': 'abd' is not in the vocabulary"));
+  // Raw bytes of a bad line are escaped in the message, never copied to the terminal (issue 27).
+  CHECK(contains(load_error({{"vocab.json", bytes}, {"merges.txt", std::string("a b\n\x01\xff\x1b[2J\n")}}),
+                 "merges.txt:2: expected two tokens separated by one space, got '\\x01\\xFF\\x1B[2J'"));
   // tokenizer.json
   CHECK(contains(load_error({{"tokenizer.json", "nope"}}), "tokenizer.json: not valid JSON"));
   CHECK(contains(load_error({{"tokenizer.json", "{}"}}), "tokenizer.json: no string key \"model.type\""));
