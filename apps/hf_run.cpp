@@ -236,7 +236,8 @@ int run(int argc, char** argv) {
   std::shared_ptr<nn::HFModel> model = nn::load_hf_model(in.model_dir, opt);
   const double load_s = seconds_since(t0);
   std::printf("loaded %s (%s, %lld parameters, attention: %s) in %.2f s\n", in.model_dir.c_str(),
-              model->architecture().c_str(), static_cast<long long>(model->num_parameters()), opt.mixer.c_str(), load_s);
+              model->architecture().c_str(), static_cast<long long>(model->num_parameters()),
+              model->options().mixer.c_str(), load_s);
 
   json result;
   PrecisionGuard autocast(precision);
@@ -254,7 +255,7 @@ int run(int argc, char** argv) {
   }
   result["model"] = in.model_dir;
   result["architecture"] = model->architecture();
-  result["mixer"] = opt.mixer;
+  result["mixer"] = model->options().mixer;  // what the folder runs (a converted folder: its own map)
   result["device"] = f.str("device");
   result["precision"] = precision_name(precision);
   result["load_seconds"] = load_s;

@@ -78,8 +78,18 @@ std::shared_ptr<HFModel> load_hf_model(const std::string& folder, const HFModelO
     fail(str("hf: ", path, ": unsupported architecture ", arch, " (supported: ", list, ")"));
   }
   HFModelOptions build = options;
-  // A converted folder (save_hf_model) names its attention; an explicit non-softmax mixer wins.
-  if (options.mixer == "softmax") apply_hedgehog_section(config, build);
+  // A converted folder (save_hf_model) names its attention in config.json's "hedgehog" section and
+  // holds that map's weights: it runs as saved. Another map asked for explicitly would meet
+  // weights it has no slot for, so it is refused, saying what the folder holds.
+  if (config.has("hedgehog")) {
+    HFModelOptions saved = options;
+    apply_hedgehog_section(config, saved);
+    HH_CHECK(options.mixer == "softmax" || options.mixer == saved.mixer, "hf: ", folder,
+             ": the folder holds a model converted to '", saved.mixer, "' attention (config.json: hedgehog.mixer); ",
+             "it runs with its own map (leave out the mixer option), and another map needs the original softmax ",
+             "model, not '", options.mixer, "'");
+    build = saved;
+  }
   build.draw_weights = false;  // every HF weight is loaded right after construction
   std::shared_ptr<HFModel> model = chosen->make(config, build, folder);
   model->to(options.device);

@@ -65,6 +65,15 @@ TEST_CASE("save_hf_model: a converted model reloads with the same outputs and HF
     auto back = load_hf_model(out.string());  // the config's "hedgehog" section picks the mixer
     CHECK(back->options().mixer == mixer);
     CHECK(to_vector<float>(run(*back)) == to_vector<float>(run(*m)));
+    {  // the folder's own map asked for by name runs it as saved; another map is refused, naming both
+      HFModelOptions same;
+      same.mixer = mixer;
+      CHECK(to_vector<float>(run(*load_hf_model(out.string(), same))) == to_vector<float>(run(*m)));
+      HFModelOptions other;
+      other.mixer = "elu";
+      CHECK_THROWS_WITH_AS(load_hf_model(out.string(), other),
+                           doctest::Contains(("converted to '" + mixer + "' attention").c_str()), Error);
+    }
     // Every tensor of the source file is in the saved file under the same name, shape and values.
     SafeTensors saved = load_safetensors((out / "model.safetensors").string());
     SafeTensors source = read_hf_weights(fixture(name));
