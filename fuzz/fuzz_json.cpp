@@ -2,20 +2,27 @@
 // reader, the rest is the file:
 //   even: a sharded-checkpoint index (model.safetensors.index.json), listed and then loaded
 //         against one real shard "a.safetensors" (tensors "x", "y") in the same private folder;
-//   odd:  a training checkpoint (safetensors whose __metadata__ holds the step, optimizer steps
-//         and generator states) restored into a Linear(2, 3) with AdamW.
+//   1 mod 4: a training checkpoint (safetensors whose __metadata__ holds the step, optimizer steps
+//         and generator states) restored into a Linear(2, 3) with AdamW;
+//   3 mod 4: the same file resumed as --resume does it: train::Trainer::fit with resume on, which
+//         also reads the loop's state ("trainer.state"), the run's own JSON and the best weights,
+//         then trains the remaining steps of a 3-step run.
 // Every reader must accept the file or reject it with hh::Error.
 #include <sys/stat.h>
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "core/generator.h"
+#include "autograd/ops.h"
 #include "core/safetensors.h"
 #include "fuzz/fuzz_common.h"
 #include "nn/layers.h"
 #include "train/checkpoint.h"
 #include "train/optim.h"
+#include "train/schedule.h"
+#include "train/trainer.h"
 
 using namespace hh;
 
@@ -53,6 +60,32 @@ void read_checkpoint(const std::string& bytes) {
   fuzz::accepted([&] { train::load_checkpoint(path, model, &opt, meta); });
 }
 
+void resume_run(const std::string& bytes) {
+  const std::string path = folder() + "run.safetensors";
+  fuzz::write_file(path, bytes);
+  Generator init_gen(1);
+  nn::Linear model(2, 3, /*bias=*/true, nn::Init{init_gen});
+  train::AdamW opt(train::single_group(model, 0.0), 1e-3);
+  const LrSchedule schedule(ScheduleConfig{});
+  train::TrainerConfig tc;
+  tc.total_steps = 3;
+  tc.eval_every = 1;
+  tc.patience = 2;
+  tc.checkpoint_path = path;
+  tc.kind = "fz";
+  tc.fingerprint = "{}";
+  tc.resume = true;
+  tc.quiet = true;
+  tc.progress_seconds = 0;
+  const Tensor x = from_vector(std::vector<double>{1, -2, 0.5, 3}, {2, 2}, {DType::f32});
+  train::TrainerHooks hooks;
+  hooks.loss = [&](int64_t, int64_t) { return sum(square(model.forward(x))); };
+  hooks.evaluate = [&](int64_t) { return train::Evaluation{0.0, {}, false}; };
+  hooks.save_state = [] { return train::JsonText{"{\"curve\":[1.0]}"}; };
+  hooks.load_state = [](const train::JsonText& t) { nlohmann::json::parse(t.text).at("curve").get<std::vector<double>>(); };
+  fuzz::accepted([&] { train::Trainer(model, opt, schedule, tc, std::move(hooks)).fit(); });
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -60,8 +93,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string rest(reinterpret_cast<const char*>(data) + 1, size - 1);
   if (data[0] % 2 == 0) {
     read_index(rest);
-  } else {
+  } else if (data[0] % 4 == 1) {
     read_checkpoint(rest);
+  } else {
+    resume_run(rest);
   }
   return 0;
 }

@@ -93,6 +93,42 @@ def json_seeds():
     write(c, "ckpt_bad_rng", b"\x01" + st(tensors, {**meta, "rng.data": "7"}))
     write(c, "ckpt_wrong_shape", b"\x01" + st([("model.weight", "F32", [2, 3], w)] + tensors[1:], meta))
     write(c, "ckpt_no_optim", b"\x01" + st(tensors[:2], meta))
+    # 3 mod 4: the same file resumed by train::Trainer (loop state, the run's JSON, best weights)
+    state = {"loss_sum": 1.5, "loss_count": 1, "finished": False, "seconds": 0.5, "evaluations": 1,
+             "best_step": 1, "early_stopping": [True, 0.0, 0, 0, 1], "divergence": [True, 2.0, 0]}
+    run = {**meta, "hedgehog.step": "1", "hedgehog.optimizer_steps": "1", "fz.fingerprint": "{}",
+           "trainer.state": json.dumps(state), "fz.run": '{"curve":[1.0]}'}
+    best = [("extra.weight", "F32", [3, 2], w), ("extra.bias", "F32", [3], b)]
+    write(c, "resume_ok", b"\x03" + st(tensors + best, run))
+    write(c, "resume_other_run", b"\x03" + st(tensors + best, {**run, "fz.fingerprint": '{"lr":1}'}))
+    write(c, "resume_step_beyond", b"\x03" + st(tensors + best, {**run, "hedgehog.step": "4611686018427387904"}))
+    write(c, "resume_bad_state", b"\x03" + st(tensors + best, {**run, "trainer.state": '{"loss_sum":"x"}'}))
+    write(c, "resume_no_best", b"\x03" + st(tensors, run))
+
+
+def shard(ids, vocab, width=2, count=None, magic=b"HHTOKEN1", version=1):
+    """A token shard as data/token_shards.h lays it out."""
+    n = len(ids) if count is None else count
+    fmt = "<%d%s" % (len(ids), "H" if width == 2 else "I")
+    return magic + struct.pack("<IIQQ", version, width, vocab, n) + struct.pack(fmt, *ids)
+
+
+def token_shards_seeds():
+    c = "fuzz_token_shards"
+    os.makedirs(os.path.join(HERE, "corpus", c), exist_ok=True)
+    meta = {"format": "hedgehog token shards", "version": 1, "tokenizer": "bytes", "vocab_size": 257,
+            "eos_id": 256, "bytes_per_id": 2, "shard_tokens": 100000000, "documents": 2,
+            "files": ["train_00000.bin"], "tokens": {"train": 12}, "inputs": ["a.txt"]}
+    sep = b"\n--shard--\n"
+    ids = [104, 101, 108, 108, 111, 256, 119, 111, 114, 108, 100, 256]
+    write(c, "ok", json.dumps(meta).encode() + sep + shard(ids, 257))
+    write(c, "wide", json.dumps({**meta, "bytes_per_id": 4}).encode() + sep + shard(ids, 257, width=4))
+    write(c, "id_too_big", json.dumps(meta).encode() + sep + shard(ids[:-1] + [300], 257))
+    write(c, "truncated", json.dumps(meta).encode() + sep + shard(ids, 257)[:-3])
+    write(c, "count_lies", json.dumps(meta).encode() + sep + shard(ids, 257, count=1 << 40))
+    write(c, "bad_magic", json.dumps(meta).encode() + sep + shard(ids, 257, magic=b"HHTOKEN2"))
+    write(c, "eos_out_of_range", json.dumps({**meta, "eos_id": 900}).encode() + sep + shard(ids, 257))
+    write(c, "meta_not_object", b"[1,2,3]" + sep + shard(ids, 257))
 
 
 def flags_seeds():
@@ -113,3 +149,4 @@ if __name__ == "__main__":
     safetensors_seeds()
     json_seeds()
     flags_seeds()
+    token_shards_seeds()
