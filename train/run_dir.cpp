@@ -205,6 +205,7 @@ std::string RunDir::restore_previous() noexcept {
   const fs::path failed = at(kFailed), previous = at(kPrevious);
   fs::remove_all(failed, ec);
   bool all_kept = true;
+  size_t moved = 0;
   std::vector<std::string> mine;
   try {
     mine = existing_results();
@@ -213,6 +214,7 @@ std::string RunDir::restore_previous() noexcept {
   for (const auto& rel : mine) {
     try {
       move_file(at(rel), failed / rel);
+      ++moved;
     } catch (...) {
       all_kept = false;
       ::remove(at(rel).c_str());  // no room even for a folder entry: the failed run's file goes
@@ -232,7 +234,9 @@ std::string RunDir::restore_previous() noexcept {
   if (restored) fs::remove_all(previous, ec);
   return str("note: this run did not complete; the previous results in ", path_,
              restored ? " are kept as they were" : str(" could not all be put back (they are in ", previous.string(), ")"),
-             all_kept ? str(" and this run's files are in ", failed.string()) : std::string(" (this run's files are removed)"));
+             moved == 0   ? std::string()
+             : all_kept ? str(" and this run's files are in ", failed.string())
+                        : str(" (this run's files are in ", failed.string(), " where there was room, else removed)"));
 }
 
 std::string RunDir::finish(End e) {
