@@ -22,6 +22,7 @@
 #include "nn/feature_maps.h"
 #include "nn/transformer.h"
 #include "experiments/ar/ar_report.h"
+#include "train/run_dir.h"
 #include "train/run_scheduler.h"
 #include "train/schedule.h"
 
@@ -153,28 +154,6 @@ std::string gib(double bytes) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.2f GiB", bytes / (1024.0 * 1024.0 * 1024.0));
   return buf;
-}
-
-// ar_probe's settings that decide its results: what --resume compares (threads and jobs do not
-// change a result; they are recorded but not compared).
-const char* kNotCompared[] = {"threads", "jobs"};
-
-void check_resume_config(const std::string& out, const nlohmann::json& now) {
-  const std::string path = out + "/config.json";
-  HH_CHECK(::access(path.c_str(), F_OK) == 0, "--resume: ", path, " not found: there is no run in '", out,
-           "' to resume (start it without --resume)");
-  nlohmann::json saved = nlohmann::json::parse(read_file(path), nullptr, false);
-  HH_CHECK(saved.is_object(), "--resume: ", path, " is not a JSON object");
-  std::string diff;
-  for (auto it = now.begin(); it != now.end(); ++it) {
-    if (std::find(std::begin(kNotCompared), std::end(kNotCompared), it.key()) != std::end(kNotCompared)) continue;
-    const bool same = saved.contains(it.key()) && saved[it.key()] == it.value();
-    if (!same)
-      diff += str(diff.empty() ? "" : ", ", it.key(), " ", saved.contains(it.key()) ? saved[it.key()].dump() : "(absent)",
-                  " now ", it.value().dump());
-  }
-  HH_CHECK(diff.empty(), "--resume: the run in '", out, "' used other settings (", diff,
-           "); resume with the original flags, or start afresh without --resume");
 }
 
 int run(int argc, char** argv) {
@@ -325,9 +304,12 @@ int run(int argc, char** argv) {
   jobs = std::min<int64_t>(jobs, static_cast<int64_t>(maps.size() * grid.size()));
 
   // Everything that can be checked is checked before the data is generated and training starts.
+  // The run folder (train/run_dir.h): checked here; threads and jobs are recorded in config.json but
+  // do not change a result, so --resume does not compare them.
   const std::string out = c.out;
-  HH_CHECK(!out.empty(), "--out: empty path (give the folder for the results)");
-  ensure_writable_dir(out);
+  train::RunDir::Options rdo;
+  rdo.resume.not_compared = {"threads", "jobs"};
+  train::RunDir run_dir(out, rdo);
   int64_t max_batch = 0;
   for (const Grid& g : grid) max_batch = std::max(max_batch, g.batch);
   const MemoryEstimate need = estimate_memory(data_cfg, rc, max_batch, jobs);
@@ -373,18 +355,14 @@ int run(int argc, char** argv) {
     std::string dir = out + "/" + file_slug(maps[m_index].label);
     return dir + "/" + stem + (grid.size() > 1 ? "_" + std::to_string(g) : std::string()) + ext;
   };
-  if (resume) {
-    check_resume_config(out, cfg);
-  } else {
-    // A fresh run: what an earlier run left for these maps must not be taken for this run's.
-    for (size_t i = 0; i < maps.size(); ++i)
-      for (size_t g = 0; g < grid.size(); ++g) {
-        ::unlink(run_file(i, g, "result", ".json").c_str());
-        ::unlink(run_file(i, g, "checkpoint", ".safetensors").c_str());
-      }
-    remove_stale_temps(out + "/config.json");
-    write_file_atomic(out + "/config.json", cfg.dump(2) + "\n");
-  }
+  // A fresh run sets an earlier run's files aside (what it left for these maps must not be taken
+  // for this run's, and it comes back if this run fails); --resume checks the settings.
+  std::vector<std::string> files = {"results.json", "results.csv", "index.html", "*.svg"};
+  for (size_t i = 0; i < maps.size(); ++i)
+    for (size_t g = 0; g < grid.size(); ++g)
+      for (const auto& p : {run_file(i, g, "result", ".json"), run_file(i, g, "checkpoint", ".safetensors")})
+        files.push_back(p.substr(out.size() + 1));
+  run_dir.start(cfg, resume, files);
   for (const MapSpec& ms : maps) ensure_writable_dir(out + "/" + file_slug(ms.label));
 
   std::printf("associative recall: vocab %lld, length %lld, %lld train / %lld test samples; model %lld layers, "
@@ -458,8 +436,7 @@ int run(int argc, char** argv) {
                   r.weight_decay, (long long)r.batch, 100 * r.val_accuracy, 100 * r.accuracy, r.seconds,
                   r.status == "ok" ? "" : "; DIVERGED: ", r.status == "ok" ? "" : r.status.c_str());
       const std::string path = run_file(m_index, g, "result", ".json");
-      remove_stale_temps(path);
-      write_file_atomic(path, train::ar_result_json(r));
+      run_dir.write(path, train::ar_result_json(r));
       ::unlink(run_file(m_index, g, "checkpoint", ".safetensors").c_str());  // the result supersedes it
     }
     std::fflush(stdout);
@@ -512,6 +489,7 @@ int run(int argc, char** argv) {
   if (std::find(complete.begin(), complete.end(), 0) != complete.end()) {
     std::printf("\nstopped early (--stop-after-steps): finished maps are in %s/results.json; continue with --resume\n",
                 out.c_str());
+    run_dir.finish(train::RunDir::End::partial);
     return 0;
   }
   std::vector<train::ArRunResult> results;  // best validation accuracy per map
@@ -522,12 +500,17 @@ int run(int argc, char** argv) {
   train::write_ar_report(out, results, cfg.dump());
   std::printf("\nwrote %s/{results.json,results.csv,index.html,*.svg}\n", out.c_str());
   std::string failures;
-  size_t n_failed = 0;
+  size_t n_failed = 0, n_errors = 0;
   for (const auto& r : results)
     if (r.status != "ok") {
       ++n_failed;
+      n_errors += r.status.rfind("error", 0) == 0;
       failures += str("\n  ", r.label, ": ", r.status);
     }
+  // A map that ended with an error leaves no result: the run is not complete and does not replace
+  // a previous complete one (a diverged map is a result).
+  const std::string note = run_dir.finish(n_errors > 0 ? train::RunDir::End::failed : train::RunDir::End::complete);
+  if (!note.empty()) std::fprintf(stderr, "%s\n", note.c_str());
   if (n_failed > 0) {
     std::fprintf(stderr, "error: %zu of %zu feature map(s) failed:%s\n", n_failed, results.size(), failures.c_str());
     return 1;

@@ -101,7 +101,7 @@ int run(int argc, char** argv) {
   nn::HFModelOptions mo;
   mo.device = opts.device;
   mo.seed = cfg.seed;
-  ensure_writable_dir(out);
+  train::check_output_folder(out);
 
   // ---- the model, tokenizer and data, read and checked before any training ----
   std::error_code ec;

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/kit/app.h"
+#include "train/run_dir.h"
 #include "apps/kit/flags.h"
 #include "core/atomic_file.h"
 #include "core/parallel.h"
@@ -228,7 +229,7 @@ int run(int argc, char** argv) {
     text_files = std::filesystem::is_directory(text) ? data::text_files_in(text) : std::vector<std::string>{text};
     HH_CHECK(std::filesystem::is_regular_file(text_files[0]), "--text: '", text, "' is neither a folder nor a file");
   }
-  ensure_writable_dir(c.out);
+  train::check_output_folder(c.out);
   // The two parts are independent: with --jobs 2 they train at once, one thread each.
   std::vector<std::pair<std::string, std::function<train::ConversionReport()>>> todo;
   if (parts.find("ar") != std::string::npos) todo.emplace_back("ar", [&] { return run_ar(c, ar_train); });

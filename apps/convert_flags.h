@@ -42,6 +42,7 @@
 #include "nn/models/hf_save.h"
 #include "train/convert/convert.h"
 #include "train/convert/convert_report.h"
+#include "train/run_dir.h"
 
 namespace hh::apps {
 
@@ -249,7 +250,7 @@ inline ConversionRun conversion_run(const Flags& f) {
   r.device = common.device;
   r.precision = common.precision;
   r.out = common.out;
-  HH_CHECK(!r.out.empty(), "--out: empty path");
+  train::refuse_system_folder(r.out);  // the app creates and checks it (train::check_output_folder)
   r.save = f.boolean("save");
   return r;
 }
@@ -321,7 +322,8 @@ inline std::string row_fingerprint(const nlohmann::json& settings, const train::
 }
 
 // With --resume, before any work: at least one row has a checkpoint under `out`, and every one
-// found was written with the same settings (else an error saying which file and what to do).
+// found was written with the same settings (train/run_dir.h's resume check: the error names the
+// file, the settings that differ and what to do).
 inline void check_resume(const std::vector<train::ConversionRow>& rows, const std::string& out,
                          const nlohmann::json& settings) {
   int found = 0;
@@ -333,15 +335,15 @@ inline void check_resume(const std::vector<train::ConversionRow>& rows, const st
     const SafeTensors ck = load_safetensors(path);
     auto it = ck.metadata.find("convert.state");
     HH_CHECK(it != ck.metadata.end(), "--resume: ", path, " is not a conversion checkpoint");
-    std::string written;
+    nlohmann::json written;
     try {
-      written = nlohmann::json::parse(it->second).at("fingerprint").get<std::string>();
+      written = nlohmann::json::parse(nlohmann::json::parse(it->second).at("fingerprint").get<std::string>());
     } catch (const nlohmann::json::exception& e) {
       fail(str("--resume: ", path, ": bad conversion state: ", e.what()));
     }
-    HH_CHECK(written == row_fingerprint(settings, row), "--resume: ", path,
-             " was written with other settings, model or data; rerun with the original flags, or without --resume ",
-             "(or another --out) to start afresh");
+    train::check_same_settings(str(path, " was written with other settings, model or data"), written,
+                               nlohmann::json::parse(row_fingerprint(settings, row)), {},
+                               "rerun with the original flags, or without --resume (or another --out) to start afresh");
   }
   HH_CHECK(found > 0, "--resume: no checkpoint found under ", out, " (nothing to resume)");
 }

@@ -90,7 +90,7 @@ int run(int argc, char** argv) {
   apps::LmTeacher teacher =
       apps::load_lm_teacher(f, opts.device, "convert_gpt2", "gpt2", "GPT-2 models (GPT2LMHeadModel)", "context", context);
   const data::Tokenizer& tok = *teacher.tokenizer;
-  ensure_writable_dir(out);
+  train::check_output_folder(out);
 
   auto train_w = windows_of(train::encode_corpus(data::read_text_file(train_path), tok, max_train), context, stride,
                             true, train_path);

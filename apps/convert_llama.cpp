@@ -97,7 +97,7 @@ int run(int argc, char** argv) {
   const std::shared_ptr<const data::Tokenizer> tok = teacher.tokenizer;
   HH_CHECK(tok->eos_id() >= 0, "--tokenizer: ", f.str("tokenizer").empty() ? model_dir : f.str("tokenizer"),
            " has no end token");
-  ensure_writable_dir(out);
+  train::check_output_folder(out);
 
   auto samsum = std::make_shared<const train::SamsumData>(
       train::make_samsum_data(*tok, train_ex, val_ex, test_ex, max_length, max_length - 1));

@@ -92,7 +92,7 @@ int run(int argc, char** argv) {
   train::ImageSplit test_split{data.test, train::cap_rows(data.test_rows, max_eval, cfg.seed + 4)};
   // Decoding one image of each split checks the files and the preprocessing before any training.
   for (const auto* s : {&train_split, &val_split, &test_split}) (void)s->data->batch({s->rows.front()}, tc.preprocess);
-  ensure_writable_dir(out);
+  train::check_output_folder(out);
   // Each row's checkpoint records the settings it was written with: --resume with other settings is
   // refused here, before any work.
   json config = apps::conversion_settings(f, cfg, opts);

@@ -22,6 +22,7 @@
 #include "apps/kit/flags.h"
 #include "apps/hf_run_report.h"
 #include "apps/kit/app.h"
+#include "train/run_dir.h"
 #include "core/atomic_file.h"
 #include "core/backend.h"
 #include "core/parallel.h"
@@ -227,7 +228,7 @@ int run(int argc, char** argv) {
   f.integer("top-k", 0);
   f.number("top-p", 1e-6, 1.0);
   f.boolean("stop-at-eos");
-  if (!in.out_dir.empty()) ensure_writable_dir(in.out_dir);
+  if (!in.out_dir.empty()) train::check_output_folder(in.out_dir);
   const int inputs_given = !in.prompt.empty() + !in.ids.empty() + !in.text.empty() + !in.image.empty();
   HH_CHECK(inputs_given == 1, "give exactly one input: --prompt or --ids (GPT-2, Llama), --text or --ids (BERT), "
                               "--image (ViT); got ", inputs_given);

@@ -28,6 +28,7 @@
 #include "nn/feature_maps.h"
 #include "experiments/lra/lra_report.h"
 #include "train/optim.h"
+#include "train/run_dir.h"
 
 using namespace hh;
 
@@ -60,20 +61,6 @@ std::vector<std::string> parse_attentions(const std::string& arg) {
   }
   HH_CHECK(!out.empty(), "--attentions: empty list");
   return out;
-}
-
-void check_resume_config(const std::string& out, const nlohmann::json& now) {
-  const std::string path = out + "/config.json";
-  HH_CHECK(::access(path.c_str(), F_OK) == 0, "--resume: ", path, " not found: there is no run in '", out,
-           "' to resume (start it without --resume)");
-  nlohmann::json saved = nlohmann::json::parse(read_file(path), nullptr, false);
-  HH_CHECK(saved.is_object(), "--resume: ", path, " is not a JSON object");
-  std::string diff;
-  for (auto it = now.begin(); it != now.end(); ++it)
-    if (it.key() != "threads" && (!saved.contains(it.key()) || saved[it.key()] != it.value()))
-      diff += str(diff.empty() ? "" : ", ", it.key(), " now ", it.value().dump());
-  HH_CHECK(diff.empty(), "--resume: the run in '", out, "' used other settings (", diff,
-           "); resume with the original flags, or start afresh without --resume");
 }
 
 // --bench: the training step alone (the same step as train::run_lra: forward, cross-entropy,
@@ -274,9 +261,12 @@ int run(int argc, char** argv) {
     for (const auto& c : runs) bench(c, bench_steps);
     return 0;
   }
+  // The run folder (train/run_dir.h); threads do not change a result: recorded, not compared.
   const std::string out = c.out;
-  HH_CHECK(!out.empty(), "--out: empty path (give the folder for the results)");
-  ensure_writable_dir(out);
+  train::RunDir::Options rdo;
+  rdo.resume.not_compared = {"threads"};
+  rdo.resume.show_saved = false;
+  train::RunDir run_folder(out, rdo);
   nlohmann::json cfg = {{"preset", preset}, {"tasks", f.str("tasks")}, {"attentions", f.str("attentions")},
                         {"data", generate ? "generated" : data_dir}, {"gen_train", gen_train}, {"gen_eval", gen_eval},
                         {"listops_len", {lo_len, hi_len}}, {"listops_depth", depth}, {"pathfinder_size", pf_size},
@@ -289,16 +279,13 @@ int run(int argc, char** argv) {
   auto run_dir = [&](const train::LraRunConfig& c) {
     return out + "/" + data::lra_task_name(c.task) + "/" + c.model.attention;
   };
-  if (resume) {
-    check_resume_config(out, cfg);
-  } else {
-    for (const auto& c : runs) {
-      ::unlink((run_dir(c) + "/result.json").c_str());
-      ::unlink((run_dir(c) + "/checkpoint.safetensors").c_str());
-    }
-    remove_stale_temps(out + "/config.json");
-    write_file_atomic(out + "/config.json", cfg.dump(2) + "\n");
-  }
+  // A fresh run sets an earlier run's files aside (back in place if this run fails); --resume
+  // checks the settings.
+  std::vector<std::string> files = {"table6.csv", "results.json", "report.html", "learning_curves.svg"};
+  for (const auto& c : runs)
+    for (const char* name : {"/result.json", "/checkpoint.safetensors", "/log.jsonl"})
+      files.push_back((run_dir(c) + name).substr(out.size() + 1));
+  run_folder.start(cfg, resume, files);
   for (const auto& c : runs) ensure_writable_dir(run_dir(c));
 
   // Data: generated, then read back like release files; every split of every task is read (and so
@@ -374,8 +361,7 @@ int run(int argc, char** argv) {
                 r.seconds, r.steps_per_second, r.status.c_str());
     std::fflush(stdout);
     if (r.status.rfind("error", 0) != 0) {
-      remove_stale_temps(result_path);
-      write_file_atomic(result_path, train::lra_result_json(r));
+      run_folder.write(result_path, train::lra_result_json(r));
       ::unlink(c.checkpoint_path.c_str());  // the result supersedes it
     }
     results.push_back(r);
@@ -383,16 +369,21 @@ int run(int argc, char** argv) {
   }
   if (interrupted) {
     std::printf("\nstopped early (--stop-after-steps): continue with --resume\n");
+    run_folder.finish(train::RunDir::End::partial);
     return 0;
   }
   std::printf("\n%s", train::lra_table(results).c_str());
   train::write_lra_report(out, results, cfg.dump());
   std::printf("\nwrote %s/{table6.csv,results.json,report.html,learning_curves.svg}\n", out.c_str());
-  size_t failed = 0, below = 0;
+  size_t failed = 0, below = 0, errors = 0;
   for (const auto& r : results) {
     failed += r.status != "ok";
+    errors += r.status.rfind("error", 0) == 0;
     below += r.status == "ok" && r.test_accuracy < min_accuracy;
   }
+  // A run that ended with an error leaves no result: this run does not replace a previous complete one.
+  const std::string note = run_folder.finish(errors > 0 ? train::RunDir::End::failed : train::RunDir::End::complete);
+  if (!note.empty()) std::fprintf(stderr, "%s\n", note.c_str());
   if (failed > 0) {
     std::fprintf(stderr, "error: %zu of %zu run(s) failed (see the table)\n", failed, results.size());
     return 1;

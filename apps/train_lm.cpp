@@ -35,6 +35,7 @@
 #include "nn/models/hf_save.h"
 #include "experiments/lm/lm_report.h"
 #include "experiments/lm/lm_train.h"
+#include "train/run_dir.h"
 #include "train/schedule.h"
 
 using namespace hh;
@@ -82,7 +83,7 @@ int prepare(int argc, char** argv) {
   o.shard_tokens = f.integer("shard-tokens", 1, int64_t{1} << 40);
   o.threads = static_cast<int>(f.integer("threads", 0, 4096));
   o.progress = !f.boolean("quiet");
-  ensure_writable_dir(o.out_dir);
+  train::check_output_folder(o.out_dir);
   data::make_lm_tokenizer(o.tokenizer);  // a bad tokenizer spec fails before any file is read
   const data::PrepareResult r = data::prepare_lm_data(o);
   std::printf("prepared %s: vocabulary %lld, %zu file(s) written\n", o.out_dir.c_str(),
@@ -227,6 +228,7 @@ int train_cmd(int argc, char** argv) {
   HH_CHECK(f.given("out"), "--out is required");
   const apps::CommonFlags c = apps::read_common_flags(f, train_common());
   const std::string data_dir = f.str("data"), out = c.out;
+  train::refuse_system_folder(out);  // every rank; rank 0 also creates and checks the folder below
   const data::PreparedInfo info = data::read_prepared_info(data_dir);
   const data::TokenDataset train_data = data::TokenDataset::open(data_dir, "train");
   const std::vector<int32_t> valid = data::TokenDataset::open(data_dir, "valid").all();
@@ -302,7 +304,7 @@ int train_cmd(int argc, char** argv) {
     r.cfg.out_dir = (fs::path(out) / name).string();
     runs.push_back(std::move(r));
   }
-  if (root) ensure_writable_dir(out);
+  if (root) train::check_output_folder(out);
   for (auto& r : runs) {
     train::gpt2_config_json(r.cfg.model, r.cfg.eos_id);  // checks the sizes
     train::check_lm_train_config(r.cfg, comm->world());

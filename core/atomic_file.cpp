@@ -88,6 +88,14 @@ long long temp_writer_pid(const std::string& s) {
   return std::stoll(s.substr(0, dot));
 }
 
+// The test hook of a full disk (for machines where a small file system cannot be mounted): when
+// HH_TEST_WRITE_FAULT is set and not empty, every write whose target path contains it fails as a
+// full disk does (ENOSPC), after its temp file was created.
+bool write_fault_injected(const std::string& path) {
+  const char* f = std::getenv("HH_TEST_WRITE_FAULT");
+  return f != nullptr && *f != '\0' && path.find(f) != std::string::npos;
+}
+
 }  // namespace
 
 int remove_stale_temps(const std::string& path) {
@@ -155,6 +163,8 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
   }
   HH_CHECK(f.fd >= 0, "write_file_atomic: cannot create a unique temp file next to '", path, "'");
   try {
+    if (write_fault_injected(path))
+      fail(str("write_file_atomic: writing '", tmp, "' (for '", path, "') failed: ", errno_str(ENOSPC)));
     write_all(f.fd, bytes.data(), bytes.size(), tmp, path);
     // No user-space buffer here (raw write), so fsync alone makes the data durable.
     if (::fsync(f.fd) != 0)

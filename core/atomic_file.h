@@ -11,7 +11,8 @@ namespace hh {
 
 // Writes `bytes` to `path` atomically: a temp file next to `path` is written, flushed and fsynced,
 // renamed over `path`, then the folder is fsynced. On any failure the temp file is removed and
-// hh::Error names the path and strerror; `path` is then left as it was.
+// hh::Error names the path and strerror; `path` is then left as it was. Tests: HH_TEST_WRITE_FAULT=S
+// in the environment makes every write whose path contains S fail as on a full disk (ENOSPC).
 void write_file_atomic(const std::string& path, const std::string& bytes);
 
 // Removes the temp files that write_file_atomic left next to `path` when its process died in the
