@@ -96,7 +96,7 @@ TrainerResult Trainer::fit() {
   po.every_steps = 0;
   po.every_seconds = cfg_.progress_seconds;
   if (cfg_.quiet) po.mode = ProgressMode::plain;
-  std::ostream discard(nullptr);  // cfg.silent: a stream without a buffer writes nothing (outlives `bar`)
+  std::ostream discard(nullptr);  // cfg.silent: a stream without a buffer writes nothing; outlives `bar`
   if (cfg_.silent) {
     po.mode = ProgressMode::plain;
     po.out = &discard;

@@ -245,7 +245,8 @@ ConvertResult convert(ConversionTask& task, const ConvertConfig& cfg) {
            f.warmup_fraction);
   HH_CHECK(f.joint_weight >= 0, "convert: joint weight must be >= 0, got ", f.joint_weight);
   HH_CHECK(!cfg.resume || !cfg.checkpoint_path.empty(), "convert: --resume needs a checkpoint path");
-  HH_CHECK(cfg.stop_after_epochs == 0 || !cfg.checkpoint_path.empty(), "convert: stop_after_epochs needs a checkpoint path");
+  HH_CHECK(cfg.stop_after_epochs == 0 || !cfg.checkpoint_path.empty(),
+           "convert: stop_after_epochs needs a checkpoint path");
   HH_CHECK(task.batches(Split::train) > 0, "convert: the training split has no batches");
   HH_CHECK(task.batches(Split::val) > 0, "convert: the validation split has no batches");
   nn::Module& model = task.model();
@@ -255,7 +256,8 @@ ConvertResult convert(ConversionTask& task, const ConvertConfig& cfg) {
   PrecisionGuard precision(cfg.precision);
 
   OnDisk disk;
-  if (cfg.resume && ::access(cfg.checkpoint_path.c_str(), F_OK) == 0) disk = read_checkpoint(cfg.checkpoint_path, cfg.fingerprint);
+  if (cfg.resume && ::access(cfg.checkpoint_path.c_str(), F_OK) == 0)
+    disk = read_checkpoint(cfg.checkpoint_path, cfg.fingerprint);
   ConvertResult r;
   if (disk.found)
     r = disk.result;
