@@ -333,11 +333,11 @@ inline void check_resume(const std::vector<train::ConversionRow>& rows, const st
     if (!std::filesystem::exists(path, ec)) continue;
     ++found;
     const SafeTensors ck = load_safetensors(path);
-    auto it = ck.metadata.find("convert.state");
-    HH_CHECK(it != ck.metadata.end(), "--resume: ", path, " is not a conversion checkpoint");
     nlohmann::json written;
     try {
-      written = nlohmann::json::parse(nlohmann::json::parse(it->second).at("fingerprint").get<std::string>());
+      const std::optional<std::string> fp = train::conversion_checkpoint_fingerprint(ck.metadata);
+      HH_CHECK(fp.has_value(), "--resume: ", path, " is not a conversion checkpoint");
+      written = nlohmann::json::parse(*fp);
     } catch (const nlohmann::json::exception& e) {
       fail(str("--resume: ", path, ": bad conversion state: ", e.what()));
     }

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 #include <memory>
+#include <ostream>
 #include <utility>
 
 #include <nlohmann/json.hpp>
@@ -75,7 +76,8 @@ TrainerResult Trainer::fit() {
   TrainerResult r;
   auto snapshot = [&] {
     best_.clear();
-    for (auto& [name, t] : model_.state_dict()) best_[name] = clone(t.detach());
+    for (auto& [name, t] : model_.state_dict())
+      if (!hooks_.best_filter || hooks_.best_filter(name)) best_[name] = clone(t.detach());
   };
   if (cfg_.keep_best) snapshot();
   if (cfg_.resume && ::access(cfg_.checkpoint_path.c_str(), F_OK) == 0) load(r);
@@ -96,6 +98,11 @@ TrainerResult Trainer::fit() {
   po.every_steps = 0;
   po.every_seconds = cfg_.progress_seconds;
   if (cfg_.quiet) po.mode = ProgressMode::plain;
+  std::ostream discard(nullptr);  // cfg.silent: a stream without a buffer writes nothing; outlives `bar`
+  if (cfg_.silent) {
+    po.mode = ProgressMode::plain;
+    po.out = &discard;
+  }
   std::unique_ptr<Progress> bar;  // per epoch when spe > 0, else one for the whole run
   int64_t bar_epoch = -1;
   auto running_loss = [&] { return loss_sum_ / static_cast<double>(std::max<int64_t>(loss_count_, 1)); };
@@ -166,7 +173,8 @@ TrainerResult Trainer::fit() {
         if (cfg_.keep_best) snapshot();
       }
       ++r.evaluations;
-      if (hooks_.on_evaluation) hooks_.on_evaluation({r.steps, train_loss, lr, elapsed(), best}, e);
+      if (hooks_.on_evaluation)
+        hooks_.on_evaluation({r.steps, train_loss, lr, elapsed(), best, stopper_.should_stop()}, e);
       loss_sum_ = 0;
       loss_count_ = 0;
       finished_ = (cfg_.patience > 0 && stopper_.should_stop()) || e.stop || r.steps >= total;
@@ -195,7 +203,7 @@ TrainerResult Trainer::fit() {
   if (r.has_best) r.best_metric = stopper_.best();
   if (spe == 0) bar->finish(r.has_best ? ProgressMetrics{{"best_" + cfg_.metric_name, r.best_metric}} : ProgressMetrics{});
   r.seconds = elapsed();
-  if (cfg_.keep_best) model_.load_state_dict(best_);
+  if (cfg_.keep_best) model_.load_state_dict(best_, /*strict=*/!hooks_.best_filter);
   return r;
 }
 
@@ -225,9 +233,27 @@ void Trainer::load(TrainerResult& r) {
   meta.generators = hooks_.generators;
   load_checkpoint(path, model_, &opt_, meta);
   auto it = meta.extra.find(cfg_.kind + ".fingerprint");
-  HH_CHECK(it != meta.extra.end(), "checkpoint ", path, ": metadata lacks '", cfg_.kind, ".fingerprint' (not a ",
-           cfg_.kind, " checkpoint)");
-  const std::string diff = fingerprint_diff(it->second, cfg_.fingerprint);
+  const bool legacy = meta.extra.find(kStateKey) == meta.extra.end();
+  nlohmann::json legacy_state;  // load_legacy's answer, asked for once
+  std::string saved;
+  if (it != meta.extra.end()) {
+    saved = it->second;
+  } else {
+    // An old loop's checkpoint may keep its fingerprint elsewhere: load_legacy returns it. Without
+    // one (or when the hook cannot read the file) the checkpoint is not this experiment's.
+    if (legacy && hooks_.load_legacy) {
+      try {
+        legacy_state = nlohmann::json::parse(hooks_.load_legacy(meta.extra).text);
+      } catch (const std::exception&) {
+        legacy_state = nullptr;
+      }
+    }
+    HH_CHECK(legacy_state.is_object() && legacy_state.contains("fingerprint") &&
+                 legacy_state.at("fingerprint").is_string(),
+             "checkpoint ", path, ": metadata lacks '", cfg_.kind, ".fingerprint' (not a ", cfg_.kind, " checkpoint)");
+    saved = legacy_state.at("fingerprint").get<std::string>();
+  }
+  const std::string diff = fingerprint_diff(saved, cfg_.fingerprint);
   if (!diff.empty()) {
     fail(str("checkpoint ", path, ": it was saved by a run with another configuration or data (differs in ", diff,
              "); start afresh without resuming, or use the original settings"));
@@ -242,12 +268,14 @@ void Trainer::load(TrainerResult& r) {
         HH_CHECK(run != meta.extra.end(), "checkpoint ", path, ": metadata lacks '", cfg_.kind, ".run'");
         hooks_.load_state(JsonText{run->second});
       }
+    } else if (!legacy_state.is_null()) {
+      st = legacy_state;
     } else {
       HH_CHECK(static_cast<bool>(hooks_.load_legacy), "checkpoint ", path, ": metadata lacks '", kStateKey,
                "' (not a checkpoint of this version's training loop: start afresh without resuming)");
       st = nlohmann::json::parse(hooks_.load_legacy(meta.extra).text);
     }
-    r.steps = meta.step;
+    r.steps = st.contains("steps") ? st.at("steps").get<int64_t>() : meta.step;
     loss_sum_ = st.at("loss_sum").get<double>();
     loss_count_ = st.at("loss_count").get<int64_t>();
     finished_ = st.at("finished").get<bool>();

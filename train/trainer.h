@@ -61,6 +61,9 @@ struct EvaluationPoint {
   double lr = 0;          // the last step's learning rate
   double seconds = 0;     // training time so far, resumed runs' included
   bool best = false;      // this evaluation is the new best
+  // The early-stopping patience is spent (no improvement for cfg.patience evaluations): with
+  // patience > 0 the run stops here. Lets an experiment say why its run ended.
+  bool patience_spent = false;
 };
 
 struct TrainerConfig {
@@ -87,6 +90,7 @@ struct TrainerConfig {
   std::string metric_name = "metric";  // the evaluation metric's name in the last progress line
   bool quiet = false;           // plain progress lines instead of a bar
   double progress_seconds = 30; // plain mode: a line at least this often
+  bool silent = false;          // no progress at all (a loop inside another's report, e.g. per layer)
 };
 
 struct TrainerHooks {
@@ -109,7 +113,13 @@ struct TrainerHooks {
   // Optional: a checkpoint written by an experiment's loop before this Trainer existed: returns the
   // loop state ({loss_sum, loss_count, finished, seconds, early_stopping, divergence, best_step})
   // and restores the experiment's own from `extra`, or throws hh::Error saying why it cannot.
+  // An old loop that kept its fingerprint elsewhere (no '<kind>.fingerprint' key) returns it as
+  // "fingerprint" (checked as that key would be; without either the checkpoint is refused), and
+  // one that counted its step otherwise returns "steps" (else the checkpoint's step is taken).
   std::function<JsonText(const std::map<std::string, std::string>& extra)> load_legacy;
+  // Optional: which state tensors the best copy holds (default all). A run that trains a part of
+  // the model (the conversion's feature maps) keeps only that part; the rest must not change.
+  std::function<bool(const std::string& name)> best_filter;
   // Generators the run draws from (dropout), saved and restored with a checkpoint.
   std::map<std::string, Generator*> generators;
 };

@@ -220,6 +220,56 @@ TEST_CASE("convert: an interrupted conversion resumed from its checkpoint ends w
   fs::remove(ck);
 }
 
+TEST_CASE("convert: checkpoints of the driver's loop before the Trainer resume where an uninterrupted run ends") {
+  // tests/fixtures/convert_legacy: this conversion's checkpoints as the driver's own loop wrote them
+  // (base 5a2ce0a): mid stage 1, between the stages, mid stage 2 (full and LoRA), finished.
+  const std::string dir = std::string(HH_SOURCE_DIR) + "/tests/fixtures/convert_legacy/";
+  TinyAr t;
+  auto teacher = t.task("softmax", nullptr, 1);
+  const fs::path ck = fs::temp_directory_path() / ("hh_test_convert_legacy_" + std::to_string(::getpid()) + ".ckpt");
+  for (const std::string mode : {"full", "lora"}) {
+    train::ConvertConfig cfg = quiet_config();
+    cfg.distill.epochs = 2;
+    cfg.distill.patience = 2;
+    cfg.finetune.epochs = 2;
+    cfg.finetune.lr = 1e-3;
+    cfg.finetune.mode = mode;
+    cfg.finetune.lora_rank = 2;
+    cfg.fingerprint = "tiny-ar";
+    auto whole = t.task("hedgehog", &teacher->model());
+    const train::ConvertResult rw = train::convert(*whole, cfg);
+    cfg.checkpoint_path = ck.string();
+    cfg.resume = true;
+    const std::vector<std::string> files =
+        mode == "full" ? std::vector<std::string>{"full_stage1_epoch1", "full_between_stages", "full_stage2_epoch1",
+                                                  "full_finished"}
+                       : std::vector<std::string>{"lora_stage2_epoch1"};
+    for (const std::string& f : files) {
+      CAPTURE(f);
+      fs::copy_file(dir + f + ".safetensors", ck, fs::copy_options::overwrite_existing);
+      auto part = t.task("hedgehog", &teacher->model());
+      const train::ConvertResult rp = train::convert(*part, cfg);
+      CHECK_FALSE(rp.interrupted);
+      CHECK(values(part->model()) == values(whole->model()));
+      CHECK(rp.distill.val == rw.distill.val);
+      CHECK(rp.distill.train_loss == rw.distill.train_loss);
+      CHECK(rp.finetune.val == rw.finetune.val);
+      CHECK(rp.finetune.steps == rw.finetune.steps);
+      CHECK(rp.swapped == rw.swapped);
+      CHECK(rp.distilled == rw.distilled);
+      CHECK(rp.finetuned == rw.finetuned);
+    }
+  }
+  auto other = t.task("hedgehog", &teacher->model());
+  train::ConvertConfig cfg = quiet_config();
+  cfg.fingerprint = "another";
+  cfg.checkpoint_path = ck.string();
+  cfg.resume = true;
+  fs::copy_file(dir + "full_stage1_epoch1.safetensors", ck, fs::copy_options::overwrite_existing);
+  CHECK_THROWS_WITH_AS(train::convert(*other, cfg), doctest::Contains("other settings"), Error);
+  fs::remove(ck);
+}
+
 TEST_CASE("convert: the report of a paper-row conversion") {
   TinyAr t;
   auto teacher = t.task("softmax", nullptr, 1);

@@ -3,19 +3,19 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 
-#include "core/progress.h"
 #include "core/safetensors.h"
 #include "nn/attention.h"
 #include "train/checkpoint.h"
 #include "train/early_stopping.h"
 #include "train/optim.h"
 #include "train/schedule.h"
+#include "train/trainer.h"
 
 namespace hh::train {
 
@@ -45,9 +45,6 @@ void load_teacher_weights(nn::Module& student, const nn::Module& teacher) {
 }
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 // Performer redraws its projection once per optimizer step (REFERENCE.md §2).
 void feature_maps_on_step(nn::Module& m) {
@@ -99,13 +96,6 @@ double distill_validation(ConversionTask& task, const nn::DistillOptions& o, int
   return total / static_cast<double>(n);
 }
 
-std::map<std::string, Tensor> snapshot(const nn::Module& m, bool feature_maps_only) {
-  std::map<std::string, Tensor> s;
-  for (auto& [name, t] : m.state_dict())
-    if (!feature_maps_only || is_feature_map_param(name)) s[name] = clone(t.detach());
-  return s;
-}
-
 // Adds LoRA adapters (their init drawn from `seed`) and returns the names of the adapted Linears.
 std::vector<std::string> add_lora(nn::Module& model, const FinetuneStage& f, uint64_t seed) {
   nn::LoraConfig lc;
@@ -148,22 +138,8 @@ StageLog log_from(const nlohmann::json& j) {
   return l;
 }
 
-// Where a conversion stands: what a checkpoint holds besides the weights, optimizer and best copy.
-struct ConvertState {
-  int stage = 1;            // the stage in progress (1 distill, 2 finetune; 3 = both done)
-  int64_t epochs_done = 0;  // epochs of that stage completed
-  EarlyStoppingState stopper;
-  ConvertResult result;
-};
-
-nlohmann::json state_json(const ConvertState& s, const std::string& fingerprint) {
-  const EarlyStoppingState& e = s.stopper;
-  const ConvertResult& r = s.result;
-  return {{"fingerprint", fingerprint},
-          {"stage", s.stage},
-          {"epochs_done", s.epochs_done},
-          {"stopper", {e.has_best, e.best, e.best_index, e.bad_count, e.num_updates}},
-          {"swapped", metrics_json(r.swapped)},
+nlohmann::json result_json(const ConvertResult& r) {
+  return {{"swapped", metrics_json(r.swapped)},
           {"distilled", metrics_json(r.distilled)},
           {"finetuned", metrics_json(r.finetuned)},
           {"distill", log_json(r.distill)},
@@ -171,52 +147,90 @@ nlohmann::json state_json(const ConvertState& s, const std::string& fingerprint)
           {"trainable", {r.trainable_distill, r.trainable_finetune}},
           {"lora_targets", r.lora_targets}};
 }
+void result_from(const nlohmann::json& j, ConvertResult& r) {
+  r.swapped = metrics_from(j.at("swapped"));
+  r.distilled = metrics_from(j.at("distilled"));
+  r.finetuned = metrics_from(j.at("finetuned"));
+  r.distill = log_from(j.at("distill"));
+  r.finetune = log_from(j.at("finetune"));
+  r.trainable_distill = j.at("trainable").at(0).get<int64_t>();
+  r.trainable_finetune = j.at("trainable").at(1).get<int64_t>();
+  r.lora_targets = j.at("lora_targets").get<std::vector<std::string>>();
+}
 
-ConvertState state_from(const std::string& path, const std::string& text, const std::string& fingerprint) {
-  ConvertState s;
+// A conversion checkpoint holds, besides the Trainer's own state, "convert.run": the stage whose
+// Trainer wrote it, the caller's fingerprint and the results so far. One written by the driver's
+// own loop before train/trainer.h holds "convert.state" instead (the same results, the stage, its
+// epochs done and the early-stopping state; stage 2 with 0 epochs done is the weights after stage
+// 1, stage 3 the finished conversion).
+constexpr const char* kRunKey = "convert.run";
+constexpr const char* kLegacyKey = "convert.state";
+
+// What the checkpoint to resume from says.
+struct OnDisk {
+  bool found = false;
+  bool legacy = false;
+  int stage = 0;               // 1 or 2 (legacy: 1, 2 or 3)
+  int64_t legacy_epochs = 0;   // legacy: epochs of that stage done
+  EarlyStoppingState legacy_stopper;
+  std::string fingerprint;
+  ConvertResult result;        // the results so far
+  bool legacy_stage_start() const { return legacy && stage == 2 && legacy_epochs == 0; }
+};
+
+OnDisk read_checkpoint(const std::string& path, const std::string& fingerprint) {
+  OnDisk d;
+  const SafeTensors peek = load_safetensors(path);
+  auto run = peek.metadata.find(kRunKey), old = peek.metadata.find(kLegacyKey);
+  HH_CHECK(run != peek.metadata.end() || old != peek.metadata.end(), "checkpoint ", path,
+           ": metadata lacks 'convert.run' (not a conversion checkpoint)");
+  d.found = true;
+  d.legacy = run == peek.metadata.end();
   try {
-    const nlohmann::json j = nlohmann::json::parse(text);
-    HH_CHECK(j.at("fingerprint").get<std::string>() == fingerprint, "checkpoint ", path,
+    const nlohmann::json j = nlohmann::json::parse(d.legacy ? old->second : run->second);
+    d.fingerprint = j.at("fingerprint").get<std::string>();
+    HH_CHECK(d.fingerprint == fingerprint, "checkpoint ", path,
              ": it was written by a conversion with other settings, model or data; start afresh without --resume, "
              "or use the original settings");
-    s.stage = j.at("stage").get<int>();
-    s.epochs_done = j.at("epochs_done").get<int64_t>();
-    const auto& e = j.at("stopper");
-    s.stopper = {e.at(0).get<bool>(), e.at(1).get<double>(), e.at(2).get<int64_t>(), e.at(3).get<int64_t>(),
-                 e.at(4).get<int64_t>()};
-    s.result.swapped = metrics_from(j.at("swapped"));
-    s.result.distilled = metrics_from(j.at("distilled"));
-    s.result.finetuned = metrics_from(j.at("finetuned"));
-    s.result.distill = log_from(j.at("distill"));
-    s.result.finetune = log_from(j.at("finetune"));
-    s.result.trainable_distill = j.at("trainable").at(0).get<int64_t>();
-    s.result.trainable_finetune = j.at("trainable").at(1).get<int64_t>();
-    s.result.lora_targets = j.at("lora_targets").get<std::vector<std::string>>();
+    d.stage = j.at("stage").get<int>();
+    result_from(j, d.result);
+    if (d.legacy) {
+      d.legacy_epochs = j.at("epochs_done").get<int64_t>();
+      const auto& e = j.at("stopper");
+      d.legacy_stopper = {e.at(0).get<bool>(), e.at(1).get<double>(), e.at(2).get<int64_t>(), e.at(3).get<int64_t>(),
+                          e.at(4).get<int64_t>()};
+    }
   } catch (const nlohmann::json::exception& e) {
     fail(str("checkpoint ", path, ": bad conversion state in its metadata: ", e.what()));
   }
-  HH_CHECK(s.stage >= 1 && s.stage <= 3 && s.epochs_done >= 0, "checkpoint ", path, ": bad stage ", s.stage);
-  return s;
+  HH_CHECK(d.stage >= 1 && d.stage <= (d.legacy ? 3 : 2) && d.legacy_epochs >= 0, "checkpoint ", path, ": bad stage ",
+           d.stage);
+  return d;
 }
 
 bool better_or_equal(double v, double target, bool higher) { return higher ? v >= target : v <= target; }
 
-// One stage's epoch loop. `step_loss(i)` builds the training loss of batch i; `validate()` gives the
-// value early stopping watches after each epoch. The best weights (by that value) are restored at
-// the end when keep_best.
-struct StageRun {
+// One stage as a Trainer run: epochs of the training batches, an evaluation at each epoch's end.
+struct Stage {
   std::string name;  // "distill" or "finetune"
+  int number = 1;    // 1 or 2
   int64_t epochs = 0, max_steps = 0, patience = 0;
-  bool higher_is_better = false;
+  EarlyStopMode mode = EarlyStopMode::min;
   bool keep_best = true;
-  bool feature_maps_only = false;  // the best copy holds only feature-map tensors
+  bool feature_maps_only = false;  // the best copy holds only feature-map tensors (the rest is frozen)
   double grad_clip = 0;
-  const LrSchedule* schedule = nullptr;  // null: constant lr
-  double stop_at = 0.0;                  // stop once the validation value reaches this (0 = never)
-  bool quiet = false;
+  double stop_at = 0.0;            // the evaluation's own stop (Evaluation::stop) reached this value
+  bool resume = false;             // continue from the checkpoint on disk (written in this stage)
 };
 
 }  // namespace
+
+std::optional<std::string> conversion_checkpoint_fingerprint(const std::map<std::string, std::string>& metadata) {
+  auto it = metadata.find(kRunKey);
+  if (it == metadata.end()) it = metadata.find(kLegacyKey);
+  if (it == metadata.end()) return std::nullopt;
+  return nlohmann::json::parse(it->second).at("fingerprint").get<std::string>();
+}
 
 ConvertResult convert(ConversionTask& task, const ConvertConfig& cfg) {
   const DistillStage& d = cfg.distill;
@@ -231,6 +245,8 @@ ConvertResult convert(ConversionTask& task, const ConvertConfig& cfg) {
            f.warmup_fraction);
   HH_CHECK(f.joint_weight >= 0, "convert: joint weight must be >= 0, got ", f.joint_weight);
   HH_CHECK(!cfg.resume || !cfg.checkpoint_path.empty(), "convert: --resume needs a checkpoint path");
+  HH_CHECK(cfg.stop_after_epochs == 0 || !cfg.checkpoint_path.empty(),
+           "convert: stop_after_epochs needs a checkpoint path");
   HH_CHECK(task.batches(Split::train) > 0, "convert: the training split has no batches");
   HH_CHECK(task.batches(Split::val) > 0, "convert: the validation split has no batches");
   nn::Module& model = task.model();
@@ -239,115 +255,121 @@ ConvertResult convert(ConversionTask& task, const ConvertConfig& cfg) {
   // backward runs outside autocast and the optimizer updates f32 weights.
   PrecisionGuard precision(cfg.precision);
 
-  ConvertState st;
-  const bool resuming = cfg.resume && ::access(cfg.checkpoint_path.c_str(), F_OK) == 0;
-  if (resuming) {
-    SafeTensors peek = load_safetensors(cfg.checkpoint_path);
-    auto it = peek.metadata.find("convert.state");
-    HH_CHECK(it != peek.metadata.end(), "checkpoint ", cfg.checkpoint_path,
-             ": metadata lacks 'convert.state' (not a conversion checkpoint)");
-    st = state_from(cfg.checkpoint_path, it->second, cfg.fingerprint);
-  } else {
-    st.result.swapped = task.evaluate(Split::val);
+  OnDisk disk;
+  if (cfg.resume && ::access(cfg.checkpoint_path.c_str(), F_OK) == 0)
+    disk = read_checkpoint(cfg.checkpoint_path, cfg.fingerprint);
+  ConvertResult r;
+  if (disk.found)
+    r = disk.result;
+  else
+    r.swapped = task.evaluate(Split::val);
+  // The weights of a legacy checkpoint written between stages or after both (no optimizer).
+  auto load_weights = [&] {
+    CheckpointMeta meta;
+    load_checkpoint(cfg.checkpoint_path, model, nullptr, meta);
+  };
+  if (disk.legacy && disk.stage == 3) {  // the conversion had finished
+    load_weights();
+    model.eval();
+    return r;
   }
-  ConvertResult& r = st.result;
-  std::map<std::string, Tensor> best;
 
-  auto save = [&](const Optimizer* opt) {
-    if (cfg.checkpoint_path.empty()) return;
-    CheckpointMeta meta;
-    meta.step = r.distill.steps + r.finetune.steps;
-    meta.extra["convert.state"] = state_json(st, cfg.fingerprint).dump();
-    meta.tensors = best;
-    save_checkpoint(cfg.checkpoint_path, model, opt, meta);
-  };
-  // Restores the checkpoint of the stage in progress (weights, optimizer, best copy, stopper).
-  auto restore = [&](Optimizer* opt, EarlyStopping* stopper) {
-    CheckpointMeta meta;
-    load_checkpoint(cfg.checkpoint_path, model, opt, meta);
-    best = meta.tensors;
-    if (stopper && st.stopper.num_updates > 0) stopper->set_state(st.stopper);
-  };
+  const int64_t nb = task.batches(Split::train);
+  const std::string trainer_fingerprint = nlohmann::json{{"convert", cfg.fingerprint}}.dump();
+  int64_t epochs_left = cfg.stop_after_epochs;  // this call's epochs still allowed (stop_after_epochs > 0)
 
-  int64_t epochs_this_call = 0;
-  // The epoch loop shared by both stages; returns false when stop_after_epochs interrupted it.
-  auto run_stage = [&](const StageRun& run, StageLog& log, Optimizer& opt, EarlyStopping* stopper,
-                       const std::function<Tensor(int64_t)>& step_loss, const std::function<double()>& validate) {
-    const int64_t nb = task.batches(Split::train);
-    while (st.epochs_done < run.epochs) {
-      const int64_t epoch = st.epochs_done;
-      task.shuffle(epoch);
-      model.train();
-      ProgressOptions po;
-      po.label = str(run.name, " epoch ", epoch + 1, "/", run.epochs);
-      po.total = nb;
-      po.every_steps = 0;
-      po.every_seconds = 30;
-      if (cfg.quiet) po.mode = ProgressMode::plain;
-      Progress progress(po);
-      auto t0 = Clock::now();
-      double loss_sum = 0;
-      int64_t done = 0;
-      bool out_of_steps = false, diverged = false;
-      for (int64_t i = 0; i < nb; ++i) {
-        if (run.max_steps > 0 && log.steps >= run.max_steps) {
-          out_of_steps = true;
-          break;
-        }
-        if (run.schedule) opt.set_lr(run.schedule->lr_at(log.steps));
-        Tensor loss = step_loss(i);
-        const double lv = loss.item<double>();
-        if (!std::isfinite(lv)) {
-          log.stopped = str("diverged at step ", log.steps + 1, " (loss ", lv, ")");
-          diverged = true;
-          break;
-        }
-        opt.zero_grad();
-        loss.backward();
-        if (run.grad_clip > 0) clip_grad_norm(model.parameters(), run.grad_clip);
-        opt.step();
-        feature_maps_on_step(model);
-        ++log.steps;
-        log.tokens += task.tokens(Split::train, i);
-        loss_sum += lv;
-        ++done;
-        progress.update(done, {{"loss", loss_sum / static_cast<double>(done)}});
+  // One stage as a Trainer run; `log` is its StageLog in r. Returns the Trainer's result; the best
+  // weights are loaded when it ends (keep_best).
+  auto run_stage = [&](const Stage& s, StageLog& log, Optimizer& opt, const LrSchedule& schedule,
+                       const std::function<Tensor(int64_t)>& step_loss, const std::function<Evaluation()>& validate) {
+    TrainerConfig tc;
+    tc.total_steps = s.max_steps > 0 ? std::min(s.max_steps, nb * s.epochs) : nb * s.epochs;
+    tc.steps_per_epoch = nb;  // evaluated at every epoch's end (and after a max_steps cut)
+    tc.grad_clip = s.grad_clip;
+    tc.patience = s.patience;
+    tc.mode = s.mode;
+    tc.keep_best = s.keep_best;
+    tc.checkpoint_path = cfg.checkpoint_path;
+    tc.kind = "convert";
+    tc.fingerprint = trainer_fingerprint;
+    tc.resume = s.resume;
+    if (epochs_left > 0) tc.stop_after_steps = (s.resume ? log.steps : 0) + epochs_left * nb;
+    tc.label = s.name;
+    tc.metric_name = s.number == 1 ? "val_distill" : "val";
+    tc.quiet = cfg.quiet;
+    TrainerHooks hooks;
+    int64_t shuffled = -1;  // the epoch the task's batches are ordered for
+    hooks.loss = [&](int64_t step, int64_t) {
+      if (step / nb != shuffled) {
+        shuffled = step / nb;
+        task.shuffle(shuffled);
       }
-      log.seconds += since(t0);
-      if (done > 0) {
-        const double v = validate();
-        const double mean_loss = loss_sum / static_cast<double>(done);
-        progress.finish({{"loss", mean_loss}, {run.name == "distill" ? "val_distill" : "val", v}});
-        log.train_loss.push_back(mean_loss);
-        log.val.push_back(v);
-        if (!stopper || stopper->update(v)) best = snapshot(model, run.feature_maps_only);
-        if (stopper) st.stopper = stopper->state();
-      }
-      ++st.epochs_done;
-      if (diverged) break;
-      if (out_of_steps) {
+      return step_loss(step % nb);
+    };
+    hooks.evaluate = [&](int64_t) { return validate(); };
+    int64_t counted = 0;  // epochs that did not end the stage (as stop_after_epochs counts them)
+    hooks.on_evaluation = [&](const EvaluationPoint& at, const Evaluation& e) {
+      log.train_loss.push_back(at.train_loss);
+      log.val.push_back(e.metric);
+      const int64_t epoch = (at.step + nb - 1) / nb;
+      // A max_steps cut: mid-epoch it ends the stage at once; at an epoch's end the epoch's own
+      // reasons come first.
+      const bool capped = s.max_steps > 0 && at.step >= s.max_steps && at.step < nb * s.epochs;
+      if (capped && at.step % nb != 0) {
         log.stopped = "max steps";
-        break;
+      } else if (e.stop) {
+        log.stopped = str("reached ", s.stop_at, " after epoch ", epoch);
+      } else if (s.patience > 0 && at.patience_spent) {
+        log.stopped = str("early stop after epoch ", epoch);
+      } else {
+        if (capped) log.stopped = "max steps";
+        ++counted;
       }
-      if (run.stop_at != 0 && !log.val.empty() && better_or_equal(log.val.back(), run.stop_at, run.higher_is_better)) {
-        log.stopped = str("reached ", run.stop_at, " after epoch ", epoch + 1);
-        break;
-      }
-      if (stopper && run.patience > 0 && stopper->should_stop()) {
-        log.stopped = str("early stop after epoch ", epoch + 1);
-        break;
-      }
-      save(&opt);
-      if (cfg.stop_after_epochs > 0 && ++epochs_this_call >= cfg.stop_after_epochs) return false;
+    };
+    hooks.after_step = [&](int64_t steps) {
+      feature_maps_on_step(model);  // Performer redraws its projection once per optimizer step
+      ++log.steps;
+      log.tokens += task.tokens(Split::train, (steps - 1) % nb);
+    };
+    hooks.save_state = [&] {
+      nlohmann::json j = result_json(r);
+      j["fingerprint"] = cfg.fingerprint;
+      j["stage"] = s.number;
+      return JsonText{j.dump()};
+    };
+    hooks.load_state = [&](const JsonText& j) { result_from(nlohmann::json::parse(j.text), r); };
+    if (disk.legacy) {
+      // The driver's loop before the Trainer checkpointed at epoch ends: nothing of an epoch in
+      // flight; its step counted both stages.
+      hooks.load_legacy = [&](const std::map<std::string, std::string>&) {
+        const EarlyStoppingState& e = disk.legacy_stopper;
+        return JsonText{nlohmann::json{{"fingerprint", nlohmann::json{{"convert", disk.fingerprint}}.dump()},
+                                       {"steps", log.steps},
+                                       {"loss_sum", 0.0},
+                                       {"loss_count", 0},
+                                       {"finished", false},
+                                       {"seconds", log.seconds},
+                                       {"evaluations", disk.legacy_epochs},
+                                       {"early_stopping", {e.has_best, e.best, e.best_index, e.bad_count, e.num_updates}}}
+                            .dump()};
+      };
     }
-    if (log.stopped.empty()) log.stopped = "epochs";
-    if (run.keep_best && !best.empty()) model.load_state_dict(best, /*strict=*/!run.feature_maps_only);
-    best.clear();
-    return true;
+    if (s.feature_maps_only) hooks.best_filter = is_feature_map_param;
+    const TrainerResult tr = Trainer(model, opt, schedule, tc, std::move(hooks)).fit();
+    log.seconds = tr.seconds;
+    if (tr.status.rfind("diverged", 0) == 0) {
+      log.stopped = tr.status;
+    } else if (!tr.interrupted()) {
+      if (log.stopped.empty()) log.stopped = "epochs";
+      if (epochs_left > 0) epochs_left -= counted;
+    }
+    return tr;
   };
+  // The stage ended exactly where stop_after_epochs stops: the call ends as the old loop's did.
+  auto spent = [&] { return cfg.stop_after_epochs > 0 && epochs_left <= 0; };
 
   // ---- stage 1: attention distillation, feature maps only -------------------------------------
-  if (st.stage == 1) {
+  if (!disk.found || disk.stage == 1) {
     const int64_t maps = count_feature_map_params(model);
     if (d.epochs == 0) {
       r.distill.stopped = "skipped (--distill-epochs 0)";
@@ -356,103 +378,95 @@ ConvertResult convert(ConversionTask& task, const ConvertConfig& cfg) {
     } else {
       r.trainable_distill = set_trainable(model, is_feature_map_param);
       AdamW opt(single_group(model, d.weight_decay), d.lr);
-      EarlyStopping stopper(d.patience, EarlyStopMode::min);
-      if (resuming) restore(&opt, &stopper);
-      StageRun run;
-      run.name = "distill";
-      run.epochs = d.epochs;
-      run.max_steps = d.max_steps;
-      run.patience = d.patience;
-      run.feature_maps_only = true;
-      run.quiet = cfg.quiet;
-      const bool finished = run_stage(
-          run, r.distill, opt, &stopper,
+      ScheduleConfig sc;  // constant: paper App. A.3
+      sc.base_lr = d.lr;
+      LrSchedule schedule(sc);
+      Stage s;
+      s.name = "distill";
+      s.number = 1;
+      s.epochs = d.epochs;
+      s.max_steps = d.max_steps;
+      s.patience = d.patience;
+      s.mode = EarlyStopMode::min;
+      s.feature_maps_only = true;
+      s.resume = disk.found;
+      const TrainerResult tr = run_stage(
+          s, r.distill, opt, schedule,
           [&](int64_t i) {
             nn::TraceRequest tr = distill_trace(d.loss);
             task.trace(Split::train, i, tr);
             return nn::distillation_loss(tr, d.loss);
           },
-          [&] { return distill_validation(task, d.loss, d.val_batches); });
-      if (!finished) {
+          [&] {
+            const double v = distill_validation(task, d.loss, d.val_batches);
+            return Evaluation{v, {{"val_distill", v}}, false};
+          });
+      if (tr.interrupted() || spent()) {
         r.interrupted = true;
         return r;
       }
       r.distilled = task.evaluate(Split::val);
     }
-    st.stage = 2;
-    st.epochs_done = 0;
-    st.stopper = {};
-    save(nullptr);
-  } else if (resuming && st.stage == 3) {
-    restore(nullptr, nullptr);
-  } else if (resuming && st.stage == 2 && f.epochs == 0) {
-    restore(nullptr, nullptr);
   }
 
   // ---- stage 2: finetuning on the task loss (all weights or LoRA), or the joint variant --------
-  if (st.stage == 2) {
-    if (f.epochs == 0) {
-      r.finetune.stopped = "skipped (--finetune-epochs 0)";
+  if (f.epochs == 0) {
+    HH_CHECK(!(disk.found && disk.stage == 2 && !disk.legacy), "checkpoint ", cfg.checkpoint_path,
+             ": it holds finetuning state but this conversion has no finetuning epochs");
+    if (disk.legacy_stage_start()) load_weights();
+    r.finetune.stopped = "skipped (--finetune-epochs 0)";
+  } else {
+    // A stage 2 resumed from its start (a legacy checkpoint between the stages) begins from the
+    // weights after stage 1, before the adapters exist; the Trainer's checkpoints hold them.
+    if (disk.legacy_stage_start()) load_weights();
+    if (f.mode == "lora") {
+      r.lora_targets = add_lora(model, f, cfg.seed + 101);
+      r.trainable_finetune = set_trainable(model, [&](const std::string& n) {
+        return n.find(".lora_") != std::string::npos || (f.train_feature_maps && is_feature_map_param(n));
+      });
     } else {
-      // A resumed stage 2 starts from the checkpoint's weights: before the adapters exist when the
-      // checkpoint was written on entering the stage, after them otherwise.
-      const bool mid_stage = resuming && st.epochs_done > 0;
-      if (resuming && !mid_stage) restore(nullptr, nullptr);
-      if (f.mode == "lora") {
-        r.lora_targets = add_lora(model, f, cfg.seed + 101);
-        r.trainable_finetune = set_trainable(model, [&](const std::string& n) {
-          return n.find(".lora_") != std::string::npos || (f.train_feature_maps && is_feature_map_param(n));
-        });
-      } else {
-        r.trainable_finetune = set_trainable(model, [](const std::string&) { return true; });
-      }
-      AdamW opt(decay_groups(model, f.weight_decay), f.lr);
-      const int64_t nb = task.batches(Split::train);
-      ScheduleConfig sc;
-      sc.kind = parse_schedule_kind(f.schedule);
-      sc.base_lr = f.lr;
-      sc.total_steps = f.max_steps > 0 ? std::min(f.max_steps, nb * f.epochs) : nb * f.epochs;
-      sc.warmup_steps = static_cast<int64_t>(f.warmup_fraction * static_cast<double>(sc.total_steps));
-      LrSchedule schedule(sc);
-      const bool higher = task.higher_is_better();
-      EarlyStopping stopper(std::max<int64_t>(f.patience, 1), higher ? EarlyStopMode::max : EarlyStopMode::min);
-      if (mid_stage) restore(&opt, &stopper);
-      StageRun run;
-      run.name = "finetune";
-      run.epochs = f.epochs;
-      run.max_steps = f.max_steps;
-      run.patience = f.patience;
-      run.higher_is_better = higher;
-      run.keep_best = f.keep_best;
-      run.grad_clip = f.grad_clip;
-      run.schedule = &schedule;
-      run.stop_at = f.stop_at;
-      run.quiet = cfg.quiet;
-      Metrics last;
-      const bool finished = run_stage(
-          run, r.finetune, opt, &stopper,
-          [&](int64_t i) {
-            if (f.joint_weight <= 0) return task.loss(Split::train, i, nullptr);
-            nn::TraceRequest tr = distill_trace(f.joint_loss);
-            Tensor task_loss = task.loss(Split::train, i, &tr);
-            return add(task_loss, mul(nn::distillation_loss(tr, f.joint_loss), f.joint_weight));
-          },
-          [&] {
-            last = task.evaluate(Split::val);
-            HH_CHECK(!last.empty(), "convert: the task's evaluate() returned no metric");
-            return last.front().second;
-          });
-      if (!finished) {
-        r.interrupted = true;
-        return r;
-      }
-      if (f.mode == "lora" && f.merge_lora) nn::merge_lora(model);
-      set_trainable(model, [](const std::string&) { return true; });
-      r.finetuned = task.evaluate(Split::val);
+      r.trainable_finetune = set_trainable(model, [](const std::string&) { return true; });
     }
-    st.stage = 3;
-    st.epochs_done = 0;
-    save(nullptr);
+    AdamW opt(decay_groups(model, f.weight_decay), f.lr);
+    ScheduleConfig sc;
+    sc.kind = parse_schedule_kind(f.schedule);
+    sc.base_lr = f.lr;
+    sc.total_steps = f.max_steps > 0 ? std::min(f.max_steps, nb * f.epochs) : nb * f.epochs;
+    sc.warmup_steps = static_cast<int64_t>(f.warmup_fraction * static_cast<double>(sc.total_steps));
+    LrSchedule schedule(sc);
+    const bool higher = task.higher_is_better();
+    Stage s;
+    s.name = "finetune";
+    s.number = 2;
+    s.epochs = f.epochs;
+    s.max_steps = f.max_steps;
+    s.patience = f.patience;
+    s.mode = higher ? EarlyStopMode::max : EarlyStopMode::min;
+    s.keep_best = f.keep_best;
+    s.grad_clip = f.grad_clip;
+    s.stop_at = f.stop_at;
+    s.resume = disk.found && disk.stage == 2 && !disk.legacy_stage_start();
+    const TrainerResult tr = run_stage(
+        s, r.finetune, opt, schedule,
+        [&](int64_t i) {
+          if (f.joint_weight <= 0) return task.loss(Split::train, i, nullptr);
+          nn::TraceRequest tr = distill_trace(f.joint_loss);
+          Tensor task_loss = task.loss(Split::train, i, &tr);
+          return add(task_loss, mul(nn::distillation_loss(tr, f.joint_loss), f.joint_weight));
+        },
+        [&] {
+          const Metrics last = task.evaluate(Split::val);
+          HH_CHECK(!last.empty(), "convert: the task's evaluate() returned no metric");
+          const double v = last.front().second;
+          return Evaluation{v, {{"val", v}}, f.stop_at != 0 && better_or_equal(v, f.stop_at, higher)};
+        });
+    if (tr.interrupted() || spent()) {
+      r.interrupted = true;
+      return r;
+    }
+    if (f.mode == "lora" && f.merge_lora) nn::merge_lora(model);
+    set_trainable(model, [](const std::string&) { return true; });
+    r.finetuned = task.evaluate(Split::val);
   }
   task.model().eval();
   return r;

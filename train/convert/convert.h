@@ -4,11 +4,15 @@
 // softmax weights (distillation loss, early stop on its validation value); stage 2 finetunes on the
 // task loss, every weight or LoRA adapters. The joint variant trains both losses in one stage.
 //
+// Each stage is one run of train/trainer.h's Trainer: epochs of the training batches, an evaluation
+// at each epoch's end, early stopping with the best weights kept, one checkpoint file for both.
+//
 // The driver knows nothing of the task: a ConversionTask gives it the student model, batches, the
 // task loss and the task metric (GLUE, perplexity, top-1, ROUGE, associative recall).
 #pragma once
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -83,7 +87,8 @@ struct ConvertConfig {
   uint64_t seed = 0;            // LoRA init
   bool quiet = false;           // plain progress lines instead of a bar
   Precision precision = Precision::f32;  // autograd/autocast.h
-  // Checkpoint after every epoch of either stage; resume continues from the last one written.
+  // Checkpoint after every epoch of either stage; resume continues from the last one written
+  // (also one written by the driver's loop before the Trainer).
   std::string checkpoint_path;
   bool resume = false;
   std::string fingerprint;      // the caller's description of model + data; resuming refuses another
@@ -115,6 +120,11 @@ struct ConvertResult {
 // Stage 1 then stage 2 on `task`. Parameters outside the feature maps are bit-for-bit unchanged by
 // stage 1 (they are frozen and the optimizer never sees them).
 ConvertResult convert(ConversionTask& task, const ConvertConfig& cfg);
+
+// The fingerprint a conversion checkpoint was written with (ConvertConfig::fingerprint), from its
+// safetensors metadata; nullopt when it is not a conversion checkpoint. Throws nlohmann's
+// exceptions on unreadable state.
+std::optional<std::string> conversion_checkpoint_fingerprint(const std::map<std::string, std::string>& metadata);
 
 // Every feature-map parameter of a model: names containing ".feature_map." (or starting with it).
 bool is_feature_map_param(const std::string& name);

@@ -8,6 +8,8 @@
 
 #include "autograd/grad_mode.h"
 #include "train/optim.h"
+#include "train/schedule.h"
+#include "train/trainer.h"
 
 namespace hh::train {
 
@@ -78,34 +80,47 @@ LayerwiseResult distill_layerwise(nn::LlamaForCausalLM& student, const std::vect
     group.weight_decay = cfg.weight_decay;
     std::vector<double> steps, epochs;
     if (!group.params.empty()) {
+      // One Trainer run per layer over its feature map alone: constant lr, no clipping, no
+      // validation (each epoch's end records the epoch's mean training loss), no checkpoints.
       AdamW opt({group}, cfg.lr);
-      for (int64_t e = 0; e < cfg.epochs; ++e) {
-        double sum = 0;
-        for (size_t b = 0; b < hidden.size(); ++b) {
-          Tensor q, k, v;
-          {
-            NoGradGuard ng;
-            attn.project(layer.input_layernorm->forward(hidden[b].to(device)), 0, q, k, v);
-          }
-          nn::TraceRequest tr;
-          tr.weights = true;
-          tr.teacher = true;
-          attn.mixer.forward(q, k, v, Tensor(), &tr);
-          Tensor loss = nn::distillation_loss(tr, cfg.loss);
-          const double lv = loss.item<double>();
-          HH_CHECK(std::isfinite(lv), "distill_layerwise: layer ", l, " diverged at epoch ", e + 1, ", batch ", b,
-                   " (loss ", lv, ")");
-          opt.zero_grad();
-          loss.backward();
-          opt.step();
-          attn.feature_map->on_step();
-          steps.push_back(lv);
-          sum += lv;
-          ++r.steps;
-          r.tokens += hidden[b].size(0) * hidden[b].size(1);
+      ScheduleConfig sc;
+      sc.base_lr = cfg.lr;
+      const LrSchedule schedule(sc);
+      const auto nb = static_cast<int64_t>(hidden.size());
+      TrainerConfig tc;
+      tc.total_steps = cfg.epochs * nb;
+      tc.steps_per_epoch = nb;
+      tc.keep_best = false;
+      tc.silent = true;  // the line per layer below is this loop's progress
+      tc.label = str("layer ", l + 1);
+      TrainerHooks hooks;
+      hooks.loss = [&](int64_t step, int64_t) {
+        const auto b = static_cast<size_t>(step % nb);
+        Tensor q, k, v;
+        {
+          NoGradGuard ng;
+          attn.project(layer.input_layernorm->forward(hidden[b].to(device)), 0, q, k, v);
         }
-        epochs.push_back(sum / static_cast<double>(hidden.size()));
-      }
+        nn::TraceRequest tr;
+        tr.weights = true;
+        tr.teacher = true;
+        attn.mixer.forward(q, k, v, Tensor(), &tr);
+        Tensor loss = nn::distillation_loss(tr, cfg.loss);
+        const double lv = loss.item<double>();
+        HH_CHECK(std::isfinite(lv), "distill_layerwise: layer ", l, " diverged at epoch ", step / nb + 1, ", batch ", b,
+                 " (loss ", lv, ")");
+        steps.push_back(lv);
+        return loss;
+      };
+      hooks.evaluate = [](int64_t) { return Evaluation{}; };
+      hooks.on_evaluation = [&](const EvaluationPoint& at, const Evaluation&) { epochs.push_back(at.train_loss); };
+      hooks.after_step = [&](int64_t step) {
+        attn.feature_map->on_step();
+        const auto b = static_cast<size_t>((step - 1) % nb);
+        ++r.steps;
+        r.tokens += hidden[b].size(0) * hidden[b].size(1);
+      };
+      Trainer(*attn.feature_map, opt, schedule, tc, std::move(hooks)).fit();
       for (auto& [name, p] : group.params) p.requires_grad_(false);
     }
     if (!cfg.quiet && !epochs.empty())

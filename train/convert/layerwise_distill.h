@@ -4,7 +4,8 @@
 // hidden state entering layer l) mimic the softmax weights of the same q, k (nn::distillation_loss,
 // the driver's loss). Then every batch's hidden state is advanced through layer l with softmax
 // attention (the teacher's block) and layer l+1 follows. Layers are independent: each sees teacher
-// hidden states, never a student's.
+// hidden states, never a student's. Each layer's training is one run of train/trainer.h's Trainer
+// over that layer's feature map (no validation, no checkpoints, no progress of its own).
 //
 // Memory: at any time one layer's activations are alive, (B,H,L,L) teacher and student weights of
 // one batch plus the feature-map activations, besides the current hidden state of every batch
