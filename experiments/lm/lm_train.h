@@ -13,10 +13,13 @@
 // non-overlapping blocks of eval_context tokens (stride 0), or HF's strided sliding window (each
 // token scored once, with at least eval_context - stride tokens of context).
 //
-// Checkpoints (<out>/checkpoint.safetensors, atomic, by rank 0) hold the weights, AdamW moments, the
-// step and the fingerprint (model, attention, data and optimisation settings); resuming refuses a
-// checkpoint with another fingerprint. No other state exists (windows are a function of the step),
-// so on the CPU a resumed run ends bit for bit where an uninterrupted one ends.
+// The loop is train/trainer.h's (no early stopping, no best weights: the run ends at its last
+// step). Checkpoints (<out>/checkpoint.safetensors, atomic, by rank 0) hold the weights, AdamW
+// moments, the Trainer's state, the fingerprint (model, attention, data and optimisation settings;
+// "lm.fingerprint"), the model's config.json ("lm.hf_config") and the history (per-step losses and
+// validations; "lm.run"); resuming refuses a checkpoint with another fingerprint. The windows are a
+// function of the step, so on the CPU a resumed run ends bit for bit where an uninterrupted one
+// ends. Checkpoints written by train_lm's loop before the Trainer are resumed too.
 #pragma once
 #include <cstdint>
 #include <functional>
