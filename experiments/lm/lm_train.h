@@ -76,7 +76,7 @@ struct LmTrainResult {
   std::string status = "ok";         // "ok", "interrupted at step N", "diverged at step N: ..."
   int64_t steps = 0;
   int64_t params = 0;
-  double seconds = 0.0;              // training time of this process (not evaluation)
+  double seconds = 0.0;              // wall time of the run (a resumed run's earlier processes included)
   double tokens_per_second = 0.0;    // training tokens (all ranks) per second
   std::vector<double> train_loss;    // per step
   std::vector<double> step_seconds;  // wall time of each step this process ran (benchmarks)
