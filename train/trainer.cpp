@@ -88,7 +88,8 @@ TrainerResult Trainer::fit() {
   auto save_now = [&] {
     if (cfg_.checkpoint_path.empty()) return;
     r.seconds = elapsed();
-    save(r);
+    if (cfg_.writes_checkpoints) save(r);
+    if (hooks_.after_checkpoint) hooks_.after_checkpoint();
   };
 
   const int64_t total = cfg_.total_steps, spe = cfg_.steps_per_epoch;
@@ -98,26 +99,22 @@ TrainerResult Trainer::fit() {
   po.every_steps = 0;
   po.every_seconds = cfg_.progress_seconds;
   if (cfg_.quiet) po.mode = ProgressMode::plain;
-  std::ostream discard(nullptr);  // cfg.silent: a stream without a buffer writes nothing; outlives `bar`
-  if (cfg_.silent) {
-    po.mode = ProgressMode::plain;
-    po.out = &discard;
-  }
   std::unique_ptr<Progress> bar;  // per epoch when spe > 0, else one for the whole run
   int64_t bar_epoch = -1;
   auto running_loss = [&] { return loss_sum_ / static_cast<double>(std::max<int64_t>(loss_count_, 1)); };
-  if (spe == 0) {
+  if (spe == 0 && cfg_.show_progress) {
     po.label = cfg_.label;
     po.total = total;
     po.start_step = r.steps;
     bar = std::make_unique<Progress>(po);
   }
 
+  if (hooks_.on_start) hooks_.on_start(r.steps);
   model_.train();
   while (!finished_ && r.steps < total) {
     const int64_t step = r.steps;
     const int64_t epoch = spe > 0 ? step / spe : 0;
-    if (spe > 0 && epoch != bar_epoch) {
+    if (spe > 0 && cfg_.show_progress && epoch != bar_epoch) {
       po.label = cfg_.label + " epoch " + std::to_string(epoch + 1) + "/" + std::to_string(epochs);
       po.total = std::min(spe, total - epoch * spe);
       bar = std::make_unique<Progress>(po);
@@ -157,10 +154,15 @@ TrainerResult Trainer::fit() {
     r.steps = step + 1;
     loss_sum_ += lv;
     ++loss_count_;
-    if (spe > 0)
-      bar->update(r.steps - epoch * spe, {{"loss", running_loss()}});
-    else
-      bar->update(r.steps, {{"loss", running_loss()}, {"lr", lr}});
+    if (bar) {
+      const int64_t done = spe > 0 ? r.steps - epoch * spe : r.steps;
+      if (hooks_.progress_metrics)
+        bar->update(done, hooks_.progress_metrics(r.steps, lv));
+      else if (spe > 0)
+        bar->update(done, {{"loss", running_loss()}});
+      else
+        bar->update(done, {{"loss", running_loss()}, {"lr", lr}});
+    }
 
     bool saved = false;
     if (r.steps % eval_every == 0 || r.steps == total) {
@@ -180,9 +182,9 @@ TrainerResult Trainer::fit() {
       finished_ = (cfg_.patience > 0 && stopper_.should_stop()) || e.stop || r.steps >= total;
       ProgressMetrics shown{{"loss", train_loss}};
       shown.insert(shown.end(), e.shown.begin(), e.shown.end());
-      if (spe > 0)
+      if (bar && spe > 0)
         bar->finish(shown);
-      else
+      else if (bar)
         bar->update(r.steps, shown);
       save_now();
       saved = true;
@@ -201,7 +203,7 @@ TrainerResult Trainer::fit() {
   }
   r.has_best = stopper_.has_best();
   if (r.has_best) r.best_metric = stopper_.best();
-  if (spe == 0) bar->finish(r.has_best ? ProgressMetrics{{"best_" + cfg_.metric_name, r.best_metric}} : ProgressMetrics{});
+  if (spe == 0 && bar) bar->finish(r.has_best ? ProgressMetrics{{"best_" + cfg_.metric_name, r.best_metric}} : ProgressMetrics{});
   r.seconds = elapsed();
   if (cfg_.keep_best) model_.load_state_dict(best_, /*strict=*/!hooks_.best_filter);
   return r;
@@ -220,6 +222,7 @@ void Trainer::save(const TrainerResult& r) const {
   CheckpointMeta meta;
   meta.step = r.steps;
   meta.generators = hooks_.generators;
+  meta.extra = cfg_.checkpoint_metadata;
   meta.extra[cfg_.kind + ".fingerprint"] = cfg_.fingerprint;
   meta.extra[kStateKey] = state.dump();
   if (hooks_.save_state) meta.extra[cfg_.kind + ".run"] = hooks_.save_state().text;

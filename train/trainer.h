@@ -8,10 +8,11 @@
 //   Trainer t(model, opt, schedule, cfg, hooks);
 //   TrainerResult r = t.fit();   // the best weights are loaded when it returns (cfg.keep_best)
 //
+// fit(): loads the checkpoint when resuming, then hooks.on_start, then the steps.
 // Per step: lr = schedule(step); zero grads; for each micro-batch m: loss = hooks.loss(step, m),
 // a non-finite loss stops the run before any backward, else backward of loss / accumulation;
 // hooks.reduce_loss (data parallelism); the divergence watch; clip; optimizer step;
-// hooks.after_step. A diverged step never reaches the weights.
+// hooks.after_step; progress (hooks.progress_metrics). A diverged step never reaches the weights.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -90,13 +91,21 @@ struct TrainerConfig {
   std::string metric_name = "metric";  // the evaluation metric's name in the last progress line
   bool quiet = false;           // plain progress lines instead of a bar
   double progress_seconds = 30; // plain mode: a line at least this often
-  bool silent = false;          // no progress at all (a loop inside another's report, e.g. per layer)
+  bool show_progress = true;    // false: no progress at all (data-parallel ranks but 0; a loop inside
+                                // another's report, e.g. per layer)
+  // Data parallelism: false on the ranks that do not write the checkpoint (all but rank 0); every
+  // rank still calls hooks.after_checkpoint at each checkpoint (e.g. a barrier).
+  bool writes_checkpoints = true;
+  // Further metadata written as it is into every checkpoint, for the experiment's readers of a
+  // checkpoint (e.g. the model's config, to rebuild the model from it).
+  std::map<std::string, std::string> checkpoint_metadata;
 };
 
 struct TrainerHooks {
   // Forward and loss of micro-batch `micro` of step `step` (a scalar with a graph; training mode).
   std::function<Tensor(int64_t step, int64_t micro)> loss;
-  // Evaluates the current weights (the hook sets eval/train mode as it needs).
+  // Evaluates the current weights (the hook sets eval/train mode as it needs). `step` ==
+  // total_steps is the evaluation after the last step (e.g. on the whole validation set).
   std::function<Evaluation(int64_t step)> evaluate;
   // After each evaluation (EvaluationPoint says where the run stands): the place to record curves
   // and logs.
@@ -120,6 +129,16 @@ struct TrainerHooks {
   // Optional: which state tensors the best copy holds (default all). A run that trains a part of
   // the model (the conversion's feature maps) keeps only that part; the rest must not change.
   std::function<bool(const std::string& name)> best_filter;
+  // Optional: once before the first step, after a resume's load (`step`: the steps already done):
+  // e.g. gradient hooks on the parameter tensors the model has now, a data-parallel broadcast of the
+  // initial weights (step 0), logs rewritten from the restored history.
+  std::function<void(int64_t step)> on_start;
+  // Optional: the metrics shown after each step, given its loss (after reduce_loss), in place of
+  // the running loss and the learning rate (e.g. tokens/s, the last validation perplexity).
+  std::function<ProgressMetrics(int64_t step, double loss)> progress_metrics;
+  // Optional: after each checkpoint, on every rank (TrainerConfig::writes_checkpoints), e.g. a
+  // barrier so that no rank goes on before rank 0 has written it.
+  std::function<void()> after_checkpoint;
   // Generators the run draws from (dropout), saved and restored with a checkpoint.
   std::map<std::string, Generator*> generators;
 };

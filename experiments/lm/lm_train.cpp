@@ -4,7 +4,9 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <utility>
 
@@ -17,9 +19,11 @@
 #include "data/text_corpus.h"
 #include "nn/models/hf_save.h"
 #include "train/checkpoint.h"
+#include "train/early_stopping.h"
 #include "train/metrics_log.h"
 #include "train/optim.h"
 #include "train/schedule.h"
+#include "train/trainer.h"
 
 namespace hh::train {
 
@@ -28,9 +32,8 @@ using nlohmann::json;
 
 namespace {
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 int64_t warmup_steps(const LmTrainConfig& c) {
   return c.warmup >= 1.0 ? static_cast<int64_t>(c.warmup) : static_cast<int64_t>(std::llround(c.warmup * c.steps));
@@ -64,10 +67,10 @@ void check_lm_train_config(const LmTrainConfig& c, int world) {
 
 namespace {
 
-struct Checkpointed {
-  int64_t step = 0;
-  double seconds = 0;
-  std::vector<double> train_loss;
+// The run's own record beside the Trainer's loop state, kept in its checkpoint ("lm.run"): the
+// training loss of every step and the validations so far.
+struct LmHistory {
+  std::vector<double> train_loss;  // per step, the mean over ranks
   std::vector<LmEval> evals;
 };
 
@@ -77,16 +80,12 @@ json evals_json(const std::vector<LmEval>& evals) {
   return a;
 }
 
-void save_run(const std::string& path, const std::string& fingerprint, const nn::GPT2LMHeadModel& model,
-              const AdamW& opt, const Checkpointed& s, const std::string& hf_config) {
-  CheckpointMeta meta;
-  meta.step = s.step;
-  meta.extra["lm.fingerprint"] = fingerprint;
-  meta.extra["lm.hf_config"] = hf_config;
-  meta.extra["lm.state"] = json{{"seconds", s.seconds}, {"evals", evals_json(s.evals)}}.dump();
-  if (!s.train_loss.empty())
-    meta.tensors["train_loss"] = from_vector(s.train_loss, {static_cast<int64_t>(s.train_loss.size())}, {DType::f64});
-  save_checkpoint(path, model, &opt, meta);
+std::vector<LmEval> evals_from_json(const json& a) {
+  std::vector<LmEval> evals;
+  for (const auto& e : a)
+    evals.push_back({e.at(0).get<int64_t>(), e.at(1).get<double>(), std::exp(e.at(1).get<double>()),
+                     e.at(2).get<int64_t>()});
+  return evals;
 }
 
 void compare_fingerprints(const std::string& path, const std::string& saved_text, const std::string& fingerprint) {
@@ -96,42 +95,56 @@ void compare_fingerprints(const std::string& path, const std::string& saved_text
              "); start afresh without --resume, or use the original settings"));
 }
 
-void load_run(const std::string& path, const std::string& fingerprint, nn::Module& model, AdamW& opt, Checkpointed& s) {
-  CheckpointMeta meta;
-  load_checkpoint(path, model, &opt, meta);
-  const auto get = [&](const char* key) -> const std::string& {
-    auto it = meta.extra.find(key);
-    HH_CHECK(it != meta.extra.end(), "checkpoint ", path, ": metadata lacks '", key, "' (not a train_lm checkpoint)");
-    return it->second;
-  };
-  compare_fingerprints(path, get("lm.fingerprint"), fingerprint);
-  try {
-    const json st = json::parse(get("lm.state"));
-    s.step = meta.step;
-    s.seconds = st.at("seconds").get<double>();
-    s.evals.clear();
-    for (const auto& e : st.at("evals"))
-      s.evals.push_back({e.at(0).get<int64_t>(), e.at(1).get<double>(), std::exp(e.at(1).get<double>()),
-                         e.at(2).get<int64_t>()});
-  } catch (const json::exception& e) {
-    fail(str("checkpoint ", path, ": malformed train_lm state (", e.what(), ")"));
-  }
-  s.train_loss.clear();
-  auto it = meta.tensors.find("train_loss");
-  if (it != meta.tensors.end()) s.train_loss = to_vector<double>(it->second);
-  HH_CHECK(static_cast<int64_t>(s.train_loss.size()) == s.step, "checkpoint ", path, ": ", s.train_loss.size(),
-           " losses for ", s.step, " steps");
+// A checkpoint of train_lm's loop before train/trainer.h ("lm.state" = {seconds, evals} in its
+// metadata, the per-step losses in its tensor "train_loss"): the history restored into `h`, and the
+// loop state in the Trainer's terms, as the Trainer would have saved it at that step (the running
+// loss since the last validation summed in the same order; early stopping replayed over the
+// validations' perplexities, the metric train_language_model gives the Trainer).
+json load_legacy_lm_state(const std::string& path, const std::map<std::string, std::string>& extra,
+                          const LmTrainConfig& c, LmHistory& h) {
+  auto it = extra.find("lm.state");
+  HH_CHECK(it != extra.end(), "checkpoint ", path, ": metadata lacks 'lm.state' and 'trainer.state' (not a train_lm "
+           "checkpoint)");
+  const json st = json::parse(it->second);
+  h.evals = evals_from_json(st.at("evals"));
+  // The losses are a tensor of the checkpoint, which the Trainer's hook does not see: read it again.
+  const SafeTensors f = load_safetensors(path);
+  auto loss = f.tensors.find("extra.train_loss");
+  h.train_loss = loss == f.tensors.end() ? std::vector<double>{} : to_vector<double>(loss->second);
+  auto step_text = f.metadata.find("hedgehog.step");
+  HH_CHECK(step_text != f.metadata.end() && step_text->second == std::to_string(h.train_loss.size()), "checkpoint ",
+           path, ": ", h.train_loss.size(), " losses for step ",
+           step_text == f.metadata.end() ? std::string("?") : step_text->second);
+  const int64_t steps = static_cast<int64_t>(h.train_loss.size());
+  const int64_t last_eval = h.evals.empty() ? 0 : h.evals.back().step;
+  HH_CHECK(last_eval >= 0 && last_eval <= steps, "checkpoint ", path, ": a validation at step ", last_eval,
+           " after its step ", steps);
+  double loss_sum = 0;
+  for (int64_t s = last_eval; s < steps; ++s) loss_sum += h.train_loss[static_cast<size_t>(s)];
+  EarlyStopping es(std::numeric_limits<int64_t>::max(), EarlyStopMode::min);
+  int64_t best_step = 0;
+  for (const auto& e : h.evals)
+    if (es.update(e.ppl)) best_step = e.step;
+  const EarlyStoppingState& e = es.state();
+  return {{"loss_sum", loss_sum},
+          {"loss_count", steps - last_eval},
+          {"finished", !h.evals.empty() && last_eval == c.steps},
+          {"seconds", st.at("seconds")},
+          {"evaluations", h.evals.size()},
+          {"best_step", best_step},
+          {"early_stopping", {e.has_best, e.best, e.best_index, e.bad_count, e.num_updates}},
+          {"divergence", {steps > 0, steps > 0 ? h.train_loss.front() : 0.0, 0}}};
 }
 
 // metrics.jsonl from the history (a resumed run rewrites it, so no line is lost or repeated).
-void write_history(MetricsLog& log, const Checkpointed& s, int64_t tokens_per_step) {
+void write_history(MetricsLog& log, const LmHistory& h, int64_t tokens_per_step) {
   size_t e = 0;
-  for (int64_t step = 1; step <= static_cast<int64_t>(s.train_loss.size()); ++step) {
+  for (int64_t step = 1; step <= static_cast<int64_t>(h.train_loss.size()); ++step) {
     log.write({{"split", "train"}, {"step", step}, {"tokens", step * tokens_per_step},
-               {"loss", s.train_loss[static_cast<size_t>(step - 1)]}});
-    for (; e < s.evals.size() && s.evals[e].step == step; ++e)
-      log.write({{"split", "valid"}, {"step", step}, {"loss", s.evals[e].loss}, {"ppl", s.evals[e].ppl},
-                 {"tokens_scored", s.evals[e].tokens}});
+               {"loss", h.train_loss[static_cast<size_t>(step - 1)]}});
+    for (; e < h.evals.size() && h.evals[e].step == step; ++e)
+      log.write({{"split", "valid"}, {"step", step}, {"loss", h.evals[e].loss}, {"ppl", h.evals[e].ppl},
+                 {"tokens_scored", h.evals[e].tokens}});
   }
 }
 
@@ -259,108 +272,114 @@ LmTrainResult train_language_model(const LmTrainConfig& c, const data::TokenData
   const LrSchedule schedule(c.schedule, sc);
   fs::create_directories(c.out_dir);
   const std::string ckpt = lm_checkpoint_path(c.out_dir);
-  const std::string fingerprint = lm_run_fingerprint(c);
-  const std::string hf_config = nn::config_with_hedgehog_section(r.config_json, "train_lm model config", mo);
-  Checkpointed s;
-  if (c.resume && fs::exists(ckpt)) load_run(ckpt, fingerprint, model, opt, s);
-  // After loading: the reducer's hooks live on the parameter tensors the model has now.
-  GradReducer reducer(model.named_parameters(), std::shared_ptr<Communicator>(&comm, [](Communicator*) {}));
-  if (s.step == 0) reducer.broadcast_parameters();
-  MetricsLog log;
   const int64_t tokens_per_step = c.batch * c.context;
-  if (rank == 0) {
-    log = MetricsLog((fs::path(c.out_dir) / "metrics.jsonl").string());
-    write_history(log, s, tokens_per_step);
-  }
-  const auto checkpoint = [&] {
-    if (rank == 0) save_run(ckpt, fingerprint, model, opt, s, hf_config);
-    comm.barrier();
-  };
-  const auto validate = [&](int64_t max_windows) {
-    PrecisionGuard precision(c.precision);
-    LmEval e = evaluate_lm(model, valid, eval_ctx, c.eval_stride, max_windows, c.eval_batch, comm);
-    e.step = s.step;
-    s.evals.push_back(e);
-    if (rank == 0)
-      log.write({{"split", "valid"}, {"step", s.step}, {"loss", e.loss}, {"ppl", e.ppl}, {"tokens_scored", e.tokens}});
-    return e;
-  };
-
   const int64_t micro = c.batch / c.accumulation / world;  // rows per rank per micro-batch
-  ProgressOptions po;
-  po.label = c.attention.mixer;
-  po.total = c.steps;
-  po.start_step = s.step;
-  std::unique_ptr<Progress> bar;
-  if (rank == 0 && c.progress) bar = std::make_unique<Progress>(po);
-  const auto t0 = std::chrono::steady_clock::now();
-  const int64_t start_step = s.step;
-  const double seconds_before = s.seconds;
-  double last_eval_loss = NAN;
-  while (s.step < c.steps) {
-    const auto step_start = std::chrono::steady_clock::now();
-    opt.set_lr(schedule.lr_at(s.step));
-    double step_loss = 0;
-    for (int64_t m = 0; m < c.accumulation; ++m) {
-      const int64_t first = s.step * c.batch + m * (c.batch / c.accumulation) + rank * micro;
-      const Tensor rows = sampler.rows(first, micro).to(c.device);  // (micro, context+1)
-      const Tensor x = rows.slice(1, 0, c.context), y = rows.slice(1, 1, c.context + 1);
-      Tensor loss;
-      {
-        PrecisionGuard precision(c.precision);  // forward and loss only; backward runs outside autocast
-        loss = cross_entropy(model.forward(x), y);
-      }
-      step_loss += loss.to(Device::cpu()).item<double>() / static_cast<double>(c.accumulation);
-      reducer.set_enabled(m + 1 == c.accumulation);
-      mul(loss, 1.0 / static_cast<double>(c.accumulation)).backward();
+
+  TrainerConfig tc;
+  tc.total_steps = c.steps;
+  tc.eval_every = c.eval_every > 0 ? c.eval_every : c.steps;  // the last step always validates
+  tc.accumulation = c.accumulation;
+  tc.grad_clip = c.grad_clip;
+  tc.patience = 0;  // no early stopping, no best weights: the run ends at its last step
+  tc.mode = EarlyStopMode::min;
+  tc.keep_best = false;
+  tc.checkpoint_path = ckpt;
+  tc.kind = "lm";
+  tc.fingerprint = lm_run_fingerprint(c);
+  tc.checkpoint_every = c.checkpoint_every;
+  tc.resume = c.resume;
+  tc.stop_after_steps = c.stop_after_steps;
+  tc.label = c.attention.mixer;
+  tc.metric_name = "val_ppl";
+  tc.progress_seconds = 10;
+  tc.show_progress = rank == 0 && c.progress;
+  tc.writes_checkpoints = rank == 0;
+  // The model's config.json with its attention: load_lm_checkpoint_model rebuilds the model from it.
+  tc.checkpoint_metadata["lm.hf_config"] = nn::config_with_hedgehog_section(r.config_json, "train_lm model config", mo);
+
+  LmHistory h;
+  std::unique_ptr<GradReducer> reducer;
+  MetricsLog log;
+  double step_loss = 0;           // the current step's loss, the mean over ranks (reduce_loss)
+  double last_eval_loss = NAN;    // shown with the progress
+  int64_t start_step = 0;         // where this process started
+  Clock::time_point t0 = Clock::now(), step_start = t0, last_step_end = t0;
+  TrainerHooks hooks;
+  hooks.on_start = [&](int64_t step) {
+    HH_CHECK(static_cast<int64_t>(h.train_loss.size()) == step, "checkpoint ", ckpt, ": ", h.train_loss.size(),
+             " losses for ", step, " steps");
+    // After a resume's load: the reducer's hooks live on the parameter tensors the model has now.
+    reducer = std::make_unique<GradReducer>(model.named_parameters(),
+                                            std::shared_ptr<Communicator>(&comm, [](Communicator*) {}));
+    if (step == 0) reducer->broadcast_parameters();
+    if (rank == 0) {
+      log = MetricsLog((fs::path(c.out_dir) / "metrics.jsonl").string());
+      write_history(log, h, tokens_per_step);
     }
-    reducer.finish();
-    Tensor mean_loss = from_vector(std::vector<double>{step_loss}, {1}, {DType::f64});
+    start_step = step;
+    t0 = last_step_end = Clock::now();
+  };
+  hooks.loss = [&](int64_t step, int64_t m) {
+    if (m == 0) step_start = Clock::now();
+    const int64_t first = step * c.batch + m * (c.batch / c.accumulation) + rank * micro;
+    const Tensor rows = sampler.rows(first, micro).to(c.device);  // (micro, context+1)
+    const Tensor x = rows.slice(1, 0, c.context), y = rows.slice(1, 1, c.context + 1);  // (micro, context) each
+    PrecisionGuard precision(c.precision);  // forward and loss only; the Trainer's backward runs outside autocast
+    return cross_entropy(model.forward(x), y);
+  };
+  hooks.before_backward = [&](int64_t m) { reducer->set_enabled(m + 1 == c.accumulation); };
+  hooks.reduce_loss = [&](double loss) {
+    reducer->finish();
+    Tensor mean_loss = from_vector(std::vector<double>{loss}, {1}, {DType::f64});  // (1,)
     comm.all_reduce_sum(mean_loss);
     step_loss = mean_loss.item<double>() / world;
-    if (!std::isfinite(step_loss)) {
-      r.status = str("diverged at step ", s.step + 1, ": the training loss is ", step_loss);
-      break;
-    }
-    if (c.grad_clip > 0) clip_grad_norm(model.parameters(), c.grad_clip);
-    opt.step();
-    opt.zero_grad();
-    r.step_seconds.push_back(seconds_since(step_start));
-    ++s.step;
-    s.train_loss.push_back(step_loss);
+    return step_loss;
+  };
+  hooks.after_step = [&](int64_t step) {
+    last_step_end = Clock::now();
+    r.step_seconds.push_back(std::chrono::duration<double>(last_step_end - step_start).count());
+    h.train_loss.push_back(step_loss);
     if (rank == 0)
-      log.write({{"split", "train"}, {"step", s.step}, {"tokens", s.step * tokens_per_step}, {"loss", step_loss},
+      log.write({{"split", "train"}, {"step", step}, {"tokens", step * tokens_per_step}, {"loss", step_loss},
                  {"lr", opt.lr()}});
-    const double secs = seconds_since(t0);
-    const double tok_s = static_cast<double>((s.step - start_step) * tokens_per_step) / std::max(secs, 1e-9);
-    const bool last = s.step == c.steps;
-    const bool eval_now = !last && c.eval_every > 0 && s.step % c.eval_every == 0;
-    if (eval_now) last_eval_loss = validate(c.eval_windows).loss;
-    if (bar)
-      bar->update(s.step, std::isfinite(last_eval_loss)
-                              ? ProgressMetrics{{"loss", step_loss}, {"val_ppl", std::exp(last_eval_loss)}, {"tok/s", tok_s}}
-                              : ProgressMetrics{{"loss", step_loss}, {"tok/s", tok_s}});
-    s.seconds = seconds_before + secs;
-    const bool ckpt_now = (c.checkpoint_every > 0 && s.step % c.checkpoint_every == 0) || eval_now;
-    if (ckpt_now && !last) checkpoint();
-    if (c.stop_after_steps > 0 && s.step == c.stop_after_steps && !last) {
-      if (!ckpt_now) checkpoint();
-      r.status = str("interrupted at step ", s.step);
-      break;
-    }
-  }
-  const double train_seconds = seconds_since(t0);
-  const bool final_done = !s.evals.empty() && s.evals.back().step == c.steps;  // a finished run resumed
-  if (r.status == "ok" && !final_done) {
-    validate(0);  // the final validation: every window
-    checkpoint();
-  }
-  if (bar) bar->finish({{"val_ppl", s.evals.empty() ? NAN : s.evals.back().ppl}});
-  r.steps = s.step;
-  r.seconds = s.seconds;
-  r.tokens_per_second = (s.step - start_step) * tokens_per_step / std::max(train_seconds, 1e-9);
-  r.train_loss = s.train_loss;
-  r.evals = s.evals;
+  };
+  hooks.progress_metrics = [&](int64_t step, double loss) {
+    const double tok_s =
+        static_cast<double>((step - start_step) * tokens_per_step) / std::max(seconds_since(t0), 1e-9);
+    return std::isfinite(last_eval_loss)
+               ? ProgressMetrics{{"loss", loss}, {"val_ppl", std::exp(last_eval_loss)}, {"tok/s", tok_s}}
+               : ProgressMetrics{{"loss", loss}, {"tok/s", tok_s}};
+  };
+  hooks.evaluate = [&](int64_t step) {
+    // Every eval_every steps on eval_windows windows; the last step's validation on all of them.
+    PrecisionGuard precision(c.precision);
+    LmEval e = evaluate_lm(model, valid, eval_ctx, c.eval_stride, step == c.steps ? 0 : c.eval_windows, c.eval_batch,
+                           comm);
+    e.step = step;
+    h.evals.push_back(e);
+    if (rank == 0)
+      log.write({{"split", "valid"}, {"step", step}, {"loss", e.loss}, {"ppl", e.ppl}, {"tokens_scored", e.tokens}});
+    last_eval_loss = e.loss;
+    return Evaluation{e.ppl, {{"val_ppl", e.ppl}}, false};
+  };
+  hooks.after_checkpoint = [&] { comm.barrier(); };  // rank 0 wrote it
+  hooks.save_state = [&] { return JsonText{json{{"train_loss", h.train_loss}, {"evals", evals_json(h.evals)}}.dump()}; };
+  hooks.load_state = [&](const JsonText& text) {
+    const json st = json::parse(text.text);
+    h.train_loss = st.at("train_loss").get<std::vector<double>>();
+    h.evals = evals_from_json(st.at("evals"));
+  };
+  hooks.load_legacy = [&](const std::map<std::string, std::string>& extra) {
+    return JsonText{load_legacy_lm_state(ckpt, extra, c, h).dump()};
+  };
+  const TrainerResult tr = Trainer(model, opt, schedule, tc, std::move(hooks)).fit();
+  r.status = tr.status;
+  r.steps = tr.steps;
+  r.seconds = tr.seconds;
+  r.tokens_per_second = static_cast<double>((tr.steps - tr.start_step) * tokens_per_step) /
+                        std::max(std::chrono::duration<double>(last_step_end - t0).count(), 1e-9);
+  r.train_loss = std::move(h.train_loss);
+  r.evals = std::move(h.evals);
   model.eval();
   return r;
 }

@@ -13,10 +13,13 @@
 // non-overlapping blocks of eval_context tokens (stride 0), or HF's strided sliding window (each
 // token scored once, with at least eval_context - stride tokens of context).
 //
-// Checkpoints (<out>/checkpoint.safetensors, atomic, by rank 0) hold the weights, AdamW moments, the
-// step and the fingerprint (model, attention, data and optimisation settings); resuming refuses a
-// checkpoint with another fingerprint. No other state exists (windows are a function of the step),
-// so on the CPU a resumed run ends bit for bit where an uninterrupted one ends.
+// The loop is train/trainer.h's (no early stopping, no best weights: the run ends at its last
+// step). Checkpoints (<out>/checkpoint.safetensors, atomic, by rank 0) hold the weights, AdamW
+// moments, the Trainer's state, the fingerprint (model, attention, data and optimisation settings;
+// "lm.fingerprint"), the model's config.json ("lm.hf_config") and the history (per-step losses and
+// validations; "lm.run"); resuming refuses a checkpoint with another fingerprint. The windows are a
+// function of the step, so on the CPU a resumed run ends bit for bit where an uninterrupted one
+// ends. Checkpoints written by train_lm's loop before the Trainer are resumed too.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -73,7 +76,7 @@ struct LmTrainResult {
   std::string status = "ok";         // "ok", "interrupted at step N", "diverged at step N: ..."
   int64_t steps = 0;
   int64_t params = 0;
-  double seconds = 0.0;              // training time of this process (not evaluation)
+  double seconds = 0.0;              // wall time of the run (a resumed run's earlier processes included)
   double tokens_per_second = 0.0;    // training tokens (all ranks) per second
   std::vector<double> train_loss;    // per step
   std::vector<double> step_seconds;  // wall time of each step this process ran (benchmarks)

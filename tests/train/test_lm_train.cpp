@@ -3,7 +3,10 @@
 
 #include <cmath>
 #include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "autograd/grad_mode.h"
@@ -11,6 +14,7 @@
 #include "autograd/ops/reduce.h"
 #include "autograd/ops/shape.h"
 #include "core/generator.h"
+#include "core/safetensors.h"
 #include "data/token_shards.h"
 #include "nn/models/generate.h"
 #include "nn/models/hf_save.h"
@@ -299,4 +303,77 @@ TEST_CASE("train_lm: bf16 autocast training tracks f32") {
     CHECK_THROWS_WITH_AS(train::check_lm_resume(c.out_dir, train::lm_run_fingerprint(as_f32)),
                          doctest::Contains("precision"), Error);
   }
+}
+
+namespace {
+
+// Rewrites a checkpoint of train_language_model into the layout of train_lm's own loop before
+// train/trainer.h: its history as "lm.state" = {seconds, evals} and the tensor "extra.train_loss",
+// without the Trainer's state. The weights and AdamW moments are the same in both layouts.
+void to_legacy_layout(const std::string& path) {
+  SafeTensors f = load_safetensors(path);
+  const nlohmann::json run = nlohmann::json::parse(f.metadata.at("lm.run"));
+  const nlohmann::json state = nlohmann::json::parse(f.metadata.at("trainer.state"));
+  const std::vector<double> losses = run.at("train_loss").get<std::vector<double>>();
+  std::map<std::string, std::string> md = f.metadata;
+  md.erase("format");
+  md.erase("lm.run");
+  md.erase("trainer.state");
+  md["lm.state"] = nlohmann::json{{"seconds", state.at("seconds")}, {"evals", run.at("evals")}}.dump();
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (const std::string& name : f.order) tensors.emplace_back(name, f.tensors.at(name));
+  tensors.emplace_back("extra.train_loss", from_vector(losses, {static_cast<int64_t>(losses.size())}, {DType::f64}));
+  save_safetensors(path, tensors, md);
+}
+
+}  // namespace
+
+TEST_CASE("train_lm: a checkpoint of the loop before the Trainer resumes to the same end") {
+  TinyData d;
+  auto comm = make_communicator("none");
+  test::TempDir out("lm_train_legacy");
+  train::LmTrainConfig c = tiny_config(out.file("full"), "hedgehog");
+  c.steps = 20;
+  const train::LmTrainResult full = train::train_language_model(c, d.train, d.valid, *comm);
+  REQUIRE(full.status == "ok");
+  for (const int64_t stop : {13, 16}) {  // between validations, and at one
+    CAPTURE(stop);
+    train::LmTrainConfig a = c;
+    a.out_dir = out.file("legacy" + std::to_string(stop));
+    a.stop_after_steps = stop;
+    REQUIRE(train::train_language_model(a, d.train, d.valid, *comm).status == str("interrupted at step ", stop));
+    const std::string ckpt = train::lm_checkpoint_path(a.out_dir);
+    to_legacy_layout(ckpt);
+    CHECK(load_safetensors(ckpt).metadata.count("trainer.state") == 0);
+    // Its readers still read it.
+    CHECK(train::load_lm_checkpoint_model(ckpt)->vocab_size() == 16);
+    train::check_lm_resume(a.out_dir, train::lm_run_fingerprint(a));
+    a.stop_after_steps = 0;
+    a.resume = true;
+    const train::LmTrainResult rest = train::train_language_model(a, d.train, d.valid, *comm);
+    REQUIRE(rest.status == "ok");
+    CHECK(rest.train_loss == full.train_loss);
+    CHECK(max_abs_diff(weights_of(*rest.model), weights_of(*full.model)) == 0.0);
+    REQUIRE(rest.evals.size() == full.evals.size());
+    for (size_t i = 0; i < full.evals.size(); ++i) {
+      CHECK(rest.evals[i].step == full.evals[i].step);
+      CHECK(rest.evals[i].loss == full.evals[i].loss);
+    }
+  }
+  // A checkpoint with neither layout's state is refused, saying why.
+  train::LmTrainConfig b = c;
+  b.out_dir = out.file("neither");
+  b.stop_after_steps = 5;
+  REQUIRE(train::train_language_model(b, d.train, d.valid, *comm).status == "interrupted at step 5");
+  const std::string ckpt = train::lm_checkpoint_path(b.out_dir);
+  SafeTensors f = load_safetensors(ckpt);
+  f.metadata.erase("format");
+  f.metadata.erase("trainer.state");
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (const std::string& name : f.order) tensors.emplace_back(name, f.tensors.at(name));
+  save_safetensors(ckpt, tensors, f.metadata);
+  b.stop_after_steps = 0;
+  b.resume = true;
+  CHECK_THROWS_WITH_AS(train::train_language_model(b, d.train, d.valid, *comm),
+                       doctest::Contains("metadata lacks 'lm.state' and 'trainer.state'"), Error);
 }

@@ -91,7 +91,7 @@ LayerwiseResult distill_layerwise(nn::LlamaForCausalLM& student, const std::vect
       tc.total_steps = cfg.epochs * nb;
       tc.steps_per_epoch = nb;
       tc.keep_best = false;
-      tc.silent = true;  // the line per layer below is this loop's progress
+      tc.show_progress = false;  // the line per layer below is this loop's progress
       tc.label = str("layer ", l + 1);
       TrainerHooks hooks;
       hooks.loss = [&](int64_t step, int64_t) {
