@@ -70,7 +70,9 @@ void save_hf_model(const HFModel& model, const std::string& out_folder, const st
   }
   std::vector<std::pair<std::string, Tensor>> tensors;
   for (auto& [name, t] : weights) tensors.emplace_back(name, t.to(Device::cpu()).contiguous());
-  save_safetensors((fs::path(out_folder) / "model.safetensors").string(), tensors, {{"format", "pt"}});
+  // With a checksum per tensor: hedgehog readers verify it (core/safetensors.h); others ignore it.
+  save_safetensors((fs::path(out_folder) / "model.safetensors").string(), tensors, {{"format", "pt"}},
+                   Checksums::xxh3);
   // config.json last: a folder with a config is a complete one.
   write_file_atomic((fs::path(out_folder) / "config.json").string(), config);
 }
