@@ -15,6 +15,7 @@
 // when present (a flipped byte is an error naming the tensor and the file). Files without them
 // (other writers, files written before checksums existed) load unverified.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <string>
