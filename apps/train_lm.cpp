@@ -325,6 +325,9 @@ int train_cmd(int argc, char** argv) {
     try {
       const train::LmTrainResult res = train::train_language_model(r.cfg, train_data, valid, *comm);
       s = train::summarize_lm_run(r.label, res);
+      // A run that diverged is a failure (status "diverged at step ..."; nothing exported), an
+      // interrupted one (--stop-after-steps) is not.
+      if (res.status != "ok" && res.status.rfind("interrupted", 0) != 0) ++failures;
       if (root && res.status == "ok") {
         nn::save_hf_model(*res.model, (fs::path(r.cfg.out_dir) / "model").string(), res.config_json,
                           "train_lm model config", tokenizer_files);

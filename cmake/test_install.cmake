@@ -26,7 +26,7 @@ run("install" ${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${prefix} --confi
 # Private headers must stay private: nothing installed may need the build-only dependencies.
 file(GLOB_RECURSE headers ${prefix}/include/*.h)
 foreach(h ${headers})
-  file(STRINGS ${h} bad REGEX "#include [<\"](Eigen|nlohmann|png|utf8proc)")
+  file(STRINGS ${h} bad REGEX "#include [<\"](Eigen|nlohmann|png|utf8proc|xxhash)")
   if(bad)
     message(FATAL_ERROR "install_consumer: installed header ${h} includes a build-only dependency: ${bad}")
   endif()

@@ -110,3 +110,13 @@ if(HH_WITH_MPI AND MPIEXEC_EXECUTABLE)
                          PASS_REGULAR_EXPRESSION "max \\|delta\\| = ")
   endforeach()
 endif()
+
+# issue 27: a finished run's checkpoint with a flipped byte or NaN weights is refused on --resume
+# (error naming the file and the tensor, non-zero exit), never resumed as "ok".
+add_test(NAME train_lm_resume_corrupt COMMAND ${CMAKE_COMMAND} -DTRAIN_LM=$<TARGET_FILE:train_lm> -DDATA=${TLM}/data
+         -DWORK_DIR=${TLM}/corrupt -P ${CMAKE_CURRENT_SOURCE_DIR}/cmake/train_lm_integrity_test.cmake)
+set_tests_properties(train_lm_resume_corrupt PROPERTIES FIXTURES_REQUIRED train_lm_data TIMEOUT 300)
+# issue 27: a failed preparation into a prepared folder leaves the previous one byte for byte.
+add_test(NAME train_lm_prepare_keeps_previous COMMAND ${CMAKE_COMMAND} -DTRAIN_LM=$<TARGET_FILE:train_lm>
+         -DINPUT=${LMFX}/wikitext -DTOKENIZER=${LMFX}/wikitext/gpt2-bytes -DWORK_DIR=${TLM}/prepare_keeps
+         -P ${CMAKE_CURRENT_SOURCE_DIR}/cmake/train_lm_prepare_atomic_test.cmake)

@@ -43,9 +43,18 @@ struct FdGuard {
   }
 };
 
+std::atomic<int64_t> g_write_limit{-1};  // set_write_limit_for_tests: bytes left, or -1 (no limit)
+
 void write_all(int fd, const char* p, size_t n, const std::string& tmp, const std::string& path) {
   while (n > 0) {
-    ssize_t w = ::write(fd, p, n);
+    size_t chunk = n;
+    const int64_t left = g_write_limit.load();
+    if (left >= 0) {  // the test hook: a disk with `left` bytes free
+      if (left == 0) fail(str("write_file_atomic: writing '", tmp, "' (for '", path, "') failed: ", errno_str(ENOSPC)));
+      chunk = static_cast<size_t>(std::min<int64_t>(left, static_cast<int64_t>(n)));
+      g_write_limit -= static_cast<int64_t>(chunk);
+    }
+    ssize_t w = ::write(fd, p, chunk);
     if (w < 0) {
       if (errno == EINTR) continue;
       fail(str("write_file_atomic: writing '", tmp, "' (for '", path, "') failed: ", errno_str(errno)));
@@ -98,24 +107,32 @@ bool write_fault_injected(const std::string& path) {
 
 }  // namespace
 
+void set_write_limit_for_tests(int64_t bytes) { g_write_limit = bytes < 0 ? -1 : bytes; }
+
+bool temp_owner_gone(const std::string& path, long long pid) {
+  if (pid <= 0 || pid == ::getpid()) return false;
+  if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) return false;  // alive (or not ours to probe)
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) return false;
+  static const double started = process_start_time();  // constant for the process
+  return !(started >= 0 && static_cast<double>(st.st_mtime) >= started);
+}
+
 int remove_stale_temps(const std::string& path) {
   const std::string dir = parent_dir(path);
   const size_t slash = path.find_last_of('/');
   const std::string prefix = (slash == std::string::npos ? path : path.substr(slash + 1)) + ".tmp.";
   DIR* d = ::opendir(dir.c_str());
   if (!d) return 0;
-  const double started = process_start_time();
   std::vector<std::string> stale;
   while (const dirent* e = ::readdir(d)) {
     const std::string name = e->d_name;
     if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) continue;
     const long long pid = temp_writer_pid(name.substr(prefix.size()));
-    if (pid <= 0 || pid == ::getpid()) continue;
-    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // alive (or not ours to probe)
     const std::string full = dir + "/" + name;
     struct stat st;
     if (::lstat(full.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
-    if (started >= 0 && static_cast<double>(st.st_mtime) >= started) continue;
+    if (!temp_owner_gone(full, pid)) continue;
     stale.push_back(full);
   }
   ::closedir(d);

@@ -25,6 +25,17 @@ void write_file_atomic(const std::string& path, const std::string& bytes);
 // sweeping are ignored (the sweep is housekeeping, the write that follows reports real trouble).
 int remove_stale_temps(const std::string& path);
 
+// Whether the temp file or folder at `path`, made by process `pid`, was left by a writer that is
+// gone, by the two rules above (no process `pid` exists here, and `path` was last modified before
+// this process started). For writers of whole folders (data/lm_prepare.cpp) that sweep their own
+// temp folders the same way.
+bool temp_owner_gone(const std::string& path, long long pid);
+
+// Tests only: write_file_atomic fails with ENOSPC ("No space left on device", as on a full disk)
+// once `bytes` more bytes have been written through it by this process, after writing as much of
+// the file as fits; a negative value (the default) turns the limit off.
+void set_write_limit_for_tests(int64_t bytes);
+
 // Makes sure `dir` is a folder this process can create files in, before any long work: creates it
 // (and its parents) when missing, then creates and removes a probe file in it. hh::Error names
 // `dir` and the reason (empty path, a file in the way, read-only file system, permission denied).

@@ -1,7 +1,8 @@
 // safetensors reader and writer (rules: REFERENCE.md §6, matching the reference implementation's
 // checks). Reading = validate the 8-byte length against the file size, validate the header
 // (UTF-8, JSON with duplicate-key detection, entry layout, dtypes, checked sizes, contiguous
-// offsets, no trailing bytes), then copy each tensor's bytes into fresh CPU storage.
+// offsets, no trailing bytes, the checksum keys), then copy each tensor's bytes into fresh CPU
+// storage (or view the file's mapping), verifying each tensor's checksum when the file has them.
 #include "core/safetensors.h"
 
 #include <algorithm>
@@ -13,6 +14,11 @@
 
 #include <nlohmann/json.hpp>
 
+// xxHash compiled into this file (header-only mode): the static library needs no xxhash library
+// at link time, so find_package(hedgehog) consumers link nothing new.
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/storage.h"
@@ -20,6 +26,8 @@
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors I/O assumes a little-endian host");
 
 namespace hh {
+
+uint64_t safetensors_checksum(const void* data, size_t n) { return XXH3_64bits(data, n); }
 
 namespace {
 
@@ -254,7 +262,86 @@ struct Entry {
 struct Header {
   std::vector<Entry> entries;  // sorted by data offsets (stable: ties keep header order)
   std::map<std::string, std::string> metadata;
+  bool checksummed = false;
+  std::vector<uint64_t> checksums;  // per entry (same order) when checksummed
 };
+
+bool is_checksum_key(const std::string& k) {
+  return k == kSafetensorsChecksumsKey || k.rfind(kSafetensorsChecksumPrefix, 0) == 0;
+}
+
+std::string hex16(uint64_t v) {
+  static const char* digits = "0123456789abcdef";
+  std::string s(16, '0');
+  for (int i = 15; i >= 0; --i, v >>= 4) s[static_cast<size_t>(i)] = digits[v & 0xF];
+  return s;
+}
+
+bool parse_hex16(const std::string& s, uint64_t* out) {
+  if (s.size() != 16) return false;
+  uint64_t v = 0;
+  for (char c : s) {
+    int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    if (d < 0) return false;
+    v = (v << 4) | static_cast<uint64_t>(d);
+  }
+  *out = v;
+  return true;
+}
+
+// Validates the checksum keys of the metadata against the entries (before any data is read): with
+// "hedgehog.checksums" = "xxh3-64" every tensor needs a well-formed "hedgehog.xxh3.<name>" and
+// every such key must name a tensor of the file; without it, no checksum key may appear.
+void parse_checksums(Header& h, const std::string& origin) {
+  const std::string prefix = kSafetensorsChecksumPrefix;
+  auto marker = h.metadata.find(kSafetensorsChecksumsKey);
+  if (marker == h.metadata.end()) {
+    auto it = h.metadata.lower_bound(prefix);
+    if (it != h.metadata.end() && it->first.rfind(prefix, 0) == 0) {
+      bad(origin, str("__metadata__ has checksum key ", quote(it->first), " but no '", kSafetensorsChecksumsKey,
+                      "' naming the algorithm"));
+    }
+    return;
+  }
+  if (marker->second != kSafetensorsChecksumAlgo) {
+    bad(origin, str("__metadata__ '", kSafetensorsChecksumsKey, "' is ", quote(marker->second), ", expected '",
+                    kSafetensorsChecksumAlgo, "'"));
+  }
+  std::map<std::string, size_t> index;
+  for (size_t i = 0; i < h.entries.size(); ++i) index.emplace(h.entries[i].name, i);
+  h.checksums.assign(h.entries.size(), 0);
+  std::vector<bool> seen(h.entries.size(), false);
+  for (auto it = h.metadata.lower_bound(prefix); it != h.metadata.end() && it->first.rfind(prefix, 0) == 0; ++it) {
+    const std::string name = it->first.substr(prefix.size());
+    auto e = index.find(name);
+    if (e == index.end()) {
+      bad(origin, str("__metadata__ ", quote(it->first), " is the checksum of tensor ", quote(name),
+                      ", which the file does not hold"));
+    }
+    if (!parse_hex16(it->second, &h.checksums[e->second])) {
+      bad(origin, str("tensor ", quote(name), ": checksum ", quote(it->second), " is not 16 lowercase hex digits"));
+    }
+    seen[e->second] = true;
+  }
+  for (size_t i = 0; i < h.entries.size(); ++i) {
+    if (!seen[i]) {
+      bad(origin, str("tensor ", quote(h.entries[i].name), " has no checksum ('", prefix, h.entries[i].name,
+                      "') although the file declares '", kSafetensorsChecksumsKey, "'"));
+    }
+  }
+  h.checksummed = true;
+}
+
+// The bytes of entry i against its checksum (when the file has them).
+void verify_checksum(const Header& h, size_t i, const void* bytes, uint64_t nbytes, const std::string& origin) {
+  if (!h.checksummed) return;
+  const uint64_t got = safetensors_checksum(bytes, static_cast<size_t>(nbytes));
+  if (got != h.checksums[i]) {
+    bad(origin, str("tensor ", quote(h.entries[i].name), ": checksum mismatch (", kSafetensorsChecksumAlgo,
+                    " stored ", hex16(h.checksums[i]), ", data hashes to ", hex16(got),
+                    "): the tensor's bytes were altered or corrupted"));
+  }
+}
 
 // Validates one tensor entry {dtype, shape, data_offsets} (exactly these keys).
 Entry parse_entry(const std::string& name, const json& v, const std::string& origin) {
@@ -369,6 +456,7 @@ Header parse_header(const char* p, size_t n, uint64_t data_size, const std::stri
     bad(origin, str(data_size - expected, " trailing bytes after the last tensor (tensors end at data offset ",
                     expected, ", the data section has ", data_size, " bytes)"));
   }
+  parse_checksums(h, origin);
   return h;
 }
 
@@ -417,10 +505,13 @@ template <typename ReadFn>
 SafeTensors materialize(const Header& h, const std::string& origin, ReadFn&& read) {
   SafeTensors out;
   out.metadata = h.metadata;
-  for (const Entry& e : h.entries) {
+  out.checksummed = h.checksummed;
+  for (size_t i = 0; i < h.entries.size(); ++i) {
+    const Entry& e = h.entries[i];
     Tensor t = empty(e.shape, {e.dtype, Device::cpu()});
     uint64_t nbytes = e.end - e.begin;
     if (nbytes > 0) read(e.begin, t.raw_data(), nbytes);
+    verify_checksum(h, i, t.raw_data(), nbytes, origin);
     if (e.dtype == DType::boolean) check_bool_bytes(static_cast<const unsigned char*>(t.raw_data()), nbytes, e.name, origin);
     out.tensors.emplace(e.name, t);
     out.order.push_back(e.name);
@@ -470,9 +561,12 @@ SafeTensors load_safetensors(const std::string& path, Device device) {
     // mapping lives as long as any view: each view's storage holds the MappedFile.
     SafeTensors st;
     st.metadata = h.metadata;
-    for (const Entry& e : h.entries) {
+    st.checksummed = h.checksummed;
+    for (size_t i = 0; i < h.entries.size(); ++i) {
+      const Entry& e = h.entries[i];
       const uint64_t nbytes = e.end - e.begin;
       unsigned char* p = data + e.begin;
+      verify_checksum(h, i, p, nbytes, path);
       if (e.dtype == DType::boolean) check_bool_bytes(p, nbytes, e.name, path);
       Tensor t;
       if (nbytes > 0 && reinterpret_cast<uintptr_t>(p) % itemsize(e.dtype) == 0) {
@@ -490,12 +584,14 @@ SafeTensors load_safetensors(const std::string& path, Device device) {
 }
 
 std::string serialize_safetensors(const std::vector<std::pair<std::string, Tensor>>& tensors,
-                                  const std::map<std::string, std::string>& metadata, const std::string& origin) {
+                                  const std::map<std::string, std::string>& metadata, const std::string& origin,
+                                  Checksums checksums) {
   // The header text is built piece by piece (one insert into an ordered_json object is a linear
   // search, so building the whole header as one object costs O(n^2) in the tensor count). Same
   // bytes as the compact dump: {"__metadata__":{"format":"pt",<sorted metadata>},<tensors in order>}.
   auto jstr = [](const std::string& s) { return json(s).dump(); };
-  std::string js = "{\"__metadata__\":{\"format\":\"pt\"";
+  std::map<std::string, std::string> md;  // the caller's metadata without checksum keys
+  bool with_checksums = checksums == Checksums::xxh3;
   for (const auto& [k, v] : metadata) {
     if (first_invalid_utf8(k.data(), k.size()) != std::string::npos ||
         first_invalid_utf8(v.data(), v.size()) != std::string::npos) {
@@ -505,12 +601,16 @@ std::string serialize_safetensors(const std::vector<std::pair<std::string, Tenso
       if (v != "pt") bad(origin, str("metadata key 'format' is reserved for \"pt\", got ", quote(v)));
       continue;
     }
-    js += "," + jstr(k) + ":" + jstr(v);
+    if (is_checksum_key(k)) {  // stale or copied: recomputed below from the bytes written
+      with_checksums = true;
+      continue;
+    }
+    md.emplace(k, v);
   }
-  js += "}";
 
   std::set<std::string> seen;
   std::vector<Tensor> hosts;
+  std::string entries;
   uint64_t offset = 0;
   for (const auto& [name, t] : tensors) {
     if (name == "__metadata__") bad(origin, "tensor name '__metadata__' is reserved");
@@ -531,11 +631,17 @@ std::string serialize_safetensors(const std::vector<std::pair<std::string, Tenso
     entry["dtype"] = st_dtype_name(h.dtype());
     entry["shape"] = h.shape();
     entry["data_offsets"] = {offset, offset + nbytes};
-    js += "," + jstr(name) + ":" + entry.dump();
+    entries += "," + jstr(name) + ":" + entry.dump();
+    if (with_checksums) {
+      md[kSafetensorsChecksumPrefix + name] = hex16(safetensors_checksum(h.raw_data(), static_cast<size_t>(nbytes)));
+    }
     offset += nbytes;
     hosts.push_back(h);
   }
-  js += "}";
+  if (with_checksums) md[kSafetensorsChecksumsKey] = kSafetensorsChecksumAlgo;
+  std::string js = "{\"__metadata__\":{\"format\":\"pt\"";
+  for (const auto& [k, v] : md) js += "," + jstr(k) + ":" + jstr(v);
+  js += "}" + entries + "}";
   js.append((8 - js.size() % 8) % 8, ' ');
   std::string out;
   out.reserve(8 + js.size() + static_cast<size_t>(offset));
@@ -550,8 +656,8 @@ std::string serialize_safetensors(const std::vector<std::pair<std::string, Tenso
 }
 
 void save_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
-                      const std::map<std::string, std::string>& metadata) {
-  std::string bytes = serialize_safetensors(tensors, metadata, path);
+                      const std::map<std::string, std::string>& metadata, Checksums checksums) {
+  std::string bytes = serialize_safetensors(tensors, metadata, path, checksums);
   prefixed(path, [&] { write_file_atomic(path, bytes); });
 }
 
@@ -621,8 +727,11 @@ SafeTensors load_safetensors_sharded(const std::string& index_json_path, Device 
   std::map<std::string, std::string> listed(idx.entries.begin(), idx.entries.end());
   std::map<std::string, std::string> found;  // tensor name -> shard it came from
   SafeTensors out;
-  for (const std::string& file : shard_names(idx)) {
+  const std::vector<std::string> files = shard_names(idx);
+  out.checksummed = !files.empty();
+  for (const std::string& file : files) {
     SafeTensors shard = load_safetensors(idx.dir + file, device);
+    out.checksummed = out.checksummed && shard.checksummed;
     for (const std::string& name : shard.order) {
       auto dup = found.find(name);
       if (dup != found.end()) {

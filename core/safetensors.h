@@ -9,7 +9,13 @@
 // implementation. Header parsing is O(n log n) in the number of tensors.
 // The writer emits '{' first, a header padded with spaces to a multiple of 8 and
 // {"format":"pt"} metadata, and replaces the file atomically.
+// Integrity: a file may carry one checksum per tensor in __metadata__ ("hedgehog.checksums":
+// "xxh3-64" and "hedgehog.xxh3.<tensor name>": XXH3-64 of the tensor's data bytes as 16 lowercase
+// hex digits). Checkpoints and exported models are written with them; every reader verifies them
+// when present (a flipped byte is an error naming the tensor and the file). Files without them
+// (other writers, files written before checksums existed) load unverified.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -24,7 +30,19 @@ struct SafeTensors {
   std::map<std::string, Tensor> tensors;
   std::map<std::string, std::string> metadata;  // the file's __metadata__ (includes "format")
   std::vector<std::string> order;  // names in data-section order (= the order saved)
+  bool checksummed = false;        // every tensor had a checksum, and each one matched
 };
+
+// The checksum keys of __metadata__ (see the top of this file).
+constexpr const char* kSafetensorsChecksumsKey = "hedgehog.checksums";  // value: the algorithm
+constexpr const char* kSafetensorsChecksumAlgo = "xxh3-64";
+constexpr const char* kSafetensorsChecksumPrefix = "hedgehog.xxh3.";  // + tensor name
+// Whether the writer adds checksums. The checksum keys are the writer's own: any given in
+// `metadata` (e.g. copied from a loaded file) are dropped and recomputed from the tensors written,
+// so a file rewritten from a checksummed one stays checksummed and correct.
+enum class Checksums { none, xxh3 };
+// XXH3-64 of n bytes (the per-tensor checksum).
+uint64_t safetensors_checksum(const void* data, size_t n);
 
 // Largest accepted header (bytes), as in the reference implementation.
 constexpr uint64_t kSafetensorsMaxHeader = 100000000;
@@ -41,11 +59,12 @@ SafeTensors parse_safetensors(const std::string& bytes, const std::string& origi
 // Writes tensors (any strides, any device; names unique, not "__metadata__") in the given order.
 // `metadata` is added to {"format": "pt"} ("format" may only be given as "pt").
 void save_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
-                      const std::map<std::string, std::string>& metadata = {});
+                      const std::map<std::string, std::string>& metadata = {},
+                      Checksums checksums = Checksums::none);
 // The same bytes as save_safetensors writes, in memory.
 std::string serialize_safetensors(const std::vector<std::pair<std::string, Tensor>>& tensors,
                                   const std::map<std::string, std::string>& metadata = {},
-                                  const std::string& origin = "<memory>");
+                                  const std::string& origin = "<memory>", Checksums checksums = Checksums::none);
 
 // Sharded checkpoints (model.safetensors.index.json: {"weight_map": {name: shard file}}).
 // The distinct shard files, sorted, as paths joined with the index file's folder.

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <exception>
 #include <filesystem>
 #include <functional>
@@ -10,6 +12,9 @@
 #include <optional>
 #include <thread>
 #include <utility>
+
+#include <fcntl.h>
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -30,6 +35,8 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kMetaName = "meta.json";
+// <out>/.hh-prepare.<pid>.<n>: a preparation being built (hidden: never an input, never a shard).
+constexpr const char* kStagePrefix = ".hh-prepare.";
 constexpr const char* kSplits[] = {"train", "valid", "test"};
 constexpr size_t kGroupBytes = size_t{64} << 20;  // text read and tokenized together (many small files)
 
@@ -234,6 +241,83 @@ std::string tokenizer_for_meta(const std::string& spec) {
   return ec ? spec : abs.lexically_normal().string();
 }
 
+// Makes the renames into `dir` durable (a folder that cannot be fsynced, EINVAL, is let be).
+void fsync_dir(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  HH_CHECK(fd >= 0, "prepare: cannot open folder ", dir, " to fsync it: ", std::strerror(errno));
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  HH_CHECK(rc == 0 || err == EINVAL, "prepare: fsync of folder ", dir, " failed: ", std::strerror(err));
+}
+
+// Swaps the complete preparation in `stage` (its meta.json written last) into `dir`:
+//   1. dir/meta.json is removed: from here on dir is not "prepared", so no reader takes a mix;
+//   2. the stage's shards (the files its meta.json lists) are renamed into dir;
+//   3. dir's other shards (of the previous preparation) are removed;
+//   4. the stage's meta.json is renamed into dir (dir is prepared again, with the new result);
+//   5. the stage is removed.
+// Every step can run again after a crash at any point (a shard renamed already is in dir), so a
+// stage that holds a meta.json is always rolled forward, by this run or the next (recover_stages).
+// The previous result stays untouched until the new one is complete in the stage.
+void commit_stage(const std::string& dir, const std::string& stage) {
+  const std::string staged_meta = (fs::path(stage) / kMetaName).string();
+  const nlohmann::json meta = nlohmann::json::parse(read_file(staged_meta), nullptr, false);
+  HH_CHECK(meta.is_object() && meta.contains("files") && meta["files"].is_array(), "prepare: ", staged_meta,
+           " has no \"files\" list");
+  std::vector<std::string> names;
+  for (const auto& f : meta["files"]) {
+    HH_CHECK(f.is_string() && fs::path(f.get<std::string>()).filename() == f.get<std::string>() &&
+                 f.get<std::string>() != "." && f.get<std::string>() != "..",
+             "prepare: ", staged_meta, ": \"files\" must hold plain file names");
+    names.push_back(f.get<std::string>());
+  }
+  const std::string meta_path = (fs::path(dir) / kMetaName).string();
+  if (::unlink(meta_path.c_str()) != 0 && errno != ENOENT)
+    fail(str("prepare: cannot remove the old ", meta_path, ": ", std::strerror(errno)));
+  for (const std::string& name : names) {
+    const std::string from = (fs::path(stage) / name).string(), to = (fs::path(dir) / name).string();
+    if (::rename(from.c_str(), to.c_str()) == 0) continue;
+    const int err = errno;
+    std::error_code ec;
+    HH_CHECK(err == ENOENT && fs::is_regular_file(to, ec), "prepare: cannot move ", from, " to ", to, ": ",
+             std::strerror(err));  // ENOENT with the shard in place: renamed before a crash
+  }
+  remove_stale_shards(dir, names);
+  fsync_dir(dir);  // the shards are in place before meta.json says so
+  if (::rename(staged_meta.c_str(), meta_path.c_str()) != 0)
+    fail(str("prepare: cannot move ", staged_meta, " to ", meta_path, ": ", std::strerror(errno)));
+  fsync_dir(dir);
+  std::error_code ec;
+  fs::remove_all(stage, ec);
+}
+
+// Finishes or removes the stages in `dir` whose preparation died (SIGKILL, power loss: no unwinding
+// ran): a complete one (with meta.json) is rolled forward (commit_stage), an incomplete one removed;
+// the stages of live processes are left alone (temp_owner_gone). Housekeeping: errors are ignored.
+void recover_stages(const std::string& dir) {
+  std::error_code ec;
+  std::vector<fs::path> stages;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(kStagePrefix, 0) != 0 || !e.is_directory(ec) || e.is_symlink(ec)) continue;
+    const std::string rest = name.substr(std::string(kStagePrefix).size());
+    const size_t dot = rest.find('.');
+    if (dot == 0 || dot == std::string::npos || dot > 9 ||
+        rest.find_first_not_of("0123456789") != dot || rest.find_first_not_of("0123456789", dot + 1) != std::string::npos)
+      continue;
+    if (temp_owner_gone(e.path().string(), std::stoll(rest.substr(0, dot)))) stages.push_back(e.path());
+  }
+  std::sort(stages.begin(), stages.end());
+  for (const fs::path& stage : stages) {
+    try {
+      if (fs::is_regular_file(stage / kMetaName, ec)) commit_stage(dir, stage.string());
+    } catch (const Error&) {
+    }
+    fs::remove_all(stage, ec);
+  }
+}
+
 }  // namespace
 
 // ---- parallel tokenizing ----
@@ -288,9 +372,12 @@ std::vector<int32_t> lm_encode_parallel(const Tokenizer& tok, std::string_view t
 
 namespace {
 
-// prepare_lm_data after the checks: tokenizes `docs` into shards, then writes meta.json.
+// prepare_lm_data after the checks: tokenizes `docs` into shards in `stage`, then writes meta.json
+// there (last: a stage with meta.json is complete). result.files name the files as they will be in
+// o.out_dir once the stage is committed.
 PrepareResult write_prepared(const PrepareOptions& o, const Tokenizer& tok, int width, const std::vector<Document>& docs,
-                             const std::string& meta_path) {
+                             const std::string& stage) {
+  const std::string meta_path = (fs::path(stage) / kMetaName).string();
   const int64_t vocab = tok.vocab_size();
   const int32_t eos = tok.eos_id();
   const int threads = resolve_threads(o.threads);
@@ -300,7 +387,7 @@ PrepareResult write_prepared(const PrepareOptions& o, const Tokenizer& tok, int 
   const auto writer = [&](const std::string& split) -> SplitWriter& {
     auto it = writers.find(split);
     if (it == writers.end())
-      it = writers.emplace(split, SplitWriter(o.out_dir, split, vocab, width, o.shard_tokens, eos)).first;
+      it = writers.emplace(split, SplitWriter(stage, split, vocab, width, o.shard_tokens, eos)).first;
     return it->second;
   };
   if (docs.front().split.empty()) {  // make both splits exist even when valid_fraction leaves one empty
@@ -393,8 +480,8 @@ PrepareResult write_prepared(const PrepareOptions& o, const Tokenizer& tok, int 
   std::vector<std::string> names;
   for (auto& [split, w] : writers) {
     for (const std::string& f : w.finish()) {
-      result.files.push_back(f);
       names.push_back(fs::path(f).filename().string());
+      result.files.push_back((fs::path(o.out_dir) / names.back()).string());
     }
     result.tokens[split] = w.total();
   }
@@ -402,8 +489,6 @@ PrepareResult write_prepared(const PrepareOptions& o, const Tokenizer& tok, int 
     progress->update(static_cast<int64_t>((bytes_done.load() + kMiB - 1) / kMiB));  // all done: the rounded-up total
     progress->finish({{"Mtokens", static_cast<double>(tokens_done.load()) / 1e6}});
   }
-  remove_stale_shards(o.out_dir, names);
-
   nlohmann::json meta;
   meta["format"] = "hedgehog token shards";
   meta["version"] = 1;
@@ -417,7 +502,7 @@ PrepareResult write_prepared(const PrepareOptions& o, const Tokenizer& tok, int 
   meta["inputs"] = o.inputs;  // as given (a folder stands for its files)
   meta["documents"] = docs.size();
   write_file_atomic(meta_path, meta.dump(2) + "\n");
-  result.files.push_back(meta_path);
+  result.files.push_back((fs::path(o.out_dir) / kMetaName).string());
   return result;
 }
 
@@ -436,17 +521,33 @@ PrepareResult prepare_lm_data(const PrepareOptions& o) {
   const std::vector<Document> docs = collect_documents(o);
 
   ensure_writable_dir(o.out_dir);
-  const std::string meta_path = (fs::path(o.out_dir) / kMetaName).string();
+  recover_stages(o.out_dir);  // a preparation killed mid-way: finish its swap, or drop its stage
+  // The new result is built in a hidden stage folder inside out_dir (the same file system, even
+  // when out_dir is a mount point) and swapped in only when complete: until then the previous
+  // preparation stays as it was, and a failure removes only the stage.
+  static std::atomic<int> counter{0};
+  std::string stage;
   std::error_code ec;
-  fs::remove(meta_path, ec);  // the folder is not "prepared" until the new meta.json is written
-  HH_CHECK(!ec, "prepare: cannot remove the old ", meta_path, ": ", ec.message());
-
+  for (int attempt = 0; attempt < 100 && stage.empty(); ++attempt) {
+    const fs::path p = fs::path(o.out_dir) / str(kStagePrefix, ::getpid(), ".", counter.fetch_add(1));
+    if (fs::create_directory(p, ec)) stage = p.string();
+    HH_CHECK(!ec, "prepare: cannot create the folder ", p.string(), ": ", ec.message());
+  }
+  HH_CHECK(!stage.empty(), "prepare: cannot create a unique stage folder in ", o.out_dir);
+  PrepareResult r;
   try {
-    return write_prepared(o, *tok, width, docs, meta_path);
+    r = write_prepared(o, *tok, width, docs, stage);
   } catch (...) {
-    remove_stale_shards(o.out_dir, {});  // a failed preparation leaves neither shards nor meta.json
+    fs::remove_all(stage, ec);  // out_dir is as it was
     throw;
   }
+  try {
+    commit_stage(o.out_dir, stage);
+  } catch (const Error& e) {  // the stage is complete: the next preparation into out_dir rolls it forward
+    fail(str(e.what(), " (the complete new preparation is in ", stage, "; running prepare into ", o.out_dir,
+             " again finishes the swap)"));
+  }
+  return r;
 }
 
 PreparedInfo read_prepared_info(const std::string& dir) {

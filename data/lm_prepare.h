@@ -59,10 +59,14 @@ struct PrepareResult {
   std::vector<std::string> files;         // the shard files written (paths), then meta.json
 };
 
-// Writes <out_dir>/<split>_NNNNN.bin for each split, then <out_dir>/meta.json (atomically, last, so a
-// folder without it is not prepared; an old meta.json is removed first and shards of an earlier
-// preparation that this one did not rewrite are removed before meta.json is written). A preparation
-// that fails removes the shards in out_dir: the folder is left with neither shards nor meta.json.
+// Writes <out_dir>/<split>_NNNNN.bin for each split and <out_dir>/meta.json (a folder without it is
+// not prepared), all or nothing: the new shards and meta.json are built in a hidden stage folder
+// <out_dir>/.hh-prepare.<pid>.<n> and swapped in only when complete (the old meta.json removed, the
+// new shards renamed in, the old shards removed, the new meta.json renamed in last). A preparation
+// that fails before the swap (bad input, a full disk) removes its stage and leaves out_dir exactly
+// as it was; one killed at any point leaves out_dir prepared (old or new) or a complete stage that
+// the next preparation into out_dir rolls forward (stages of dead processes are swept first, as
+// remove_stale_temps does for files). Files in out_dir other than shards and meta.json are kept.
 PrepareResult prepare_lm_data(const PrepareOptions& o);
 
 // What <dir>/meta.json says. tokenizer: "bytes" or the absolute path of the HF tokenizer folder.

@@ -23,8 +23,12 @@ struct CheckpointMeta {
 // Before writing, removes stale temp files of `path` left by a writer that was killed mid-write
 // (remove_stale_temps in core/atomic_file.h says which are stale).
 void save_checkpoint(const std::string& path, const nn::Module& model, const Optimizer* opt, const CheckpointMeta& meta);
+// Written with a checksum per tensor (core/safetensors.h).
 // Restores weights (strict), optimizer state and the generators named in `meta`; fills meta.step
-// meta.extra and meta.tensors. Errors name the file and what is missing or mismatched.
+// meta.extra and meta.tensors. Errors name the file and what is missing or mismatched. Every
+// tensor's checksum is verified (a checkpoint without checksums, written before they existed,
+// loads with a one-line warning on stderr), and a model or optimizer tensor holding NaN or
+// infinity is refused, naming it (meta.tensors, the caller's own, are not checked).
 void load_checkpoint(const std::string& path, nn::Module& model, Optimizer* opt, CheckpointMeta& meta);
 
 // Where two run fingerprints (JSON texts: every setting that decides a run's result) differ: their

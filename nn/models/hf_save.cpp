@@ -1,7 +1,15 @@
 #include "nn/models/hf_save.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "core/atomic_file.h"
 #include "core/safetensors.h"
@@ -54,6 +62,76 @@ void save_hf_model(const HFModel& model, const std::string& out_folder, const st
   save_hf_model(model, out_folder, read_file(src_config), src_config, source_folder);
 }
 
+namespace {
+
+constexpr const char* kStagePrefix = ".hh-export.";  // <out>/.hh-export.<pid>.<n>: an export being written
+
+// Makes the renames into `dir` durable (EINVAL: a folder that cannot be fsynced, let be).
+void fsync_dir(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  HH_CHECK(fd >= 0, "save_hf_model: cannot open folder ", dir, " to fsync it: ", std::strerror(errno));
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  HH_CHECK(rc == 0 || err == EINVAL, "save_hf_model: fsync of folder ", dir, " failed: ", std::strerror(err));
+}
+
+// Swaps the complete export in `stage` (config.json written last) into `out`: out/config.json is
+// removed first (a folder without it is not a model), the other staged files are renamed in, then
+// config.json. Every step can run again after a crash (a stage with config.json is rolled forward).
+void commit_stage(const std::string& out, const std::string& stage) {
+  namespace fs = std::filesystem;
+  const std::string config = (fs::path(out) / "config.json").string();
+  if (::unlink(config.c_str()) != 0 && errno != ENOENT)
+    fail(str("save_hf_model: cannot remove the old ", config, ": ", std::strerror(errno)));
+  std::error_code ec;
+  std::vector<std::string> names;
+  for (const fs::directory_entry& e : fs::directory_iterator(stage, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name != "config.json" && name.find(".tmp.") == std::string::npos && e.is_regular_file(ec)) names.push_back(name);
+  }
+  HH_CHECK(!ec, "save_hf_model: cannot list ", stage, ": ", ec.message());
+  for (const std::string& name : names) {
+    const std::string from = (fs::path(stage) / name).string(), to = (fs::path(out) / name).string();
+    if (::rename(from.c_str(), to.c_str()) != 0)
+      fail(str("save_hf_model: cannot move ", from, " to ", to, ": ", std::strerror(errno)));
+  }
+  fsync_dir(out);
+  const std::string staged_config = (fs::path(stage) / "config.json").string();
+  if (::rename(staged_config.c_str(), config.c_str()) != 0)
+    fail(str("save_hf_model: cannot move ", staged_config, " to ", config, ": ", std::strerror(errno)));
+  fsync_dir(out);
+  fs::remove_all(stage, ec);
+}
+
+// Stages of exports into `out` whose process died: a complete one (config.json) is rolled forward,
+// an incomplete one removed (temp_owner_gone decides which are stale). Errors are ignored.
+void recover_stages(const std::string& out) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  std::vector<fs::path> stages;
+  for (const fs::directory_entry& e : fs::directory_iterator(out, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(kStagePrefix, 0) != 0 || !e.is_directory(ec) || e.is_symlink(ec)) continue;
+    const std::string rest = name.substr(std::string(kStagePrefix).size());
+    const size_t dot = rest.find('.');
+    if (dot == 0 || dot == std::string::npos || dot > 9 || rest.find_first_not_of("0123456789") != dot ||
+        rest.find_first_not_of("0123456789", dot + 1) != std::string::npos)
+      continue;
+    if (temp_owner_gone(e.path().string(), std::stoll(rest.substr(0, dot)))) stages.push_back(e.path());
+  }
+  std::sort(stages.begin(), stages.end());
+  for (const fs::path& stage : stages) {
+    try {
+      if (fs::is_regular_file(stage / "config.json", ec)) commit_stage(out, stage.string());
+    } catch (const Error&) {
+    }
+    fs::remove_all(stage, ec);
+  }
+}
+
+}  // namespace
+
 void save_hf_model(const HFModel& model, const std::string& out_folder, const std::string& config_json,
                    const std::string& config_origin, const std::string& files_folder) {
   namespace fs = std::filesystem;
@@ -63,16 +141,42 @@ void save_hf_model(const HFModel& model, const std::string& out_folder, const st
              "'); merge them first (merge_lora)");
   const std::string config = config_with_hedgehog_section(config_json, config_origin, model.options());
   ensure_writable_dir(out_folder);
-  for (const char* name : kCopied) {
-    if (files_folder.empty()) break;
-    const fs::path from = fs::path(files_folder) / name;
-    if (fs::exists(from)) write_file_atomic((fs::path(out_folder) / name).string(), read_file(from.string()));
+  recover_stages(out_folder);
+  // All or nothing: the files are written into a hidden stage folder inside out_folder (the same
+  // file system) and swapped in only when all are complete; a failure (a full disk) removes the
+  // stage and leaves a previous export in out_folder as it was.
+  static std::atomic<int> counter{0};
+  std::string stage;
+  std::error_code ec;
+  for (int attempt = 0; attempt < 100 && stage.empty(); ++attempt) {
+    const fs::path p = fs::path(out_folder) / str(kStagePrefix, ::getpid(), ".", counter.fetch_add(1));
+    if (fs::create_directory(p, ec)) stage = p.string();
+    HH_CHECK(!ec, "save_hf_model: cannot create the folder ", p.string(), ": ", ec.message());
   }
-  std::vector<std::pair<std::string, Tensor>> tensors;
-  for (auto& [name, t] : weights) tensors.emplace_back(name, t.to(Device::cpu()).contiguous());
-  save_safetensors((fs::path(out_folder) / "model.safetensors").string(), tensors, {{"format", "pt"}});
-  // config.json last: a folder with a config is a complete one.
-  write_file_atomic((fs::path(out_folder) / "config.json").string(), config);
+  HH_CHECK(!stage.empty(), "save_hf_model: cannot create a unique stage folder in ", out_folder);
+  try {
+    for (const char* name : kCopied) {
+      if (files_folder.empty()) break;
+      const fs::path from = fs::path(files_folder) / name;
+      if (fs::exists(from)) write_file_atomic((fs::path(stage) / name).string(), read_file(from.string()));
+    }
+    std::vector<std::pair<std::string, Tensor>> tensors;
+    for (auto& [name, t] : weights) tensors.emplace_back(name, t.to(Device::cpu()).contiguous());
+    // With a checksum per tensor: hedgehog readers verify it (core/safetensors.h); others ignore it.
+    save_safetensors((fs::path(stage) / "model.safetensors").string(), tensors, {{"format", "pt"}},
+                     Checksums::xxh3);
+    // config.json last: a folder with a config is a complete one.
+    write_file_atomic((fs::path(stage) / "config.json").string(), config);
+  } catch (...) {
+    fs::remove_all(stage, ec);
+    throw;
+  }
+  try {
+    commit_stage(out_folder, stage);
+  } catch (const Error& e) {  // the stage is complete: the next export into out_folder rolls it forward
+    fail(str(e.what(), " (the complete export is in ", stage, "; saving into ", out_folder,
+             " again finishes the swap)"));
+  }
 }
 
 void apply_hedgehog_section(const HFConfig& config, HFModelOptions& options) {

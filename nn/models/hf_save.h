@@ -2,7 +2,11 @@
 // a "hedgehog" section naming the attention (mixer, linear form, feature-map settings), so that
 // load_hf_model rebuilds the same model from the folder; model.safetensors holds the weights under
 // HF names and layouts (HFModel::hf_state_dict) plus the ".feature_map." tensors; the tokenizer
-// and preprocessor files of the source folder are copied. Every file is written atomically.
+// and preprocessor files of the source folder are copied. The folder is written all or nothing:
+// the files go to a hidden stage folder <out>/.hh-export.<pid>.<n> and are swapped in when all are
+// complete (config.json last), so a failure (a full disk) leaves a previous export as it was, and
+// a stage left by a killed process is finished or removed by the next export into the folder.
+// model.safetensors carries a checksum per tensor (core/safetensors.h).
 #pragma once
 #include <string>
 

@@ -1,9 +1,12 @@
 // LM corpus preparation (data/lm_prepare.h): parallel tokenizing equals serial, WikiText folders
 // and folders of files become train/valid(/test) shards plus meta.json, and bad input is a clear
-// error naming the file.
+// error naming the file; a preparation over a prepared folder is all or nothing (a bad input, a full
+// disk or a crash never loses the previous result).
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <cstdint>
+#include <map>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -56,6 +59,14 @@ std::vector<int32_t> cat(std::vector<int32_t> a, const std::vector<int32_t>& b) 
 }
 
 std::vector<int32_t> bytes_of(const std::string& s) { return ByteTokenizer().encode(s); }
+
+// Every entry of a folder (hidden ones included) -> its bytes ("<folder>" for a folder).
+std::map<std::string, std::string> folder_bytes(const std::string& dir) {
+  std::map<std::string, std::string> out;
+  for (const auto& e : fs::directory_iterator(dir))
+    out[e.path().filename().string()] = e.is_directory() ? std::string("<folder>") : read_file(e.path().string());
+  return out;
+}
 
 }  // namespace
 
@@ -243,15 +254,96 @@ TEST_CASE("lm prepare: bad input is an error naming the file and what was wrong"
   fails_with({dir.file("ok.txt")}, "valid_fraction 1 is outside [0, 1)");
   CHECK_FALSE(fs::exists(dir.file("out/meta.json")));
 
-  // A failed preparation over a prepared folder leaves it unprepared: no meta.json, no shard.
+  // A failed preparation over a prepared folder leaves it as it was (issue 27: it used to be emptied).
   o.valid_fraction = 0.5;
   o.shard_tokens = 2;
   o.inputs = {dir.file("ok.txt")};
   prepare_lm_data(o);
   REQUIRE(fs::exists(dir.file("out/meta.json")));
   REQUIRE(fs::exists(dir.file("out/train_00000.bin")));
+  const auto before = folder_bytes(dir.file("out"));
   fails_with({dir.file("ok.txt"), dir.file("nul.bin")}, "NUL byte");
-  CHECK(fs::is_empty(dir.file("out")));
+  CHECK(folder_bytes(dir.file("out")) == before);
+}
+
+TEST_CASE("lm prepare: over a prepared folder, a bad input or a full disk leaves it byte for byte as it was") {
+  TempDir dir("lmprep");
+  const std::string out = dir.file("out");
+  PrepareOptions o;
+  o.inputs = {kWikiText};
+  o.out_dir = out;
+  o.shard_tokens = 500;  // several shards per split
+  o.progress = false;
+  prepare_lm_data(o);
+  const auto before = folder_bytes(out);
+  REQUIRE(before.count("meta.json") == 1);
+  REQUIRE(before.count("train_00001.bin") == 1);
+  // issue 27's repro: a file holding printf 'ok\n\xff bad\n'.
+  o.inputs = {dir.write("bad.txt", "ok\n\xff bad\n")};
+  CHECK_THROWS_WITH_AS(prepare_lm_data(o), doctest::Contains((dir.file("bad.txt") + ":2: invalid UTF-8").c_str()), Error);
+  CHECK(folder_bytes(out) == before);
+  // A bad file late in the run (after shards of the good ones were written).
+  o.inputs = {kWikiText + "/wiki.train.raw", kWikiText + "/wiki.valid.raw", dir.file("bad.txt")};
+  o.shard_tokens = 50;
+  CHECK_THROWS_WITH_AS(prepare_lm_data(o), doctest::Contains("invalid UTF-8"), Error);
+  CHECK(folder_bytes(out) == before);
+  // A full disk: the writes fail after N bytes, at several points of the run (the first shard, a
+  // later shard, meta.json: a good run writes `total` bytes, meta.json last).
+  o.inputs = {kWikiText + "/wiki.train.raw", kWikiText + "/wiki.valid.raw"};
+  PrepareOptions scratch = o;
+  scratch.out_dir = dir.file("scratch");
+  prepare_lm_data(scratch);
+  int64_t total = 0, meta = 0;
+  for (const auto& [name, bytes] : folder_bytes(scratch.out_dir)) total += static_cast<int64_t>(bytes.size());
+  meta = static_cast<int64_t>(folder_bytes(scratch.out_dir).at("meta.json").size());
+  REQUIRE(total > 2 * meta);
+  for (int64_t limit : {int64_t{0}, int64_t{100}, total / 2, total - meta, total - 1}) {
+    CAPTURE(limit);
+    set_write_limit_for_tests(limit);
+    CHECK_THROWS_WITH_AS(prepare_lm_data(o), doctest::Contains("No space left on device"), Error);
+    set_write_limit_for_tests(-1);
+    CHECK(folder_bytes(out) == before);
+  }
+  // Files that are not the preparation's are kept, and a good run swaps its result in.
+  write_file_atomic(out + "/NOTES.txt", "mine");
+  const PrepareResult r = prepare_lm_data(o);
+  const auto after = folder_bytes(out);
+  CHECK(after.at("NOTES.txt") == "mine");
+  CHECK(after.count("test_00000.bin") == 0);  // the old preparation's test split is gone
+  CHECK(after.count("train_00001.bin") == 1);
+  CHECK(r.files.back() == out + "/meta.json");
+  for (const auto& f : r.files) CHECK(fs::exists(f));
+  CHECK(after.size() == r.files.size() + 1);  // no stage folder left (folder_bytes lists folders too)
+  CHECK(read_prepared_info(out).tokens.count("test") == 0);
+}
+
+TEST_CASE("lm prepare: a preparation killed during its swap is finished by the next one") {
+  TempDir dir("lmprep");
+  const std::string out = dir.file("out");
+  PrepareOptions o;
+  o.inputs = {kWikiText};
+  o.out_dir = out;
+  o.shard_tokens = 500;
+  o.progress = false;
+  prepare_lm_data(o);  // the result the dead process had built ...
+  const auto complete = folder_bytes(out);
+  // ... then died in its swap: meta.json removed, one shard moved in, the rest still in its stage
+  // (a pid that cannot exist, the stage older than this process).
+  const std::string stage = out + "/.hh-prepare.999999999.0";
+  fs::create_directory(stage);
+  for (const auto& [name, bytes] : complete)
+    if (name != "train_00000.bin") fs::rename(out + "/" + name, stage + "/" + name);
+  write_file_atomic(out + "/test_00007.bin", "an old shard");  // of the preparation before
+  fs::last_write_time(stage, fs::file_time_type::clock::now() - std::chrono::hours(1));
+  REQUIRE_FALSE(fs::exists(out + "/meta.json"));
+  // An incomplete stage of another dead run is just removed.
+  fs::create_directory(out + "/.hh-prepare.999999998.3");
+  write_file_atomic(out + "/.hh-prepare.999999998.3/train_00000.bin", "partial");
+  fs::last_write_time(out + "/.hh-prepare.999999998.3", fs::file_time_type::clock::now() - std::chrono::hours(1));
+  // The next run fails (bad input), but first it finished the swap: the folder is prepared.
+  o.inputs = {dir.write("bad.txt", "ok\n\xff bad\n")};
+  CHECK_THROWS_WITH_AS(prepare_lm_data(o), doctest::Contains("invalid UTF-8"), Error);
+  CHECK(folder_bytes(out) == complete);
 }
 
 TEST_CASE("lm prepare: meta.json round trip and its errors") {

@@ -6,9 +6,11 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "autograd/ops.h"
+#include "core/atomic_file.h"
 #include "core/safetensors.h"
 #include "nn/lora.h"
 #include "nn/models/bert.h"
@@ -115,5 +117,38 @@ TEST_CASE("save_hf_model: refuses unmerged LoRA adapters; a bad hedgehog section
   cfg["hedgehog"]["form"] = "sideways";
   std::ofstream(out / "config.json") << cfg.dump();
   CHECK_THROWS_WITH_AS(load_hf_model(out.string()), doctest::Contains("form"), Error);
+  fs::remove_all(out);
+}
+
+TEST_CASE("save_hf_model: weights carry checksums; a failed export (full disk) leaves the previous one as it was") {
+  auto m = student("gpt2-tiny", "t2r");
+  const fs::path out = temp_folder("atomic");
+  save_hf_model(*m, out.string(), fixture("gpt2-tiny"));
+  CHECK(load_safetensors((out / "model.safetensors").string()).checksummed);
+  const auto snapshot = [&] {
+    std::map<std::string, std::string> files;
+    for (const auto& e : fs::directory_iterator(out))
+      files[e.path().filename().string()] = e.is_directory() ? std::string("<folder>") : read_file(e.path().string());
+    return files;
+  };
+  const auto before = snapshot();
+  REQUIRE(before.count("config.json") == 1);
+  REQUIRE(before.count("model.safetensors") == 1);
+  auto other = student("gpt2-tiny", "hedgehog");  // another export: every file would change
+  int64_t total = 0;
+  for (const auto& [name, bytes] : before) total += static_cast<int64_t>(bytes.size());
+  for (int64_t limit : {int64_t{0}, int64_t{1000}, total / 2, total - 10}) {
+    CAPTURE(limit);
+    set_write_limit_for_tests(limit);
+    CHECK_THROWS_WITH_AS(save_hf_model(*other, out.string(), fixture("gpt2-tiny")),
+                         doctest::Contains("No space left on device"), Error);
+    set_write_limit_for_tests(-1);
+    CHECK(snapshot() == before);
+  }
+  save_hf_model(*other, out.string(), fixture("gpt2-tiny"));
+  const auto after = snapshot();
+  CHECK(after.size() == before.size());  // no stage left behind
+  CHECK(after.at("model.safetensors") != before.at("model.safetensors"));
+  CHECK(load_hf_model(out.string())->options().mixer == "hedgehog");
   fs::remove_all(out);
 }
