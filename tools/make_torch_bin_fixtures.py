@@ -158,9 +158,9 @@ def hostile_fixtures():
     # A size product that overflows int64.
     write("size_overflow.bin", zip_with(tensor_pickle(4, [1 << 30, 1 << 30, 1 << 30], [0, 0, 0]),
                                         {"0": struct.pack("<4f", 1, 2, 3, 4)}))
-    # 20,000 nested lists (20,000 EMPTY_LISTs, each APPENDed into the one below), 20,000 MARKs.
-    write("deep_lists.bin", zip_with(b"\x80\x02" + b"]" * 20000 + b"a" * 19999 + b"."))
-    write("deep_marks.bin", zip_with(b"\x80\x02" + b"(" * 20000 + b")."))
+    # 2,000 nested lists (2,000 EMPTY_LISTs, each APPENDed into the one below), 2,000 MARKs.
+    write("deep_lists.bin", zip_with(b"\x80\x02" + b"]" * 2000 + b"a" * 1999 + b"."))
+    write("deep_marks.bin", zip_with(b"\x80\x02" + b"(" * 2000 + b")."))
     # A compressed data.pkl (torch writes every entry STORED).
     write("compressed.bin", zip_with(b"\x80\x02}." + b" " * 200, compress=True))
     # An opcode outside the accepted set (INST, which imports and calls).
@@ -173,8 +173,36 @@ def hostile_fixtures():
     write("long_string.bin", zip_with(b"\x80\x02X\xff\xff\xff\x7fabc."))
 
 
+def fuzz_seeds():
+    """The seed corpus of fuzz/fuzz_torch_bin.cpp: the small fixtures, hostile files, and the raw
+    data.pkl of two of them (the harness also wraps each input as data.pkl in a zip of its own)."""
+    corpus = os.path.join(ROOT, "fuzz", "corpus", "fuzz_torch_bin")
+    os.makedirs(corpus, exist_ok=True)
+    for f in os.listdir(corpus):
+        os.remove(os.path.join(corpus, f))
+    picks = [os.path.join(OUT, n + ".bin") for n in ("dtypes", "views", "views_legacy", "module_proto4", "parameters")]
+    picks.append(os.path.join(OUT, "sharded", "pytorch_model-00001-of-00002.bin"))
+    picks += [os.path.join(HOSTILE, n) for n in sorted(os.listdir(HOSTILE))]
+    for src in picks:
+        with open(src, "rb") as f:
+            data = f.read()
+        with open(os.path.join(corpus, os.path.basename(src)), "wb") as f:
+            f.write(data)
+    for n in ("views", "module_proto4"):
+        z = zipfile.ZipFile(os.path.join(OUT, n + ".bin"))
+        pkl = [x for x in z.namelist() if x.endswith("/data.pkl")][0]
+        with open(os.path.join(corpus, n + ".data.pkl"), "wb") as f:
+            f.write(z.read(pkl))
+    # data.pkl bodies that use the harness's records "0".."3" (64 bytes each).
+    with open(os.path.join(corpus, "records.data.pkl"), "wb") as f:
+        f.write(tensor_pickle(16, [4, 4], [1, 4]))
+    with open(os.path.join(corpus, "records_bool.data.pkl"), "wb") as f:
+        f.write(tensor_pickle(64, [8, 2], [8, 3], offset=1, storage="BoolStorage", key="2"))
+
+
 if __name__ == "__main__":
     os.makedirs(OUT, exist_ok=True)
     valid_fixtures()
     hostile_fixtures()
+    fuzz_seeds()
     print("wrote", OUT)
