@@ -316,7 +316,8 @@ SafeTensors load_torch_bin_sharded(const std::string& index_json_path) {
     std::map<std::string, std::string> listed;
     std::set<std::string> files;
     try {
-      for (const auto& kv : nlohmann::json::parse(text).at("weight_map").items()) {
+      const nlohmann::json index = nlohmann::json::parse(text);
+      for (const auto& kv : index.at("weight_map").items()) {
         listed.emplace(kv.key(), kv.value().get<std::string>());
         files.insert(kv.value().get<std::string>());
       }

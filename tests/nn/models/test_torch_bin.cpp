@@ -41,6 +41,11 @@ void check_same(const SafeTensors& got, const SafeTensors& want) {
   std::set<std::string> a, b;
   for (const auto& kv : got.tensors) a.insert(kv.first);
   for (const auto& kv : want.tensors) b.insert(kv.first);
+  std::string names;
+  for (const auto& n : a) names += n + " ";
+  names += "| want ";
+  for (const auto& n : b) names += n + " ";
+  CAPTURE(names);
   REQUIRE(a == b);
   CHECK(got.order.size() == got.tensors.size());
   for (const auto& [name, w] : want.tensors) {
@@ -199,7 +204,7 @@ TEST_CASE("torch_bin: an HF folder with only pytorch_model.bin loads and gives t
   std::filesystem::copy_file(hf_fixture("bert-tiny") + "/config.json", bad.path / "config.json");
   std::filesystem::copy_file(fixture("hostile/os_system.bin"), bad.path / "pytorch_model.bin");
   CHECK_THROWS_WITH_AS(load_hf_model(bad.path.string()),
-                       has("torch: " + bad.file("pytorch_model.bin") + ": pickle byte"), Error);
+                       has("torch: " + bad.file("pytorch_model.bin") + ": archive/data.pkl: pickle byte 2: GLOBAL 'os system'"), Error);
   // safetensors wins when both exist (the hostile .bin is never read).
   std::filesystem::copy_file(hf_fixture("bert-tiny") + "/model.safetensors", bad.path / "model.safetensors");
   CHECK_NOTHROW(load_hf_model(bad.path.string()));
