@@ -152,7 +152,8 @@ SafeTensors materialize(const Pickle& p, const StateDict& sd, const std::shared_
     const size_t item = itemsize(v.dtype);
     const Shape shape(v.size.begin(), v.size.end());
     const int64_t numel = numel_of(shape);  // fits: checked by the unpickler
-    const uint64_t nbytes = static_cast<uint64_t>(numel) * item;
+    const uint64_t nbytes = static_cast<uint64_t>(
+        checked_mul(numel, static_cast<int64_t>(item), str("tensor ", shown(name), "'s size in bytes")));
     const unsigned char* first = s.bytes + v.integer * static_cast<int64_t>(item);  // inside: checked
     Tensor t;
     if (numel > 0 && s.users == 1 && is_contiguous_layout(v.size, v.stride) &&

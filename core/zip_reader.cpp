@@ -7,9 +7,7 @@
 
 #include <algorithm>
 #include <cstring>
-#include <set>
 
-#include "core/checked.h"
 #include "core/error.h"
 
 namespace hh {
@@ -85,7 +83,6 @@ ZipArchive::ZipArchive(const unsigned char* data, uint64_t size) : data_(data), 
   HH_CHECK(count <= cd_size / kCentralSize, "zip: the central directory claims ", count, " entries in ", cd_size,
            " bytes");
   entries_.reserve(static_cast<size_t>(count));
-  std::set<std::string> names;
   uint64_t p = cd_offset;
   const uint64_t end = cd_offset + cd_size;
   for (uint64_t i = 0; i < count; ++i) {
@@ -123,7 +120,7 @@ ZipArchive::ZipArchive(const unsigned char* data, uint64_t size) : data_(data), 
       }
       x += 4 + len;
     }
-    HH_CHECK(names.insert(z.name).second, "zip: entry ", shown(z.name), " appears twice");
+    HH_CHECK(by_name_.emplace(z.name, entries_.size()).second, "zip: entry ", shown(z.name), " appears twice");
     HH_CHECK(inside(z.header_offset, kLocalSize, size), "zip: entry ", shown(z.name), "'s local header (byte ",
              z.header_offset, ") lies outside the ", size, "-byte file (truncated?)");
     entries_.push_back(std::move(z));
@@ -132,9 +129,8 @@ ZipArchive::ZipArchive(const unsigned char* data, uint64_t size) : data_(data), 
 }
 
 const ZipEntry* ZipArchive::find(const std::string& name) const {
-  for (const ZipEntry& e : entries_)
-    if (e.name == name) return &e;
-  return nullptr;
+  auto it = by_name_.find(name);
+  return it == by_name_.end() ? nullptr : &entries_[it->second];
 }
 
 const unsigned char* ZipArchive::data(const ZipEntry& e) const {

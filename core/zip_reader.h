@@ -5,8 +5,10 @@
 // length is checked against the archive's size. Errors are hh::Error with a plain message (the
 // caller adds the file name).
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace hh {
@@ -28,7 +30,7 @@ class ZipArchive {
   const std::vector<ZipEntry>& entries() const { return entries_; }
   // The entry of that name, or nullptr.
   const ZipEntry* find(const std::string& name) const;
-  // The bytes of a STORED entry: *out points into the archive, `size` bytes long. Checks its local
+  // The bytes of a STORED entry: a pointer into the archive, e.size bytes long. Checks its local
   // header (signature, name, bounds); a compressed or encrypted entry is an error naming it.
   const unsigned char* data(const ZipEntry& e) const;
 
@@ -39,6 +41,7 @@ class ZipArchive {
   const unsigned char* data_;
   uint64_t size_;
   std::vector<ZipEntry> entries_;
+  std::unordered_map<std::string, size_t> by_name_;  // name -> index in entries_
 };
 
 }  // namespace hh
