@@ -2,7 +2,8 @@
 """Writes the PyTorch checkpoint (.bin) fixtures under tests/fixtures/torch_bin/ (committed; rerun
 only to change them): small state dicts saved with torch.save (zip format and the legacy format),
 each with a safetensors twin holding the same tensors (contiguous copies), a sharded pair with
-pytorch_model.bin.index.json, the bert-tiny HF fixture's weights as pytorch_model.bin, and hostile
+pytorch_model.bin.index.json, the bert-tiny and gpt2-tiny HF fixtures' weights as pytorch_model.bin
+(gpt2 with lm_head sharing wte's storage, in the legacy format), and hostile
 files the reader must refuse (a GLOBAL naming os.system, a truncated zip, a storage whose size lies,
 deep nesting, a compressed entry, a view past its storage, an unknown opcode).
 Usage: python3 tools/make_torch_bin_fixtures.py"""
@@ -99,18 +100,27 @@ def valid_fixtures():
     bert = load_file(os.path.join(ROOT, "tests", "fixtures", "hf", "bert-tiny", "model.safetensors"))
     os.makedirs(os.path.join(OUT, "bert-tiny"), exist_ok=True)
     torch.save(bert, os.path.join(OUT, "bert-tiny", "pytorch_model.bin"))
+    # gpt2-tiny as transformers' model.state_dict() (lm_head.weight shares wte's storage), in the
+    # legacy format, as pytorch_model.bin files of the GPT-2 era were.
+    from transformers import AutoModelForCausalLM
+    gpt2 = AutoModelForCausalLM.from_pretrained(os.path.join(ROOT, "tests", "fixtures", "hf", "gpt2-tiny"))
+    sd = gpt2.state_dict()
+    assert sd["lm_head.weight"].data_ptr() == sd["transformer.wte.weight"].data_ptr()
+    os.makedirs(os.path.join(OUT, "gpt2-tiny"), exist_ok=True)
+    torch.save(sd, os.path.join(OUT, "gpt2-tiny", "pytorch_model.bin"), _use_new_zipfile_serialization=False)
 
 
 def zip_with(pkl, records=None, compress=False, prefix="archive"):
     """A torch-like zip archive with our own data.pkl bytes (zipfile, STORED unless compress)."""
     buf = io.BytesIO()
     method = zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED
+    entries = [("data.pkl", pkl), ("byteorder", b"little")]
+    entries += [("data/" + key, data) for key, data in (records or {}).items()]
+    entries.append(("version", b"3\n"))
     with zipfile.ZipFile(buf, "w", compression=method) as z:
-        z.writestr(prefix + "/data.pkl", pkl)
-        z.writestr(prefix + "/byteorder", "little")
-        for key, data in (records or {}).items():
-            z.writestr(prefix + "/data/" + key, data)
-        z.writestr(prefix + "/version", "3\n")
+        for name, data in entries:  # a fixed date: the same bytes on every run
+            z.writestr(zipfile.ZipInfo(prefix + "/" + name, date_time=(2020, 1, 1, 0, 0, 0)), data,
+                       compress_type=method)
     return buf.getvalue()
 
 

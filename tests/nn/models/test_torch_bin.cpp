@@ -199,6 +199,19 @@ TEST_CASE("torch_bin: an HF folder with only pytorch_model.bin loads and gives t
   CHECK(to_vector<float>(a) == to_vector<float>(b));
   CHECK(rel_error(a, r.tensors.at("logits")) < 1e-4);
 
+  // GPT-2 from transformers' state_dict in the legacy format: lm_head.weight shares wte's storage.
+  hh::test::TempDir gpt("torchbin_gpt2");
+  for (const char* f : {"config.json", "generation_config.json"})
+    std::filesystem::copy_file(hf_fixture("gpt2-tiny") + "/" + f, gpt.path / f);
+  std::filesystem::copy_file(fixture("gpt2-tiny/pytorch_model.bin"), gpt.path / "pytorch_model.bin");
+  const SafeTensors gw = read_hf_weights(gpt.path.string());
+  CHECK(bytes_of(gw.tensors.at("lm_head.weight")) == bytes_of(gw.tensors.at("transformer.wte.weight")));
+  const SafeTensors gr = load_safetensors(hf_fixture("gpt2-tiny") + "/reference.safetensors");
+  const Tensor gids = gr.tensors.at("input_ids");
+  const Tensor ga = load_causal_lm(gpt.path.string())->forward(gids);
+  CHECK(to_vector<float>(ga) == to_vector<float>(load_causal_lm(hf_fixture("gpt2-tiny"))->forward(gids)));
+  CHECK(rel_error(ga, gr.tensors.at("logits")) < 1e-4);
+
   // A hostile pytorch_model.bin: the loader names it.
   hh::test::TempDir bad("torchbin_bad");
   std::filesystem::copy_file(hf_fixture("bert-tiny") + "/config.json", bad.path / "config.json");
