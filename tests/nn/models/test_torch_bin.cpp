@@ -157,6 +157,9 @@ TEST_CASE("torch_bin: hostile files give an error naming the file and what was f
   }
   for (const auto& e : std::filesystem::directory_iterator(fixture("hostile")))
     CHECK_MESSAGE(covered.count(e.path().filename().string()), "hostile fixture without a test: " << e.path().filename().string());
+  // A tensor name that is not UTF-8 (found by fuzz_torch_bin: safetensors could not write it back).
+  const std::string crash = std::string(HH_SOURCE_DIR) + "/fuzz/corpus/fuzz_torch_bin/finding_invalid_utf8_name.bin";
+  CHECK_THROWS_WITH_AS(load_torch_bin(crash), has("views/data.pkl: pickle byte 534: a string that is not valid UTF-8"), Error);
   // Not a checkpoint at all.
   CHECK_THROWS_WITH_AS(parse_torch_bin("hello", "x.bin"), has("torch: x.bin: not a PyTorch checkpoint"), Error);
   CHECK_THROWS_WITH_AS(parse_torch_bin("", "x.bin"), has("torch: x.bin: not a PyTorch checkpoint"), Error);
