@@ -213,7 +213,10 @@ class Machine {
     v_[target].items.insert(v_[target].items.end(), items.begin(), items.end());
   }
   void memo_put(uint64_t key) {
-    memo_[static_cast<uint32_t>(key)] = top();
+    const uint32_t value = top();
+    if (memo_.size() >= kMaxValues && !memo_.count(static_cast<uint32_t>(key)))
+      bad(str("more than ", kMaxValues, " memo entries"));
+    memo_[static_cast<uint32_t>(key)] = value;
   }
   void memo_get(uint64_t key) {
     auto it = memo_.find(static_cast<uint32_t>(key));

@@ -41,8 +41,9 @@ struct Pickle {
   uint64_t end = 0;  // offset just past the STOP opcode
 };
 
-// Limits: containers nested deeper than kMaxDepth (values or MARKs), more than kMaxValues values,
-// tensors of more than kMaxDims dimensions are errors.
+// Limits: containers nested deeper than kMaxDepth (values or MARKs), more than kMaxValues values
+// or memo entries, tensors of more than kMaxDims dimensions are errors. (Every other length is
+// bounded by the bytes left in the pickle.)
 constexpr int kMaxDepth = 100;
 constexpr uint64_t kMaxValues = uint64_t(1) << 22;
 constexpr size_t kMaxDims = 64;
