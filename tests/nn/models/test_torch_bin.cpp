@@ -48,7 +48,9 @@ void check_same(const SafeTensors& got, const SafeTensors& want) {
   CAPTURE(names);
   REQUIRE(a == b);
   CHECK(got.order.size() == got.tensors.size());
-  for (const auto& [name, w] : want.tensors) {
+  for (const auto& kv : want.tensors) {
+    const std::string& name = kv.first;
+    const Tensor& w = kv.second;
     CAPTURE(name);
     const Tensor& g = got.tensors.at(name);
     CHECK(g.dtype() == w.dtype());
@@ -147,7 +149,9 @@ TEST_CASE("torch_bin: hostile files give an error naming the file and what was f
       {"long_string.bin", "runs past the end of the pickle"},
   };
   std::set<std::string> covered;
-  for (const auto& [name, what] : cases) {
+  for (const auto& c : cases) {
+    const char* name = c.first;
+    const char* what = c.second;
     CAPTURE(name);
     const std::string path = fixture(std::string("hostile/") + name);
     covered.insert(name);
