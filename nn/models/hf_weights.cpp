@@ -9,6 +9,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/torch_bin.h"
 
 namespace hh::nn {
 
@@ -18,8 +19,13 @@ SafeTensors read_hf_weights(const std::string& folder) {
   std::error_code ec;
   if (fs::exists(single, ec)) return load_safetensors(single.string());
   if (fs::exists(index, ec)) return load_safetensors_sharded(index.string());
+  // PyTorch checkpoints (core/torch_bin.h) only when there is no safetensors file, as transformers.
+  const fs::path bin = dir / "pytorch_model.bin", bin_index = dir / "pytorch_model.bin.index.json";
+  if (fs::exists(bin, ec)) return load_torch_bin(bin.string());
+  if (fs::exists(bin_index, ec)) return load_torch_bin_sharded(bin_index.string());
   HH_CHECK(fs::is_directory(dir, ec), "hf: ", folder, " is not a folder");
-  fail(str("hf: ", folder, " has neither model.safetensors nor model.safetensors.index.json"));
+  fail(str("hf: ", folder, " has neither model.safetensors nor model.safetensors.index.json (nor pytorch_model.bin "
+           "or pytorch_model.bin.index.json)"));
 }
 
 namespace {

@@ -1,5 +1,6 @@
 // Weights of an HF model folder into a Module whose parameter names are HF's own.
-// The folder holds model.safetensors, or model.safetensors.index.json and its shards; f32, bf16
+// The folder holds model.safetensors, or model.safetensors.index.json and its shards (else a
+// PyTorch pytorch_model.bin or pytorch_model.bin.index.json, read by core/torch_bin.h); f32, bf16
 // and f16 tensors are cast to each parameter's dtype. A family passes a rename (the few names
 // that differ: GPT-2's "transformer." prefix, old BERT "LayerNorm.gamma/beta"; "" drops a tensor,
 // e.g. GPT-2's attn.bias masks) and a transform (GPT-2's Conv1D weights are stored (in, out)).
@@ -31,7 +32,8 @@ struct HFModelOptions {
   bool draw_weights = true;
 };
 
-// The weight file(s) of a folder: model.safetensors, else model.safetensors.index.json with shards.
+// The weight file(s) of a folder: model.safetensors, else model.safetensors.index.json with shards,
+// else pytorch_model.bin, else pytorch_model.bin.index.json with shards.
 // Errors name the folder when neither exists.
 SafeTensors read_hf_weights(const std::string& folder);
 
