@@ -362,7 +362,7 @@ int run(int argc, char** argv) {
     for (size_t g = 0; g < grid.size(); ++g)
       for (const auto& p : {run_file(i, g, "result", ".json"), run_file(i, g, "checkpoint", ".safetensors")})
         files.push_back(p.substr(out.size() + 1));
-  run_dir.start(cfg, resume, files);
+  run_dir.start(cfg.dump(), resume, files);
   for (const MapSpec& ms : maps) ensure_writable_dir(out + "/" + file_slug(ms.label));
 
   std::printf("associative recall: vocab %lld, length %lld, %lld train / %lld test samples; model %lld layers, "

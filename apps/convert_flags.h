@@ -341,8 +341,8 @@ inline void check_resume(const std::vector<train::ConversionRow>& rows, const st
     } catch (const nlohmann::json::exception& e) {
       fail(str("--resume: ", path, ": bad conversion state: ", e.what()));
     }
-    train::check_same_settings(str(path, " was written with other settings, model or data"), written,
-                               nlohmann::json::parse(row_fingerprint(settings, row)), {},
+    train::check_same_settings(str(path, " was written with other settings, model or data"), written.dump(),
+                               row_fingerprint(settings, row), {},
                                "rerun with the original flags, or without --resume (or another --out) to start afresh");
   }
   HH_CHECK(found > 0, "--resume: no checkpoint found under ", out, " (nothing to resume)");
@@ -362,7 +362,9 @@ inline void convert_rows(const ConversionRun& opts, const train::ConvertConfig& 
                          const std::string& model_folder, bool causal, const MakeStudent& make_student,
                          train::ConversionReport& rep) {
   for (const auto& row : opts.rows) {
-    std::cerr << "== " << row.label << " (" << row.mixer << (row.distill ? ", distilled" : ", no distillation")
+    // "distilled" only when stage 1 runs: a trainable map with --distill-epochs 0 is not (issue 23).
+    const bool distilled = row.distill && cfg.distill.epochs > 0;
+    std::cerr << "== " << row.label << " (" << row.mixer << (distilled ? ", distilled" : ", no distillation")
               << ")\n";
     train::ConvertConfig rc = cfg;
     rc.precision = opts.precision;

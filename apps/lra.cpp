@@ -285,7 +285,7 @@ int run(int argc, char** argv) {
   for (const auto& c : runs)
     for (const char* name : {"/result.json", "/checkpoint.safetensors", "/log.jsonl"})
       files.push_back((run_dir(c) + name).substr(out.size() + 1));
-  run_folder.start(cfg, resume, files);
+  run_folder.start(cfg.dump(), resume, files);
   for (const auto& c : runs) ensure_writable_dir(run_dir(c));
 
   // Data: generated, then read back like release files; every split of every task is read (and so

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <system_error>
 
 #include "core/atomic_file.h"
@@ -107,7 +108,17 @@ void check_output_folder(const std::string& path, const std::string& flag) {
   }
 }
 
-std::string settings_diff(const nlohmann::json& saved, const nlohmann::json& now, const ResumeCheck& c) {
+namespace {
+
+nlohmann::json parse_settings(const std::string& text, const char* which) {
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    fail(str("settings: the ", which, " settings are not JSON: ", e.what()));
+  }
+}
+
+std::string diff_json(const nlohmann::json& saved, const nlohmann::json& now, const ResumeCheck& c) {
   std::string diff;
   if (!now.is_object()) return saved == now ? "" : "the whole settings";
   for (auto it = now.begin(); it != now.end(); ++it) {
@@ -123,10 +134,21 @@ std::string settings_diff(const nlohmann::json& saved, const nlohmann::json& now
   return diff;
 }
 
-void check_same_settings(const std::string& what, const nlohmann::json& saved, const nlohmann::json& now,
-                         const ResumeCheck& c, const std::string& advice) {
-  const std::string diff = settings_diff(saved, now, c);
+void check_same_json(const std::string& what, const nlohmann::json& saved, const nlohmann::json& now,
+                     const ResumeCheck& c, const std::string& advice) {
+  const std::string diff = diff_json(saved, now, c);
   HH_CHECK(diff.empty(), "--resume: ", what, " (", diff, "); ", advice);
+}
+
+}  // namespace
+
+std::string settings_diff(const std::string& saved_json, const std::string& now_json, const ResumeCheck& c) {
+  return diff_json(parse_settings(saved_json, "saved"), parse_settings(now_json, "current"), c);
+}
+
+void check_same_settings(const std::string& what, const std::string& saved_json, const std::string& now_json,
+                         const ResumeCheck& c, const std::string& advice) {
+  check_same_json(what, parse_settings(saved_json, "saved"), parse_settings(now_json, "current"), c, advice);
 }
 
 RunDir::RunDir(std::string path, Options o) : path_(std::move(path)), o_(std::move(o)) {
@@ -153,7 +175,8 @@ std::vector<std::string> RunDir::existing_results() const {
   return found;
 }
 
-void RunDir::start(const nlohmann::json& settings, bool resume, std::vector<std::string> results) {
+void RunDir::start(const std::string& settings_json, bool resume, std::vector<std::string> results) {
+  const nlohmann::json settings = parse_settings(settings_json, "current");
   results_ = std::move(results);
   if (!o_.settings_file.empty()) results_.push_back(o_.settings_file);
   if (resume) {
@@ -164,7 +187,7 @@ void RunDir::start(const nlohmann::json& settings, bool resume, std::vector<std:
                "' to resume (start it without --resume)");
       const nlohmann::json saved = nlohmann::json::parse(read_file(file), nullptr, false);
       HH_CHECK(saved.is_object(), "--resume: ", file, " is not a JSON object");
-      check_same_settings(str("the run in '", path_, "' used other settings"), saved, settings, o_.resume,
+      check_same_json(str("the run in '", path_, "' used other settings"), saved, settings, o_.resume,
                           "resume with the original flags, or start afresh without --resume");
     }
     started_ = true;

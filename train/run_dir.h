@@ -13,7 +13,6 @@
 // files are renamed back, as they were. A run stopped early (--stop-after-steps, or killed) leaves
 // both in place: --resume continues it, with the same rule at its end.
 #pragma once
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -40,12 +39,14 @@ struct ResumeCheck {
   bool show_saved = true;                 // "lr 0.001 now 0.01" (else "lr now 0.01")
 };
 
+// Settings are JSON text here (installed headers do not include nlohmann/json).
 // The differing keys of `now` (top level): "" when every compared key of `now` has the same value in
-// `saved`, else "key saved now new, ..." (an absent key reads "(absent)").
-std::string settings_diff(const nlohmann::json& saved, const nlohmann::json& now, const ResumeCheck& c = {});
+// `saved`, else "key saved now new, ..." (an absent key reads "(absent)"). Text that is not JSON is
+// an error naming it.
+std::string settings_diff(const std::string& saved_json, const std::string& now_json, const ResumeCheck& c = {});
 
 // Fails with "--resume: <what> (<diff>); <advice>" when settings_diff is not empty.
-void check_same_settings(const std::string& what, const nlohmann::json& saved, const nlohmann::json& now,
+void check_same_settings(const std::string& what, const std::string& saved_json, const std::string& now_json,
                          const ResumeCheck& c, const std::string& advice);
 
 class RunDir {
@@ -72,8 +73,8 @@ class RunDir {
   // resume: the folder's settings file must exist and hold `settings` (the keys of
   // Options::resume.not_compared aside), else "--resume: ..." naming the file or the keys. Fresh:
   // a previous run's files are set aside (see the top of this file), then the settings file is
-  // written (settings.dump(2)). Call before any long work.
-  void start(const nlohmann::json& settings, bool resume, std::vector<std::string> results);
+  // written (the settings, indented by 2). Call before any long work.
+  void start(const std::string& settings_json, bool resume, std::vector<std::string> results);
 
   // Writes `bytes` to `path` (a path inside the folder) atomically, removing dead writers' temps.
   void write(const std::string& path, const std::string& bytes) const;

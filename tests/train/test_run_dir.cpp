@@ -56,7 +56,7 @@ TEST_CASE("run_dir: a fresh folder is created and gets the settings file") {
   const std::string out = tmp.file("runs/one");
   train::RunDir rd(out, {});
   CHECK(fs::is_directory(out));
-  rd.start(json{{"lr", 0.5}, {"threads", 2}}, false, kResults);
+  rd.start(json{{"lr", 0.5}, {"threads", 2}}.dump(), false, kResults);
   CHECK(json::parse(read_file(out + "/config.json")) == json{{"lr", 0.5}, {"threads", 2}});
   CHECK_FALSE(rd.holds_previous());
   CHECK(rd.finish(train::RunDir::End::complete).empty());
@@ -69,25 +69,25 @@ TEST_CASE("run_dir: --resume with the same settings passes; other settings name 
   o.resume.not_compared = {"threads"};
   {
     train::RunDir rd(out, o);
-    rd.start(json{{"lr", 0.5}, {"batch", 8}, {"threads", 2}}, false, kResults);
+    rd.start(json{{"lr", 0.5}, {"batch", 8}, {"threads", 2}}.dump(), false, kResults);
     rd.finish(train::RunDir::End::partial);
   }
   {
     train::RunDir rd(out, o);
-    CHECK(error_of([&] { rd.start(json{{"lr", 0.5}, {"batch", 8}, {"threads", 4}}, true, kResults); }).empty());
+    CHECK(error_of([&] { rd.start(json{{"lr", 0.5}, {"batch", 8}, {"threads", 4}}.dump(), true, kResults); }).empty());
     rd.finish(train::RunDir::End::complete);
   }
   train::RunDir rd(out, o);
-  const std::string e = error_of([&] { rd.start(json{{"lr", 0.25}, {"batch", 8}, {"threads", 2}}, true, kResults); });
+  const std::string e = error_of([&] { rd.start(json{{"lr", 0.25}, {"batch", 8}, {"threads", 2}}.dump(), true, kResults); });
   CHECK(e.find("--resume: the run in '" + out + "' used other settings (lr 0.5 now 0.25)") != std::string::npos);
   CHECK(e.find("batch") == std::string::npos);
   o.resume.show_saved = false;  // lra's wording
   train::RunDir rd2(out, o);
-  CHECK(error_of([&] { rd2.start(json{{"lr", 0.25}, {"seed", 1}}, true, kResults); })
+  CHECK(error_of([&] { rd2.start(json{{"lr", 0.25}, {"seed", 1}}.dump(), true, kResults); })
             .find("other settings (lr now 0.25, seed now 1)") != std::string::npos);
   // Nothing to resume.
   train::RunDir none(tmp.file("empty"), o);
-  CHECK(error_of([&] { none.start(json{{"lr", 1}}, true, kResults); }).find("config.json not found") !=
+  CHECK(error_of([&] { none.start(json{{"lr", 1}}.dump(), true, kResults); }).find("config.json not found") !=
         std::string::npos);
 }
 
@@ -120,7 +120,7 @@ TEST_CASE("run_dir: a failed run leaves the previous results as they were") {
   write_previous(out);
   {
     train::RunDir rd(out, {});
-    rd.start(json{{"lr", 2}}, false, kResults);
+    rd.start(json{{"lr", 2}}.dump(), false, kResults);
     CHECK(rd.holds_previous());
     CHECK_FALSE(fs::exists(out + "/a/result.json"));  // set aside: not taken for this run's
     CHECK(read_file(out + "/.previous/a/result.json") == "{\"accuracy\": 0.9}\n");
@@ -137,7 +137,7 @@ TEST_CASE("run_dir: a failed run leaves the previous results as they were") {
   // An error that escapes the run (no finish) does the same.
   {
     train::RunDir rd(out, {});
-    rd.start(json{{"lr", 3}}, false, kResults);
+    rd.start(json{{"lr", 3}}.dump(), false, kResults);
     rd.write(out + "/results.csv", "partial\n");
   }
   check_previous(out);
@@ -146,7 +146,7 @@ TEST_CASE("run_dir: a failed run leaves the previous results as they were") {
   ::setenv("HH_TEST_WRITE_FAULT", "results.csv", 1);
   const std::string e = error_of([&] {
     train::RunDir rd(out, {});
-    rd.start(json{{"lr", 4}}, false, kResults);
+    rd.start(json{{"lr", 4}}.dump(), false, kResults);
     rd.write(out + "/results.csv", "new\n");
   });
   ::unsetenv("HH_TEST_WRITE_FAULT");
@@ -156,7 +156,7 @@ TEST_CASE("run_dir: a failed run leaves the previous results as they were") {
   // A complete run replaces the previous results.
   {
     train::RunDir rd(out, {});
-    rd.start(json{{"lr", 5}}, false, kResults);
+    rd.start(json{{"lr", 5}}.dump(), false, kResults);
     rd.write(out + "/results.csv", "new\n");
     CHECK(rd.finish(train::RunDir::End::complete).empty());
   }
@@ -171,7 +171,7 @@ TEST_CASE("run_dir: a stopped run keeps the previous results aside until its res
   write_previous(out);
   {
     train::RunDir rd(out, {});
-    rd.start(json{{"lr", 2}}, false, kResults);
+    rd.start(json{{"lr", 2}}.dump(), false, kResults);
     rd.write(out + "/b/result.json", "{}");
     rd.finish(train::RunDir::End::partial);
   }
@@ -179,7 +179,7 @@ TEST_CASE("run_dir: a stopped run keeps the previous results aside until its res
   CHECK(fs::exists(out + "/b/result.json"));  // --resume continues from it
   {
     train::RunDir rd(out, {});
-    rd.start(json{{"lr", 2}}, true, kResults);
+    rd.start(json{{"lr", 2}}.dump(), true, kResults);
     CHECK(rd.holds_previous());
     rd.finish(train::RunDir::End::failed);
   }
@@ -187,13 +187,13 @@ TEST_CASE("run_dir: a stopped run keeps the previous results aside until its res
   // A fresh run over a stopped one: the stopped run's files go, the previous complete one stays aside.
   {
     train::RunDir rd(out, {});
-    rd.start(json{{"lr", 2}}, false, kResults);
+    rd.start(json{{"lr", 2}}.dump(), false, kResults);
     rd.write(out + "/b/result.json", "{}");
     rd.finish(train::RunDir::End::partial);
   }
   {
     train::RunDir rd(out, {});
-    rd.start(json{{"lr", 3}}, false, kResults);
+    rd.start(json{{"lr", 3}}.dump(), false, kResults);
     CHECK_FALSE(fs::exists(out + "/b/result.json"));
     CHECK(read_file(out + "/.previous/results.csv") == "map,accuracy\na,0.9\n");
   }

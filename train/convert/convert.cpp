@@ -320,7 +320,9 @@ ConvertResult convert(ConversionTask& task, const ConvertConfig& cfg) {
       } else if (e.stop) {
         log.stopped = str("reached ", s.stop_at, " after epoch ", epoch);
       } else if (s.patience > 0 && at.patience_spent) {
-        log.stopped = str("early stop after epoch ", epoch);
+        // Patience ran out. On the stage's last epoch the stage ended at its maximum anyway, and
+        // says so ("epochs"), not "early stop" (issue 23).
+        if (epoch < s.epochs) log.stopped = str("early stop after epoch ", epoch);
       } else {
         if (capped) log.stopped = "max steps";
         ++counted;
