@@ -8,6 +8,7 @@
 // bounded; storages (BINPERSID) are kept as references (key, dtype, element count) for the caller
 // to resolve, tensors as (storage, offset, size, stride) checked to lie inside their storage.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>

@@ -14,6 +14,7 @@
 //   post_processor: TemplateProcessing (Llama: "<s> $A").
 // <s>, </s>, <unk> (and <pad> where present) are the bos, eos, unk (pad) ids.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
