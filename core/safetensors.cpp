@@ -22,6 +22,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/storage.h"
+#include "core/utf8.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors I/O assumes a little-endian host");
 
@@ -113,41 +114,6 @@ bool parse_st_dtype(const std::string& s, DType* out) {
     }
   }
   return false;
-}
-
-// Index of the first byte that does not start a valid UTF-8 sequence (overlong forms,
-// surrogates and code points past U+10FFFF are invalid), or npos.
-size_t first_invalid_utf8(const char* data, size_t n) {
-  const auto* s = reinterpret_cast<const unsigned char*>(data);
-  size_t i = 0;
-  while (i < n) {
-    unsigned c = s[i];
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    size_t len;
-    uint32_t cp;
-    if ((c & 0xE0) == 0xC0) {
-      len = 2, cp = c & 0x1F;
-    } else if ((c & 0xF0) == 0xE0) {
-      len = 3, cp = c & 0x0F;
-    } else if ((c & 0xF8) == 0xF0) {
-      len = 4, cp = c & 0x07;
-    } else {
-      return i;
-    }
-    if (n - i < len) return i;
-    for (size_t k = 1; k < len; ++k) {
-      unsigned d = s[i + k];
-      if ((d & 0xC0) != 0x80) return i;
-      cp = (cp << 6) | (d & 0x3F);
-    }
-    bool overlong = (len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000);
-    if (overlong || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return i;
-    i += len;
-  }
-  return std::string::npos;
 }
 
 // Parsed JSON text plus the key order of its top-level object.

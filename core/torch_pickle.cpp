@@ -10,6 +10,7 @@
 
 #include "core/checked.h"
 #include "core/error.h"
+#include "core/utf8.h"
 
 namespace hh::torch_pickle {
 
@@ -31,38 +32,6 @@ std::string shown(const std::string& s) {
   }
   if (s.size() > 100) out += "...";
   return out;
-}
-
-// True when s is well-formed UTF-8 (no overlong forms, surrogates or code points past U+10FFFF).
-bool valid_utf8(const unsigned char* s, uint64_t n) {
-  uint64_t i = 0;
-  while (i < n) {
-    const unsigned c = s[i];
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    uint64_t len;
-    uint32_t cp;
-    if ((c & 0xE0) == 0xC0) {
-      len = 2, cp = c & 0x1F;
-    } else if ((c & 0xF0) == 0xE0) {
-      len = 3, cp = c & 0x0F;
-    } else if ((c & 0xF8) == 0xF0) {
-      len = 4, cp = c & 0x07;
-    } else {
-      return false;
-    }
-    if (n - i < len) return false;
-    for (uint64_t k = 1; k < len; ++k) {
-      if ((s[i + k] & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (s[i + k] & 0x3Fu);
-    }
-    const bool overlong = (len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000);
-    if (overlong || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
-    i += len;
-  }
-  return true;
 }
 
 const char* kind_name(Kind k) {
@@ -224,7 +193,7 @@ class Machine {
     push(it->second);
   }
   uint32_t string_value(const unsigned char* p, uint64_t n) {
-    if (!valid_utf8(p, n)) bad("a string that is not valid UTF-8");
+    if (first_invalid_utf8(reinterpret_cast<const char*>(p), static_cast<size_t>(n)) != std::string::npos) bad("a string that is not valid UTF-8");
     Value v;
     v.kind = Kind::string;
     v.text.assign(reinterpret_cast<const char*>(p), static_cast<size_t>(n));
