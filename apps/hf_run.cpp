@@ -187,7 +187,8 @@ int run(int argc, char** argv) {
                 "class logits for BERT (text) and ViT (an image).\n"
                 "Every attention layer can be swapped for a linear feature map with --mixer (untrained maps give\n"
                 "the converted-but-not-distilled model).");
-  f.add("model", "", "HF model folder (config.json, model.safetensors or model.safetensors.index.json)");
+  f.add("model", "", "HF model folder (config.json; model.safetensors, model.safetensors.index.json, pytorch_model.bin\n"
+        "                       or pytorch_model.bin.index.json)");
   f.add("prompt", "", "decoders: the prompt text (needs a tokenizer in the folder or --tokenizer)");
   f.add("ids", "", "token ids instead of text, comma-separated (decoders: the prompt; BERT: the input)");
   f.add("tokenizer", "", "folder with the tokenizer files (default: the model folder)");
