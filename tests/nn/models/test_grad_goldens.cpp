@@ -139,7 +139,8 @@ Errors check_family(const std::string& name, DType dtype, Device d, const Tolera
     if (!(err <= e.worst_grad)) e.worst_grad = err, e.worst_name = hf_name;
     if (!zero) e.worst_nonzero = std::max(e.worst_nonzero, err);
   }
-  for (const auto& [n, p] : params) CHECK_MESSAGE(matched.count(n), name, ": parameter ", n, " has no golden gradient");
+  for (const auto& kv : params)  // (not a structured binding: clang 14 cannot capture one in CHECK_MESSAGE)
+    CHECK_MESSAGE(matched.count(kv.first), name, ": parameter ", kv.first, " has no golden gradient");
   return e;
 }
 
