@@ -10,6 +10,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "core/safetensors.h"
 #include "data/batching.h"
 #include "experiments/ar/ar_convert.h"
 #include "train/convert/convert_report.h"
@@ -227,6 +228,12 @@ TEST_CASE("convert: checkpoints of the driver's loop before the Trainer resume w
   TinyAr t;
   auto teacher = t.task("softmax", nullptr, 1);
   const fs::path ck = fs::temp_directory_path() / ("hh_test_convert_legacy_" + std::to_string(::getpid()) + ".ckpt");
+  // The fixtures were written by a GCC Release build. A build whose float arithmetic differs in the
+  // last bits (clang's contraction and vectorization choices, the sanitizer build at -O1) trains
+  // another teacher and student from the first step, so its runs cannot equal the fixtures' bit for
+  // bit: there every checkpoint must still load and resume to the end, and the values are compared
+  // only when this build's uninterrupted run reproduces the fixture's finished weights exactly.
+  bool same_arithmetic = true;
   for (const std::string mode : {"full", "lora"}) {
     train::ConvertConfig cfg = quiet_config();
     cfg.distill.epochs = 2;
@@ -238,6 +245,16 @@ TEST_CASE("convert: checkpoints of the driver's loop before the Trainer resume w
     cfg.fingerprint = "tiny-ar";
     auto whole = t.task("hedgehog", &teacher->model());
     const train::ConvertResult rw = train::convert(*whole, cfg);
+    if (mode == "full") {
+      const SafeTensors finished = load_safetensors(dir + "full_finished.safetensors");
+      for (const auto& kv : values(whole->model())) {  // (no structured binding: clang 14 cannot capture one)
+        auto it = finished.tensors.find("model." + kv.first);
+        REQUIRE_MESSAGE(it != finished.tensors.end(), "full_finished lacks model.", kv.first);
+        same_arithmetic = same_arithmetic && to_vector<float>(it->second) == kv.second;
+      }
+      if (!same_arithmetic)
+        MESSAGE("this build's arithmetic differs from the fixtures' (GCC Release): resumes checked, values not");
+    }
     cfg.checkpoint_path = ck.string();
     cfg.resume = true;
     const std::vector<std::string> files =
@@ -250,11 +267,12 @@ TEST_CASE("convert: checkpoints of the driver's loop before the Trainer resume w
       auto part = t.task("hedgehog", &teacher->model());
       const train::ConvertResult rp = train::convert(*part, cfg);
       CHECK_FALSE(rp.interrupted);
+      CHECK(rp.finetune.steps == rw.finetune.steps);
+      if (!same_arithmetic) continue;
       CHECK(values(part->model()) == values(whole->model()));
       CHECK(rp.distill.val == rw.distill.val);
       CHECK(rp.distill.train_loss == rw.distill.train_loss);
       CHECK(rp.finetune.val == rw.finetune.val);
-      CHECK(rp.finetune.steps == rw.finetune.steps);
       CHECK(rp.swapped == rw.swapped);
       CHECK(rp.distilled == rw.distilled);
       CHECK(rp.finetuned == rw.finetuned);
