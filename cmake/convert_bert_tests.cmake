@@ -90,3 +90,10 @@ add_test(NAME convert_bert_rejects_converted COMMAND convert_bert --model ${CB_S
 set_tests_properties(convert_bert_rejects_converted PROPERTIES FIXTURES_REQUIRED convert_bert_saved
                      PASS_REGULAR_EXPRESSION "error: .*holds a converted model .*'hedgehog'"
                      FAIL_REGULAR_EXPRESSION "teacher \\(softmax\\)")
+# --distill-epochs 0: a trainable map's row is announced without distillation (issue 23: it said
+# "(hedgehog, distilled)").
+add_test(NAME convert_bert_no_distill_label COMMAND convert_bert --model ${HF}/bert-tiny-tok --task cola --data ${GLUE}/CoLA
+         --preset tiny --feature-map hedgehog --max-length 32 --distill-epochs 0 --threads 2 --quiet
+         --out ${CMAKE_CURRENT_BINARY_DIR}/convert_bert_no_distill)
+set_tests_properties(convert_bert_no_distill_label PROPERTIES PASS_REGULAR_EXPRESSION
+                     "== Hedgehog \\(hedgehog, no distillation\\)" FAIL_REGULAR_EXPRESSION ", distilled\\)")
