@@ -452,19 +452,6 @@ void check_bool_bytes(const unsigned char* b, uint64_t nbytes, const std::string
   }
 }
 
-// A contiguous CPU tensor over `nbytes` of existing memory (the shared_ptr keeps it alive).
-Tensor tensor_view_of(std::shared_ptr<void> data, uint64_t nbytes, const Shape& shape, DType dtype) {
-  auto storage = std::make_shared<Storage>();
-  storage->data = std::move(data);
-  storage->nbytes = static_cast<size_t>(nbytes);
-  storage->device = Device::cpu();
-  auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::move(storage);
-  impl->shape = shape;
-  impl->strides = contiguous_strides(shape);
-  impl->dtype = dtype;
-  return Tensor(std::move(impl));
-}
 
 // Copies each tensor's bytes (read(data_offset, dst, nbytes)) into new CPU tensors.
 template <typename ReadFn>
@@ -725,6 +712,19 @@ SafeTensors load_safetensors_sharded(const std::string& index_json_path, Device 
     }
   }
   return out;
+}
+
+Tensor tensor_view_of(std::shared_ptr<void> data, uint64_t nbytes, const Shape& shape, DType dtype) {
+  auto storage = std::make_shared<Storage>();
+  storage->data = std::move(data);
+  storage->nbytes = static_cast<size_t>(nbytes);
+  storage->device = Device::cpu();
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::move(storage);
+  impl->shape = shape;
+  impl->strides = contiguous_strides(shape);
+  impl->dtype = dtype;
+  return Tensor(std::move(impl));
 }
 
 }  // namespace hh

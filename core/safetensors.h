@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -65,6 +66,10 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
 std::string serialize_safetensors(const std::vector<std::pair<std::string, Tensor>>& tensors,
                                   const std::map<std::string, std::string>& metadata = {},
                                   const std::string& origin = "<memory>", Checksums checksums = Checksums::none);
+
+// A contiguous CPU tensor over `nbytes` of existing memory that `data` keeps alive (a mapped file's
+// bytes, for the readers of safetensors and PyTorch files): no copy.
+Tensor tensor_view_of(std::shared_ptr<void> data, uint64_t nbytes, const Shape& shape, DType dtype);
 
 // Sharded checkpoints (model.safetensors.index.json: {"weight_map": {name: shard file}}).
 // The distinct shard files, sorted, as paths joined with the index file's folder.

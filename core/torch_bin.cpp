@@ -87,16 +87,7 @@ int64_t storage_bytes(const std::string& key, const StorageInfo& s) {
 
 // A contiguous CPU tensor over existing bytes (`keep` owns them).
 Tensor view_of(const std::shared_ptr<void>& keep, const unsigned char* p, uint64_t nbytes, const Shape& shape, DType dtype) {
-  auto storage = std::make_shared<Storage>();
-  storage->data = std::shared_ptr<void>(keep, const_cast<unsigned char*>(p));
-  storage->nbytes = static_cast<size_t>(nbytes);
-  storage->device = Device::cpu();
-  auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::move(storage);
-  impl->shape = shape;
-  impl->strides = contiguous_strides(shape);
-  impl->dtype = dtype;
-  return Tensor(std::move(impl));
+  return tensor_view_of(std::shared_ptr<void>(keep, const_cast<unsigned char*>(p)), nbytes, shape, dtype);
 }
 
 bool is_contiguous_layout(const std::vector<int64_t>& size, const std::vector<int64_t>& stride) {
