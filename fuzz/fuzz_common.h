@@ -1,4 +1,4 @@
-// Shared bits of the libFuzzer harnesses: a per-process scratch file and the rule every harness
+// Shared bits of the libFuzzer harnesses: a per-process scratch file, tensor comparison, and the rule every harness
 // checks: an input is either accepted or rejected with hh::Error; any other exception is a bug
 // (abort, so libFuzzer saves the input), as are crashes, leaks and hangs found by the sanitizers.
 #pragma once
@@ -11,6 +11,8 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/safetensors.h"
+#include "core/tensor.h"
 
 namespace hh::fuzz {
 
@@ -47,6 +49,22 @@ bool accepted(F&& f) {
   } catch (...) {
     finding("non-standard exception");
   }
+}
+
+// The bytes of a contiguous CPU tensor.
+inline std::string bytes_of(const Tensor& t) {
+  return std::string(static_cast<const char*>(t.raw_data()), static_cast<size_t>(t.numel()) * itemsize(t.dtype()));
+}
+
+// Same names in the same order with the same dtypes, shapes and bytes.
+inline bool same_tensors(const SafeTensors& a, const SafeTensors& b) {
+  if (a.order != b.order || a.tensors.size() != b.tensors.size()) return false;
+  for (const std::string& name : a.order) {
+    const Tensor& x = a.tensors.at(name);
+    const Tensor& y = b.tensors.at(name);
+    if (x.dtype() != y.dtype() || x.shape() != y.shape() || bytes_of(x) != bytes_of(y)) return false;
+  }
+  return true;
 }
 
 }  // namespace hh::fuzz

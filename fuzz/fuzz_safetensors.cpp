@@ -11,25 +11,6 @@
 
 using namespace hh;
 
-namespace {
-
-std::string bytes_of(const Tensor& t) {
-  return std::string(static_cast<const char*>(t.raw_data()), static_cast<size_t>(t.numel()) * itemsize(t.dtype()));
-}
-
-// Same names in the same order with the same dtypes, shapes and bytes.
-bool same_tensors(const SafeTensors& a, const SafeTensors& b) {
-  if (a.order != b.order || a.tensors.size() != b.tensors.size()) return false;
-  for (const std::string& name : a.order) {
-    const Tensor& x = a.tensors.at(name);
-    const Tensor& y = b.tensors.at(name);
-    if (x.dtype() != y.dtype() || x.shape() != y.shape() || bytes_of(x) != bytes_of(y)) return false;
-  }
-  return true;
-}
-
-}  // namespace
-
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string bytes(reinterpret_cast<const char*>(data), size);
   SafeTensors mem, file;
@@ -39,7 +20,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const bool file_ok = fuzz::accepted([&] { file = load_safetensors(path); });
   if (mem_ok != file_ok) fuzz::finding("parse_safetensors and load_safetensors disagree on accepting the input");
   if (!mem_ok) return 0;
-  if (!same_tensors(mem, file) || mem.metadata != file.metadata) fuzz::finding("parse_safetensors and load_safetensors read different tensors");
+  if (!fuzz::same_tensors(mem, file) || mem.metadata != file.metadata) fuzz::finding("parse_safetensors and load_safetensors read different tensors");
 
   // Accepted: the tensors' bytes plus header fill the file exactly.
   uint64_t n = 0;
@@ -63,6 +44,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   SafeTensors back;
   if (!fuzz::accepted([&] { back = parse_safetensors(again, "again"); })) fuzz::finding("written file is unreadable");
   meta["format"] = "pt";
-  if (!same_tensors(mem, back) || back.metadata != meta) fuzz::finding("write then read changed the file");
+  if (!fuzz::same_tensors(mem, back) || back.metadata != meta) fuzz::finding("write then read changed the file");
   return 0;
 }

@@ -17,20 +17,6 @@ using namespace hh;
 
 namespace {
 
-std::string bytes_of(const Tensor& t) {
-  return std::string(static_cast<const char*>(t.raw_data()), static_cast<size_t>(t.numel()) * itemsize(t.dtype()));
-}
-
-bool same_tensors(const SafeTensors& a, const SafeTensors& b) {
-  if (a.order != b.order || a.tensors.size() != b.tensors.size()) return false;
-  for (const std::string& name : a.order) {
-    const Tensor& x = a.tensors.at(name);
-    const Tensor& y = b.tensors.at(name);
-    if (x.dtype() != y.dtype() || x.shape() != y.shape() || bytes_of(x) != bytes_of(y)) return false;
-  }
-  return true;
-}
-
 void put16(std::string& s, uint32_t v) {
   for (int i = 0; i < 2; ++i) s.push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
 }
@@ -83,7 +69,7 @@ void check_accepted(const SafeTensors& st, size_t input_size) {
   if (!fuzz::accepted([&] { again = serialize_safetensors(list); })) fuzz::finding("safetensors rejects the tensors");
   SafeTensors back;
   if (!fuzz::accepted([&] { back = parse_safetensors(again, "again"); })) fuzz::finding("written file is unreadable");
-  if (!same_tensors(st, back)) fuzz::finding("safetensors round trip changed the tensors");
+  if (!fuzz::same_tensors(st, back)) fuzz::finding("safetensors round trip changed the tensors");
 }
 
 }  // namespace
@@ -98,7 +84,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const bool file_ok = fuzz::accepted([&] { file = load_torch_bin(path); });
   if (mem_ok != file_ok) fuzz::finding("parse_torch_bin and load_torch_bin disagree on accepting the input");
   if (mem_ok) {
-    if (!same_tensors(mem, file)) fuzz::finding("parse_torch_bin and load_torch_bin read different tensors");
+    if (!fuzz::same_tensors(mem, file)) fuzz::finding("parse_torch_bin and load_torch_bin read different tensors");
     check_accepted(mem, size);
   }
   // 2. The input as data.pkl with four storage records.
