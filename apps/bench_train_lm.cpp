@@ -1,6 +1,8 @@
 // bench_train_lm: training speed and memory of train_lm's GPT (issue 11's targets), per attention:
 // the median step time after warm-up steps -> training tokens/s, the allocator's peak during
-// training and the process's peak RSS. Random token windows, so only the speed is meaningful.
+// training (on --device) and the process's peak RSS. On CUDA a step's time runs from its first
+// micro-batch to the end of its optimizer step as the host sees it; the loss is read each step, so
+// the median of steady steps is the device's step time. Random token windows, so only the speed is meaningful.
 // Twin: tools/bench_train_lm_torch.py builds the same model in PyTorch and times the same step
 // (AdamW with decay groups, clipping, the same batch and context); --compare prints the ratios.
 #include <sys/resource.h>
@@ -46,7 +48,6 @@ int run(int argc, char** argv) {
   f.add("steps", "12", "steps timed (after --warmup)");
   f.add("warmup", "3", "untimed steps first");
   apps::CommonFlagSpec common;
-  common.device = false;  // a CPU benchmark (tools/bench_train_lm_torch.py is its twin)
   common.seed = false;
   apps::add_common_flags(f, common);
   f.add("json", "", "write the results here (atomically)");
@@ -54,6 +55,7 @@ int run(int argc, char** argv) {
   if (!f.parse(argc, argv)) return 0;
   const apps::CommonFlags common_flags = apps::read_common_flags(f, common);
   const Precision precision = common_flags.precision;
+  const Device device = common_flags.device;
   if (common_flags.threads > 0) set_num_threads(static_cast<int>(common_flags.threads));
   const int64_t vocab = f.integer("vocab", 2, 1 << 24), context = f.integer("context", 2, 1 << 20);
   const int64_t batch = f.integer("batch", 1, 1 << 20), steps = f.integer("steps", 1, 100000);
@@ -94,10 +96,11 @@ int run(int argc, char** argv) {
     c.out_dir = (dir / mixer).string();
     c.progress = false;
     c.precision = precision;
-    reset_peak_memory(Device::cpu());
-    const double before = static_cast<double>(memory_stats(Device::cpu()).current);
+    c.device = device;
+    reset_peak_memory(device);
+    const double before = static_cast<double>(memory_stats(device).current);
     const train::LmTrainResult r = train::train_language_model(c, data, valid, *comm);
-    const double peak = (static_cast<double>(memory_stats(Device::cpu()).peak) - before) / (1 << 20);
+    const double peak = (static_cast<double>(memory_stats(device).peak) - before) / (1 << 20);
     const std::vector<double> timed(r.step_seconds.begin() + warmup, r.step_seconds.end());
     const double step = apps::median(timed);
     const double tps = static_cast<double>(batch * context) / step;
@@ -113,7 +116,7 @@ int run(int argc, char** argv) {
   std::printf("peak RSS of the process: %.1f MiB\n", peak_rss_mib());
   fs::remove_all(dir);
   if (f.given("json"))
-    write_file_atomic(f.str("json"), json{{"engine", "hedgehog"}, {"threads", num_threads()}, {"batch", batch},
+    write_file_atomic(f.str("json"), json{{"engine", "hedgehog"}, {"device", common_flags.device_name}, {"threads", num_threads()}, {"batch", batch},
                                           {"context", context}, {"preset", f.str("preset")}, {"results", results},
                                           {"peak_rss_mib", peak_rss_mib()}}.dump(2) + "\n");
   return 0;

@@ -17,6 +17,9 @@ Rows (q, k, v random (B,H,L,D) f32 leaves requiring grad; φ applied inside the 
              does the backward (it keeps the (L/C,F,D) states)
   quadratic  tril(φq φkᵀ), row-normalized, times v
   recurrent  a Python loop over tokens carrying S (F,D) and z (F)
+  fla        FLA's Triton kernels (fla-core: fla.ops.linear_attn.chunk_linear_attn, scale 1,
+             normalize=True) on the same φq, φk; CUDA only (pip install fla-core). --compare sets
+             it beside hedgehog's chunked row
 Feature maps as in nn/feature_maps.cpp: hedgehog (per-head identity-initialized W (H,D,D), b = 0,
 φ = [softmax(xW+b), softmax(-(xW+b))], F = 2D), elu (elu(x)+1, F = D), taylor (1, x/D^¼,
 vec(xxᵀ)/(√2·√D), F = 1+D+D²), relu.
@@ -45,6 +48,7 @@ EPS = 1e-6
 MIB = 1024.0 * 1024.0
 MAPS = ("softmax", "hedgehog", "elu", "relu", "taylor")
 FORMS = ("chunked", "quadratic", "recurrent")
+TWIN_FORMS = ("fla",)  # forms only the twin has; compared with hedgehog's chunked row
 
 
 class Parser(argparse.ArgumentParser):
@@ -201,6 +205,14 @@ def linear_chunked(torch, pq, pk, v, C, eps):
     return y.reshape(B, H, N * C, D)[:, :, :L]
 
 
+def linear_fla(pq, pk, v):
+    """FLA's chunked causal linear attention: (B,H,L,F), (B,H,L,F), (B,H,L,D) -> (B,H,L,D)."""
+    from fla.ops.linear_attn import chunk_linear_attn  # imported here: only the fla form needs it
+    bt = lambda x: x.transpose(1, 2).contiguous()  # noqa: E731  FLA takes (B,L,H,.)
+    o, _ = chunk_linear_attn(bt(pq), bt(pk), bt(v), scale=1.0, normalize=True)
+    return o.transpose(1, 2)
+
+
 def linear_quadratic(torch, pq, pk, v, eps):
     a = torch.matmul(pq, pk.transpose(-1, -2)).tril()
     return torch.matmul(a / (a.sum(-1, keepdim=True) + eps), v)
@@ -260,6 +272,8 @@ def run_case(torch, args, device, H, name, form, L, fmap):
             return linear_chunked(torch, pq, pk, v, args.chunk, EPS)
         if form == "quadratic":
             return linear_quadratic(torch, pq, pk, v, EPS)
+        if form == "fla":
+            return linear_fla(pq, pk, v)
         return linear_recurrent(torch, pq, pk, v, EPS)
 
     def drop_grads():
@@ -308,7 +322,7 @@ def main():
     p.add_argument("--heads", type=nonneg_int, default=0, help="0 = 4 on cpu, 12 on cuda")
     p.add_argument("--head-dim", type=positive_int, default=64)
     p.add_argument("--maps", type=name_list(MAPS), default=["softmax", "hedgehog", "elu", "taylor"])
-    p.add_argument("--forms", type=name_list(FORMS + ("softmax",)), default=list(FORMS))
+    p.add_argument("--forms", type=name_list(FORMS + TWIN_FORMS + ("softmax",)), default=list(FORMS))
     p.add_argument("--chunk", type=positive_int, default=64)
     p.add_argument("--softmax", choices=("sdpa", "math"), default="sdpa",
                    help="softmax rows: F.scaled_dot_product_attention or the composed (L,L) math")
@@ -350,7 +364,7 @@ def main():
                     continue
                 cmp_s = ""
                 if hh:
-                    ref = hh.get((name, form, L))
+                    ref = hh.get((name, "chunked" if form in TWIN_FORMS else form, L))
                     if ref and ref.get("status") == "ok":
                         cmp_s = f" {ref['fwd_ms'] / r['fwd_ms']:7.2f}x {ref['fwd_bwd_ms'] / r['fwd_bwd_ms']:7.2f}x"
                     else:

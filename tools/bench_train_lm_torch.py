@@ -2,7 +2,7 @@
 """PyTorch twin of apps/bench_train_lm: train_lm's GPT training step, timed the same way.
 
     python3 tools/bench_train_lm_torch.py [--preset small] [--attentions softmax,hedgehog]
-        [--batch 16] [--context 256] [--steps 12] [--warmup 3] [--threads N] [--json FILE]
+        [--batch 16] [--context 256] [--steps 12] [--warmup 3] [--threads N] [--device cuda] [--json FILE]
         [--compare HH_JSON]
 
 The model is train_lm's (train/lm_model.h): GPT-2 pre-LN blocks (wte + wpe, ln_1, c_attn C->3C,
@@ -82,7 +82,7 @@ def build(torch, attention, vocab, context, layers, heads, dim):
                     nn.init.normal_(p, std=0.02)
 
         def forward(self, ids):
-            x = self.wte(ids) + self.wpe(torch.arange(ids.shape[1]))
+            x = self.wte(ids) + self.wpe(torch.arange(ids.shape[1], device=ids.device))
             for b in self.h:
                 x = b(x)
             return F.linear(self.ln_f(x), self.wte.weight)
@@ -100,12 +100,13 @@ def main():
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
     ap.add_argument("--json", default="")
     ap.add_argument("--compare", default="")
     ap.add_argument("--precision", default="f32", choices=("f32", "bf16"),
                     help="bf16: torch.autocast around forward and loss, as bench_train_lm --precision bf16")
     a = ap.parse_args()
-    torch, _ = setup_torch("cpu", a.threads)
+    torch, device = setup_torch(a.device, a.threads)
     hh = load_compare(a.compare, lambda r: r["attention"])
     layers, heads, dim = PRESETS[a.preset]
     F = torch.nn.functional
@@ -115,16 +116,16 @@ def main():
         if attention not in ("softmax", "hedgehog"):
             sys.exit(f"error: --attentions: '{attention}' (this twin has softmax and hedgehog)")
         torch.manual_seed(0)
-        model = build(torch, attention, a.vocab, a.context, layers, heads, dim)
+        model = build(torch, attention, a.vocab, a.context, layers, heads, dim).to(device)
         decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
         other = [p for n, p in model.named_parameters() if p.dim() < 2]
         opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": other, "weight_decay": 0.0}],
                                 lr=1e-4, betas=(0.9, 0.95), eps=1e-8)
         times = []
         for step in range(a.warmup + a.steps):
-            ids = torch.randint(0, a.vocab, (a.batch, a.context + 1))
+            ids = torch.randint(0, a.vocab, (a.batch, a.context + 1), device=device)
             t0 = time.perf_counter()
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=a.precision == "bf16"):
                 logits = model(ids[:, :-1])
                 loss = F.cross_entropy(logits.reshape(-1, a.vocab), ids[:, 1:].reshape(-1))
             loss.backward()
@@ -145,7 +146,7 @@ def main():
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     print(f"peak RSS of the process: {rss:.1f} MiB")
     if a.json:
-        write_json(a.json, {"engine": "torch", "threads": torch.get_num_threads(), "batch": a.batch,
+        write_json(a.json, {"engine": "torch", "device": str(device), "threads": torch.get_num_threads(), "batch": a.batch,
                             "context": a.context, "preset": a.preset, "precision": a.precision, "results": results, "peak_rss_mib": rss})
 
 

@@ -44,7 +44,7 @@ struct StridedLoop {
   }
 
   int64_t inner() const { return shape.back(); }
-  int64_t outer() const { return numel_of(shape) / shape.back(); }
+  int64_t outer() const { return shape.back() == 0 ? 0 : numel_of(shape) / shape.back(); }  // no runs when empty
 
   // Calls f(ptrs, inner_strides, n) for outer run `o` (0 <= o < outer()).
   template <typename F>

@@ -260,6 +260,26 @@ TEST_CASE("matmul/linear: bf16 computes in f32 and rounds once") {
   CHECK(allclose(lw, lr, 1e-2, 1e-2));
 }
 
+TEST_CASE("gemm: k = 0 gives beta c in every dtype (the bf16/f16 path copies empty operands)") {
+  // The half path converts a (Bt,M,0) and b (Bt,0,N) to f32 first; copying a tensor whose last dim
+  // is 0 once divided by zero in the strided walk (SIGFPE, seen on the first H200 run).
+  for (DType t : {DType::f32, DType::f64, DType::bf16, DType::f16}) {
+    CAPTURE(dtype_name(t));
+    Tensor a = empty({2, 5, 0}, {t}), b = empty({2, 0, 7}, {t});
+    Tensor c0 = randm({2, 5, 7}, 13, DType::f32).to(t);
+    Tensor c = clone(c0);
+    backend_of(a).gemm(a, b, c, {1.0, 0.5});
+    CHECK(max_abs_diff(c.to(DType::f64), mul(c0.to(DType::f64), 0.5)) == 0.0);
+    Tensor z = clone(c0);
+    backend_of(a).gemm(a, b, z, {});
+    CHECK(max_abs_diff(z.to(DType::f64), zeros({2, 5, 7}, {DType::f64})) == 0.0);
+  }
+  Tensor e = empty({3, 0}, {DType::bf16});  // copy, fill and casts of an empty tensor are no-ops
+  CHECK(e.to(DType::f32).numel() == 0);
+  backend_of(e).fill(e, 1.0);
+  CHECK(e.contiguous().numel() == 0);
+}
+
 TEST_CASE("linear: gradients at a larger size match the composed matmul") {
   Tensor x = randm({3, 7, 10}, 13), w = randm({6, 10}, 14), bias = randm({6}, 15);
   Tensor gy = randm({3, 7, 6}, 16);
