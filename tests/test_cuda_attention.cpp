@@ -133,6 +133,13 @@ TEST_CASE("cuda: chunked causal linear attention forward and backward vs cpu" * 
   check_linear({1, 40, 33, 16, 200}, DType::f32);  // chunk longer than the kernel's chunk cap
   // Taylor-sized features (F = 1 + D + D² for D = 64): the state no longer fits shared memory.
   check_linear({2, 100, 4161, 64, 64}, DType::f32);
+  // The kernels cut each sequence into about 4·SMs / G segments of whole chunks: with few (batch·head)
+  // rows every chunk is its own segment (above); with many, segments of several chunks and a
+  // shorter last one (96 rows: 44 chunks of 16 in 6 segments on a 132-SM GPU; 38 of 8 in f64), and
+  // with G above 4·SMs one sequential walk per row (P = 1).
+  check_linear({96, 700, 16, 8, 16}, DType::f32);
+  check_linear({96, 300, 8, 8, 8}, DType::f64);
+  check_linear({600, 50, 8, 8, 16}, DType::f32);
 }
 
 TEST_CASE("cuda: the attention ops on the device match the cpu through autograd" * doctest::skip(kSkipCuda)) { check_sdpa_autograd({2, 3, 77, 32}); }
