@@ -18,7 +18,7 @@ thread_local bool g_grad_enabled = true;
 // Nodes and closures whose destruction was deferred by a Node destructor; drained by the
 // outermost one, so a chain of any length unwinds in a loop.
 thread_local std::vector<std::shared_ptr<Node>>* g_node_queue = nullptr;
-thread_local std::vector<BackwardFn>* g_fn_queue = nullptr;
+thread_local std::vector<MultiBackwardFn>* g_fn_queue = nullptr;
 }  // namespace
 
 bool GradMode::is_enabled() { return g_grad_enabled; }
@@ -26,7 +26,7 @@ void GradMode::set_enabled(bool on) { g_grad_enabled = on; }
 
 Node::~Node() {
   std::vector<std::shared_ptr<Node>> nodes;
-  std::vector<BackwardFn> fns;
+  std::vector<MultiBackwardFn> fns;
   bool outermost = g_node_queue == nullptr;
   if (outermost) {
     g_node_queue = &nodes;
@@ -38,7 +38,7 @@ Node::~Node() {
   if (!outermost) return;
   while (!nodes.empty() || !fns.empty()) {
     if (!fns.empty()) {
-      BackwardFn f = std::move(fns.back());
+      MultiBackwardFn f = std::move(fns.back());
       fns.pop_back();
     } else {
       std::shared_ptr<Node> n = std::move(nodes.back());
@@ -60,33 +60,62 @@ Tensor record(const char* name, Tensor out, const std::vector<Tensor>& inputs, B
   return record(name, std::move(out), inputs, {}, std::move(backward));
 }
 
-Tensor record(const char* name, Tensor out, const std::vector<Tensor>& inputs, const std::vector<Tensor>& saved,
-              BackwardFn backward) {
-  if (!any_requires_grad(inputs)) return out;
+namespace {
+// A node for `inputs` (edges, shapes, dtypes, saved versions) or null when none requires grad.
+std::shared_ptr<Node> make_node(const char* name, const std::vector<Tensor>& inputs, const std::vector<Tensor>& saved,
+                                int num_outputs, MultiBackwardFn backward) {
+  if (!any_requires_grad(inputs)) return nullptr;
   auto node = std::make_shared<Node>();
   node->name = name;
+  node->num_outputs = num_outputs;
   for (const Tensor& t : saved)
     if (t.defined()) node->saved.push_back({t.storage(), t.storage()->version});
   for (const Tensor& t : inputs) {
     Edge e;
     if (t.defined() && t.requires_grad()) {
-      if (t.grad_fn())
+      if (t.grad_fn()) {
         e.fn = t.grad_fn();
-      else
+        e.output = t.grad_output();
+      } else {
         e.leaf = t.impl_ptr();
+      }
     }
     node->inputs.push_back(std::move(e));
     node->input_shapes.push_back(t.defined() ? t.shape() : Shape{});
     node->input_dtypes.push_back(t.defined() ? t.dtype() : DType::f32);
   }
   node->backward = std::move(backward);
-  // `out` may share its impl with nothing else yet; give it a fresh impl so views of inputs
-  // returned as-is never get their grad_fn overwritten.
+  return node;
+}
+
+// `out` as output `index` of `node`. `out` may share its impl with nothing else yet; it gets a
+// fresh impl so views of inputs returned as-is never get their grad_fn overwritten.
+Tensor as_output(const Tensor& out, const std::shared_ptr<Node>& node, int index) {
   auto impl = std::make_shared<TensorImpl>(*out.impl_ptr());
   impl->grad.reset();
   impl->requires_grad = true;
-  impl->grad_fn = std::move(node);
+  impl->grad_fn = node;
+  impl->grad_output = index;
   return Tensor(impl);
+}
+}  // namespace
+
+Tensor record(const char* name, Tensor out, const std::vector<Tensor>& inputs, const std::vector<Tensor>& saved,
+              BackwardFn backward) {
+  std::shared_ptr<Node> node =
+      make_node(name, inputs, saved, 1, [fn = std::move(backward)](const std::vector<Tensor>& g, const NeedsGrad& n) {
+        return fn(g[0], n);
+      });
+  return node ? as_output(out, node, 0) : out;
+}
+
+std::vector<Tensor> record_outputs(const char* name, std::vector<Tensor> outs, const std::vector<Tensor>& inputs,
+                                   const std::vector<Tensor>& saved, MultiBackwardFn backward) {
+  HH_CHECK(!outs.empty(), "record_outputs: '", name, "' has no outputs");
+  std::shared_ptr<Node> node = make_node(name, inputs, saved, static_cast<int>(outs.size()), std::move(backward));
+  if (!node) return outs;
+  for (size_t i = 0; i < outs.size(); ++i) outs[i] = as_output(outs[i], node, static_cast<int>(i));
+  return outs;
 }
 
 int64_t Tensor::add_grad_ready_hook(std::function<void()> fn) const {
@@ -165,17 +194,19 @@ void run_backward(const Tensor& root, const Tensor& gradient, bool retain_graph)
   }
   // Process in reverse topological order: a node runs once every consumer has sent its grad.
   std::unordered_set<TensorImpl*> got_grad;  // hooked leaves that received a gradient so far
-  std::unordered_map<Node*, Tensor> pending;
-  pending[root.grad_fn().get()] = g;
+  // The gradients each waiting node has received so far, one slot per output (summed per slot).
+  std::unordered_map<Node*, std::vector<Tensor>> pending;
+  pending[root.grad_fn().get()].resize(static_cast<size_t>(root.grad_fn()->num_outputs));
+  pending[root.grad_fn().get()][static_cast<size_t>(root.grad_output())] = g;
   std::vector<Node*> ready{root.grad_fn().get()};
   while (!ready.empty()) {
     Node* n = ready.back();
     ready.pop_back();
-    Tensor gout = std::move(pending[n]);
+    std::vector<Tensor> gouts = std::move(pending[n]);
     pending.erase(n);
     // A node reached only by zero (undefined) gradients still releases its inputs' counts.
     std::vector<Tensor> grads(n->inputs.size());
-    if (gout.defined()) {
+    if (std::any_of(gouts.begin(), gouts.end(), [](const Tensor& t) { return t.defined(); })) {
       HH_CHECK(n->backward, "backward: trying to backward through the graph a second time (op '", n->name,
                "'); its saved tensors were freed. Pass retain_graph=true to the first backward");
       for (const SavedVersion& sv : n->saved) {
@@ -186,7 +217,7 @@ void run_backward(const Tensor& root, const Tensor& gradient, bool retain_graph)
       }
       NeedsGrad needs(n->inputs.size());
       for (size_t i = 0; i < needs.size(); ++i) needs[i] = n->inputs[i].active();
-      grads = n->backward(gout, needs);
+      grads = n->backward(gouts, needs);
       HH_CHECK(grads.size() == n->inputs.size(), "backward of '", n->name, "' returned ", grads.size(),
                " gradients for ", n->inputs.size(), " inputs");
     }
@@ -200,7 +231,9 @@ void run_backward(const Tensor& root, const Tensor& gradient, bool retain_graph)
         HH_CHECK(grads[i].shape() == n->input_shapes[i], "backward of '", n->name, "' returned gradient shape ",
                  grads[i].shape(), " for input ", i, " of shape ", n->input_shapes[i]);
       if (e.fn) {
-        Tensor& acc = pending[e.fn.get()];
+        std::vector<Tensor>& slots = pending[e.fn.get()];
+        if (slots.empty()) slots.resize(static_cast<size_t>(e.fn->num_outputs));
+        Tensor& acc = slots[static_cast<size_t>(e.output)];
         if (grads[i].defined()) acc = acc.defined() ? add(acc, grads[i]) : grads[i];
         if (--deps[e.fn.get()] == 0) ready.push_back(e.fn.get());
       } else if (e.leaf) {

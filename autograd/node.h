@@ -1,6 +1,8 @@
 // Node: one recorded op in the graph. It holds the backward closure (which owns exactly the
-// tensors its backward needs) and one edge per input: to the input's producing node, to a leaf
-// that accumulates a gradient, or nothing when the input needs no gradient.
+// tensors its backward needs) and one edge per input: to the input's producing node (and which of
+// its outputs the input is), to a leaf that accumulates a gradient, or nothing when the input
+// needs no gradient. A node has one output, or several (record_outputs: unbind, split), whose
+// gradients reach one backward call together, as PyTorch's multi-output nodes and mlx's siblings.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -16,10 +18,15 @@ namespace hh {
 using NeedsGrad = std::vector<bool>;
 // Returns one gradient per input (an undefined Tensor where none is needed or it is zero).
 using BackwardFn = std::function<std::vector<Tensor>(const Tensor& grad_out, const NeedsGrad& needs)>;
+// The same for a node of several outputs: grad_outs holds one gradient per output, undefined for
+// an output no consumer sent a gradient to (zero); at least one is defined.
+using MultiBackwardFn =
+    std::function<std::vector<Tensor>(const std::vector<Tensor>& grad_outs, const NeedsGrad& needs)>;
 
 struct Edge {
   std::shared_ptr<Node> fn;            // input produced by an op
   std::shared_ptr<TensorImpl> leaf;    // input is a leaf that requires grad
+  int output = 0;                      // which of fn's outputs the input is
   bool active() const { return fn || leaf; }
 };
 
@@ -34,7 +41,8 @@ struct Node {
   std::vector<Edge> inputs;
   std::vector<Shape> input_shapes;
   std::vector<DType> input_dtypes;
-  BackwardFn backward;  // empty once released (after a backward without retain_graph)
+  int num_outputs = 1;
+  MultiBackwardFn backward;  // empty once released (after a backward without retain_graph)
   std::vector<SavedVersion> saved;  // checked before backward runs: an in-place write is an error
   // Deep graphs (100,000 chained ops) are torn down iteratively, never by recursion.
   ~Node();
@@ -47,6 +55,10 @@ struct Node {
 Tensor record(const char* name, Tensor out, const std::vector<Tensor>& inputs, BackwardFn backward);
 Tensor record(const char* name, Tensor out, const std::vector<Tensor>& inputs, const std::vector<Tensor>& saved,
               BackwardFn backward);
+// The same for an op of several outputs: one node; output i is outs[i] with grad_output() == i.
+// Returns outs (each marked requires_grad) when something requires grad, else outs as given.
+std::vector<Tensor> record_outputs(const char* name, std::vector<Tensor> outs, const std::vector<Tensor>& inputs,
+                                   const std::vector<Tensor>& saved, MultiBackwardFn backward);
 // True when grad mode is on and some input requires grad (lets an op skip saving tensors).
 bool any_requires_grad(const std::vector<Tensor>& inputs);
 

@@ -1,5 +1,6 @@
 #include "core/tensor.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
@@ -123,6 +124,20 @@ Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), {t.dtype(), t.devic
 Tensor ones_like(const Tensor& t) { return ones(t.shape(), {t.dtype(), t.device()}); }
 Tensor empty_like(const Tensor& t) { return empty(t.shape(), {t.dtype(), t.device()}); }
 Tensor full_like(const Tensor& t, double value) { return full(t.shape(), value, {t.dtype(), t.device()}); }
+
+Tensor empty_in_layout(const Shape& shape, const Strides& order_of, Options o) {
+  const size_t n = shape.size();
+  HH_CHECK(order_of.size() == n, "empty_in_layout: ", n, " dims but ", order_of.size(), " strides to follow");
+  std::vector<size_t> order(n);
+  for (size_t i = 0; i < n; ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return order_of[a] > order_of[b]; });
+  Shape mem(n);
+  for (size_t i = 0; i < n; ++i) mem[i] = shape[order[i]];
+  Tensor buf = empty(mem, o);
+  Strides st(n);
+  for (size_t i = 0; i < n; ++i) st[order[i]] = buf.strides()[i];
+  return buf.as_strided(shape, st, buf.offset());
+}
 
 Tensor from_vector(const std::vector<double>& values, const Shape& shape, Options o) {
   HH_CHECK(static_cast<int64_t>(values.size()) == numel_of(shape), "from_vector: ", values.size(),

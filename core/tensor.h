@@ -42,6 +42,7 @@ struct TensorImpl {
   bool requires_grad = false;
   std::shared_ptr<TensorImpl> grad;
   std::shared_ptr<Node> grad_fn;  // null for leaves
+  int grad_output = 0;            // which of grad_fn's outputs this tensor is (multi-output nodes)
   GradReadyHooks grad_ready_hooks;
 };
 
@@ -89,6 +90,7 @@ class Tensor {
   void set_grad(const Tensor& g) { impl_->grad = g.impl_; }
   void zero_grad() { impl_->grad.reset(); }
   const std::shared_ptr<Node>& grad_fn() const { return impl().grad_fn; }
+  int grad_output() const { return impl().grad_output; }
   void set_grad_fn(std::shared_ptr<Node> fn) { impl_->grad_fn = std::move(fn); }
   // Runs `fn` each time a backward has made this leaf's .grad final (autograd/engine.cpp), e.g. to
   // start reducing it while backward goes on. Returns an id for remove_grad_ready_hook.
@@ -153,6 +155,10 @@ Tensor zeros_like(const Tensor& t);
 Tensor ones_like(const Tensor& t);
 Tensor empty_like(const Tensor& t);
 Tensor full_like(const Tensor& t, double value);
+// An uninitialized dense tensor of `shape` whose memory order follows `order_of` (dims by
+// decreasing stride, ties by position): a buffer laid out like a strided view's storage, e.g. the
+// gradient of a (B,H,L,D) head view of a (B,L,C) projection stored as (B,L,H,D).
+Tensor empty_in_layout(const Shape& shape, const Strides& order_of, Options o = {});
 
 // From host values (converted to o.dtype), shaped as given (numel must match).
 Tensor from_vector(const std::vector<double>& values, const Shape& shape, Options o = {});

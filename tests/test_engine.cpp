@@ -59,6 +59,30 @@ TEST_CASE("engine: a tensor used twice receives the sum of both gradients") {
   CHECK(grad_of(z) == std::vector<double>{9, 18});
 }
 
+TEST_CASE("engine: a node of several outputs gets their gradients in one call, per output") {
+  Tensor x = leaf({1, 2, 3, 4, 5, 6}).reshape({3, 2});
+  std::vector<Tensor> p = unbind(x, 0);  // one node, three outputs
+  REQUIRE(p.size() == 3);
+  CHECK(p[0].grad_fn() == p[2].grad_fn());
+  CHECK(p[0].grad_fn()->num_outputs == 3);
+  CHECK((p[0].grad_output() == 0 && p[1].grad_output() == 1 && p[2].grad_output() == 2));
+  // Output 0 used twice (summed in its slot), output 2 once, output 1 never (zero).
+  Tensor l = leaf({1, 2, 3, 4, 5, 6});
+  std::vector<Tensor> q = unbind(l.reshape({3, 2}), 0);
+  sum(add(add(mul(q[0], 2.0), q[2]), q[0])).backward();
+  CHECK(grad_of(l) == std::vector<double>{3, 3, 0, 0, 1, 1});
+  // Backward from one output alone (the root is output 1 of the node).
+  Tensor m = leaf({1, 2, 3, 4, 5, 6});
+  unbind(m.reshape({3, 2}), 0)[1].backward(ones({2}, {DType::f64}));
+  CHECK(grad_of(m) == std::vector<double>{0, 0, 1, 1, 0, 0});
+  // The gradient buffer is laid out like the input: a piece of a permuted view scatters into the
+  // permuted memory order, and the reshape back to the leaf's shape is a view.
+  Tensor w = leaf({1, 2, 3, 4, 5, 6});
+  std::vector<Tensor> cols = unbind(transpose(w.reshape({3, 2}), 0, 1), 0);  // (2,3) -> two (3,)
+  sum(mul(cols[1], 10.0)).backward();
+  CHECK(grad_of(w) == std::vector<double>{0, 10, 0, 10, 0, 10});
+}
+
 TEST_CASE("engine: gradients accumulate across backward calls until zero_grad") {
   Tensor x = leaf({1, 2});
   sum(mul(x, 3.0)).backward();

@@ -54,23 +54,12 @@ static const OpName reg_scaled_dot_product_attention("scaled_dot_product_attenti
 
 namespace {
 
-// An uninitialized tensor of `shape` whose memory order follows `like`'s strides (dims by
-// decreasing stride, ties by position). The output of a (B,H,L,D) head view of a (B,L,C)
-// projection is then laid out as (B,L,H,D), and the caller's transpose + reshape back to (B,L,C)
-// is a view, not a copy; the same holds for the gradients of q, k and v.
+// An uninitialized tensor of `shape` laid out like `like` (core's empty_in_layout). The output of a
+// (B,H,L,D) head view of a (B,L,C) projection is then laid out as (B,L,H,D), and the caller's
+// transpose + reshape back to (B,L,C) is a view, not a copy; the same holds for the gradients of
+// q, k and v.
 Tensor empty_in_layout_of(const Shape& shape, const Tensor& like, Options o) {
-  const size_t n = shape.size();
-  std::vector<size_t> order(n);
-  for (size_t i = 0; i < n; ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return like.stride(static_cast<int64_t>(a)) > like.stride(static_cast<int64_t>(b));
-  });
-  Shape mem(n);
-  for (size_t i = 0; i < n; ++i) mem[i] = shape[order[i]];
-  Tensor buf = empty(mem, o);
-  Strides st(n);
-  for (size_t i = 0; i < n; ++i) st[order[i]] = buf.strides()[i];
-  return buf.as_strided(shape, st, buf.offset());
+  return empty_in_layout(shape, like.strides(), o);
 }
 
 // Whether the kernels can read t (B,H,L,C) in place: unit stride along C, rows that do not overlap.
@@ -78,18 +67,11 @@ bool kernel_readable(const Tensor& t) {
   return t.numel() == 0 || (t.stride(3) == 1 && (t.size(2) <= 1 || t.stride(2) >= t.size(3)));
 }
 
-// The slice i of dim 0 of t (no autograd: t is a detached operand or a gradient buffer).
-Tensor slice0(const Tensor& t, int64_t i) {
-  Shape sh(t.shape().begin() + 1, t.shape().end());
-  Strides st(t.strides().begin() + 1, t.strides().end());
-  return t.as_strided(sh, st, t.offset() + i * t.stride(0));
-}
-
-// Softmax attention on q, k, v (B,H,L,C) (after autocast), recorded as one node. When `packed`
-// is defined, q, k, v are its slices 0, 1, 2 along dim 0 and the node's one input is `packed`:
-// its gradient is one buffer the kernel writes q's, k's and v's parts of, in packed's layout.
-Tensor attention_node(const char* op, const Tensor& packed, const Tensor& q, const Tensor& k, const Tensor& v,
-                      const Tensor& key_mask_in, bool causal, double scale) {
+// Softmax attention on q, k, v (B,H,L,C) (after autocast), recorded as one node. q, k and v may
+// be views of one packed projection (GPT-2's unbind of c_attn's output): the kernels read them in
+// place, and their gradients come out laid out like them.
+Tensor attention_node(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask_in,
+                      bool causal, double scale) {
   HH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, op,
            ": expected q (B,H,Lq,D), k (B,H,Lk,D), v (B,H,Lk,Dv), got ", q.shape(), ", ", k.shape(), ", ", v.shape());
   HH_CHECK(k.size(0) == q.size(0) && k.size(1) == q.size(1) && k.size(3) == q.size(3), op, ": k ", k.shape(),
@@ -129,18 +111,11 @@ Tensor attention_node(const char* op, const Tensor& packed, const Tensor& q, con
   // The kernels' operands: 4-D (B,H,L,C) for a backend that takes views, else (B·H,L,C).
   auto kernel_operand = [=](const Tensor& t) { return views ? t : t.reshape({B * H, t.size(2), t.size(3)}); };
   auto readable = [=](const Tensor& t) { return views && kernel_readable(t); };
-  Tensor pp, qq, kk, vv;  // the kernels' inputs in ct (pp: packed's, qq/kk/vv its slices then)
-  if (packed.defined()) {
-    pp = packed.to(ct).detach();
-    if (!(readable(slice0(pp, 0)) && readable(slice0(pp, 1)) && readable(slice0(pp, 2)))) pp = contiguous(pp);
-    qq = slice0(pp, 0), kk = slice0(pp, 1), vv = slice0(pp, 2);
-  } else {
-    auto prep = [&](const Tensor& t) {
-      Tensor c = t.to(ct).detach();
-      return readable(c) ? c : contiguous(c);
-    };
-    qq = prep(q), kk = prep(k), vv = prep(v);
-  }
+  auto prep = [&](const Tensor& t) {  // the kernels' inputs in ct
+    Tensor c = t.to(ct).detach();
+    return readable(c) ? c : contiguous(c);
+  };
+  const Tensor qq = prep(q), kk = prep(k), vv = prep(v);
   Tensor out = alloc({B, H, Lq, Dv}, qq);  // (B,H,Lq,Dv), in q's memory order
   Tensor lse = empty({B * H, Lq}, {ct, q.device()});
   if (out.numel() > 0)
@@ -148,17 +123,8 @@ Tensor attention_node(const char* op, const Tensor& packed, const Tensor& q, con
                        kernel_operand(out), lse);
   Tensor y = ct != in ? out.to(in) : out;
   const Shape q_shape = q.shape(), k_shape = k.shape(), v_shape = v.shape();
-  const std::vector<Tensor> inputs = packed.defined() ? std::vector<Tensor>{packed} : std::vector<Tensor>{q, k, v};
-  const std::vector<Tensor> saved = packed.defined() ? std::vector<Tensor>{pp, out, lse}
-                                                     : std::vector<Tensor>{qq, kk, vv, out, lse};
-  return record(op, y, inputs, saved, [=](const Tensor& g, const NeedsGrad&) {
-    Tensor gp, gq, gk, gv;
-    if (pp.defined()) {
-      gp = alloc(pp.shape(), pp);
-      gq = slice0(gp, 0), gk = slice0(gp, 1), gv = slice0(gp, 2);
-    } else {
-      gq = alloc(q_shape, qq), gk = alloc(k_shape, kk), gv = alloc(v_shape, vv);
-    }
+  return record(op, y, {q, k, v}, {qq, kk, vv, out, lse}, [=](const Tensor& g, const NeedsGrad&) {
+    Tensor gq = alloc(q_shape, qq), gk = alloc(k_shape, kk), gv = alloc(v_shape, vv);
     if (out.numel() == 0) {  // no output elements (Dv == 0): nothing depends on the inputs, zero gradients
       for (const Tensor& t : {gq, gk, gv})
         if (t.numel() > 0) backend_of(t).fill(t, 0.0);
@@ -169,7 +135,6 @@ Tensor attention_node(const char* op, const Tensor& packed, const Tensor& q, con
                                               kernel_operand(out), lse, kernel_operand(go), causal, s,
                                               kernel_operand(gq), kernel_operand(gk), kernel_operand(gv));
     }
-    if (gp.defined()) return std::vector<Tensor>{gp.to(in)};
     return std::vector<Tensor>{gq.to(in), gk.to(in), gv.to(in)};
   });
 }
@@ -179,18 +144,8 @@ Tensor attention_node(const char* op, const Tensor& packed, const Tensor& q, con
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale,
                                     const Tensor& key_mask) {
   // Autocast's lower-precision list: bf16 inputs, f32 softmax statistics, output rounded to bf16.
-  return attention_node("scaled_dot_product_attention", Tensor(), autocast_lower(q), autocast_lower(k),
-                        autocast_lower(v), key_mask, causal, scale);
-}
-
-static const OpName reg_scaled_dot_product_attention_packed("scaled_dot_product_attention_packed");
-
-Tensor scaled_dot_product_attention_packed(const Tensor& qkv_in, bool causal, double scale) {
-  const char* op = "scaled_dot_product_attention_packed";
-  const Tensor qkv = autocast_lower(qkv_in);
-  HH_CHECK(qkv.defined() && qkv.dim() == 5 && qkv.size(0) == 3, op, ": expected qkv (3,B,H,L,D), got ",
-           qkv.defined() ? qkv.shape() : Shape{});
-  return attention_node(op, qkv, slice0(qkv, 0), slice0(qkv, 1), slice0(qkv, 2), Tensor(), causal, scale);
+  return attention_node("scaled_dot_product_attention", autocast_lower(q), autocast_lower(k), autocast_lower(v),
+                        key_mask, causal, scale);
 }
 
 }  // namespace hh

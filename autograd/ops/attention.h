@@ -24,10 +24,4 @@ Tensor linear_attention_causal(const Tensor& phi_q, const Tensor& phi_k, const T
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
                                     double scale = -1, const Tensor& key_mask = Tensor());
 
-// The same attention on a packed projection: qkv (3,B,H,L,D) holds q, k, v as its slices 0, 1, 2
-// (e.g. GPT-2's c_attn output (B,L,3,H,D), permuted). One node with one input: the projection's
-// gradient is written once, in its own layout, instead of being summed from three zero-padded
-// slice gradients.
-Tensor scaled_dot_product_attention_packed(const Tensor& qkv, bool causal, double scale = -1);
-
 }  // namespace hh

@@ -1,5 +1,6 @@
 // Views and data movement. Views return tensors sharing storage; their backward maps the
-// gradient back through the inverse view (or a scatter into zeros for slice/select).
+// gradient back through the inverse view (or a scatter into zeros for slice/select). split, chunk
+// and unbind are one node with one output per piece: the pieces' gradients land in one buffer.
 #include "autograd/ops/shape.h"
 
 #include <algorithm>
@@ -15,7 +16,7 @@ static const OpName reg_reshape("reshape"), reg_view("view"), reg_permute("permu
     reg_slice("slice"), reg_select("select"), reg_expand("expand"), reg_squeeze("squeeze"),
     reg_unsqueeze("unsqueeze"), reg_flatten("flatten"), reg_contiguous("contiguous"), reg_clone("clone"),
     reg_to_dtype("to_dtype"), reg_to_device("to_device"), reg_cat("cat"), reg_stack("stack"), reg_split("split"),
-    reg_chunk("chunk"), reg_tril("tril"), reg_triu("triu");
+    reg_chunk("chunk"), reg_unbind("unbind"), reg_tril("tril"), reg_triu("triu");
 
 namespace {
 
@@ -347,6 +348,50 @@ Tensor stack(const std::vector<Tensor>& xs, int64_t dim) {
   return cat(us, dim);
 }
 
+namespace {
+// The pieces of x along dim (consecutive, of `sizes`) as views, recorded as the outputs of one node
+// (PyTorch's split_with_sizes / unbind): its backward writes each piece's gradient, or zeros for a
+// piece that got none, into one buffer laid out like x, instead of one zero-filled buffer per
+// piece summed. `drop` removes dim from each piece (unbind: pieces of size 1).
+std::vector<Tensor> split_node(const char* op, const Tensor& x, int64_t dim, const std::vector<int64_t>& sizes,
+                               bool drop) {
+  const size_t d = static_cast<size_t>(dim);
+  auto piece = [d, drop](const Tensor& t, int64_t start, int64_t size) {  // a raw view (no autograd)
+    Shape sh = t.shape();
+    Strides st = t.strides();
+    sh[d] = size;
+    if (drop) {
+      sh.erase(sh.begin() + static_cast<std::ptrdiff_t>(d));
+      st.erase(st.begin() + static_cast<std::ptrdiff_t>(d));
+    }
+    return t.as_strided(sh, st, t.offset() + start * t.strides()[d]);
+  };
+  std::vector<Tensor> outs;
+  std::vector<int64_t> starts;
+  int64_t at = 0;
+  for (int64_t size : sizes) {
+    outs.push_back(piece(x, at, size));
+    starts.push_back(at);
+    at += size;
+  }
+  const Shape xs = x.shape();
+  const Strides xst = x.strides();
+  return record_outputs(op, std::move(outs), {x}, {}, [=](const std::vector<Tensor>& g, const NeedsGrad&) {
+    const Tensor& any = *std::find_if(g.begin(), g.end(), [](const Tensor& t) { return t.defined(); });
+    Tensor gx = empty_in_layout(xs, xst, {any.dtype(), any.device()});
+    for (size_t i = 0; i < g.size(); ++i) {
+      Tensor part = piece(gx, starts[i], sizes[i]);
+      if (part.numel() == 0) continue;
+      if (g[i].defined())
+        copy_(part, g[i]);
+      else
+        backend_of(part).fill(part, 0.0);
+    }
+    return std::vector<Tensor>{gx};
+  });
+}
+}  // namespace
+
 std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim) {
   dim = wrap_dim(dim, x.dim(), "split");
   int64_t len = x.shape()[static_cast<size_t>(dim)], total = 0;
@@ -355,13 +400,13 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, in
     total += s;
   }
   HH_CHECK(total == len, "split: sizes sum to ", total, " but dim ", dim, " of shape ", x.shape(), " has ", len);
-  std::vector<Tensor> out;
-  int64_t at = 0;
-  for (int64_t s : sizes) {
-    out.push_back(slice(x, dim, at, at + s));
-    at += s;
-  }
-  return out;
+  return split_node("split", x, dim, sizes, false);
+}
+
+std::vector<Tensor> unbind(const Tensor& x, int64_t dim) {
+  HH_CHECK(x.dim() > 0, "unbind: cannot unbind a 0-d tensor");
+  dim = wrap_dim(dim, x.dim(), "unbind");
+  return split_node("unbind", x, dim, std::vector<int64_t>(static_cast<size_t>(x.size(dim)), 1), true);
 }
 
 std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {

@@ -1,6 +1,6 @@
 // Views and data movement: reshape/view, permute, transpose, slice, select, expand, squeeze,
 // unsqueeze, flatten (metadata only when possible), contiguous, clone, casts, device copies,
-// cat/stack/split/chunk, tril/triu.
+// cat/stack/split/chunk/unbind, tril/triu.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -34,6 +34,8 @@ Tensor stack(const std::vector<Tensor>& xs, int64_t dim);
 std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim);
 std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim);
 std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim);
+// The slices x[i] along dim, without that dim (PyTorch's unbind): views, one node for all.
+std::vector<Tensor> unbind(const Tensor& x, int64_t dim = 0);
 Tensor tril(const Tensor& x, int64_t k = 0);  // over the last two dims
 Tensor triu(const Tensor& x, int64_t k = 0);
 

@@ -71,32 +71,14 @@ GPT2Attention::GPT2Attention(const GPT2Config& c, const HFModelOptions& o, Init 
   mixer = AttentionMixer(mixer_config(o), feature_map);
 }
 
-Tensor GPT2Attention::packed_heads(const Tensor& x) const {
-  const int64_t B = x.size(0), L = x.size(1);
-  // (B,L,3C) -> (B,L,3,H,D) -> (3,B,H,L,D): one view, no per-head loop.
-  return permute(reshape(c_attn->forward(x), {B, L, 3, heads_, head_dim_}), {2, 0, 3, 1, 4});
-}
-
 void GPT2Attention::split_heads(const Tensor& x, Tensor& q, Tensor& k, Tensor& v) const {
-  if (!c_attn->lora_A) {
-    // Three products with c_attn's row blocks (q|k|v) instead of slices of one: backward then sums
-    // three (B,L,C) input gradients and scatters into small weight slices, where slices of the
-    // packed (B,L,3C) output would each scatter into a zero-filled (B,L,3C) buffer.
-    const int64_t B = x.size(0), L = x.size(1), C = heads_ * head_dim_;
-    auto heads_of = [&](int64_t i) {
-      Tensor b = c_attn->bias.defined() ? slice(c_attn->bias, 0, i * C, (i + 1) * C) : Tensor();
-      Tensor y = linear(x, slice(c_attn->weight, 0, i * C, (i + 1) * C), b);        // (B,L,C)
-      return transpose(reshape(y, {B, L, heads_, head_dim_}), 1, 2);                 // (B,H,L,D) view
-    };
-    q = heads_of(0);
-    k = heads_of(1);
-    v = heads_of(2);
-    return;
-  }
-  Tensor qkv = packed_heads(x);
-  q = select(qkv, 0, 0);
-  k = select(qkv, 0, 1);
-  v = select(qkv, 0, 2);
+  const int64_t B = x.size(0), L = x.size(1);
+  // (B,L,3C) -> (B,L,3,H,D) -> (3,B,H,L,D): one view of one product, split by one node (unbind),
+  // whose backward writes q's, k's and v's gradients into one buffer in c_attn's output layout.
+  std::vector<Tensor> qkv = unbind(permute(reshape(c_attn->forward(x), {B, L, 3, heads_, head_dim_}), {2, 0, 3, 1, 4}));
+  q = qkv[0];
+  k = qkv[1];
+  v = qkv[2];
 }
 
 Tensor GPT2Attention::merge_heads(const Tensor& y) const {
@@ -105,8 +87,6 @@ Tensor GPT2Attention::merge_heads(const Tensor& y) const {
 }
 
 Tensor GPT2Attention::forward(const Tensor& x, TraceRequest* trace) const {
-  if (!mixer.is_linear() && !trace)  // plain softmax: one node reads q, k, v from the packed projection
-    return merge_heads(scaled_dot_product_attention_packed(packed_heads(x), mixer.cfg.causal));
   Tensor q, k, v;
   split_heads(x, q, k, v);
   return merge_heads(mixer.forward(q, k, v, Tensor(), trace));

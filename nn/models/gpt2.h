@@ -32,7 +32,6 @@ class GPT2Attention : public Module {
   AttentionMixer mixer;
 
  private:
-  Tensor packed_heads(const Tensor& x) const;                                 // -> (3,B,H,L,D) view of c_attn(x)
   void split_heads(const Tensor& x, Tensor& q, Tensor& k, Tensor& v) const;  // -> (B,H,L,D) each
   Tensor merge_heads(const Tensor& y) const;                                  // (B,H,L,D) -> c_proj(B,L,C)
   int64_t heads_, head_dim_;

@@ -130,17 +130,19 @@ const bool reg_sdpa = add_specs({
 });
 
 // softmax(scale q kᵀ, masked above the diagonal when causal) v from primitive ops.
-// Packed softmax attention: x (B,L,3,H,D), the layout of a fused q/k/v projection, read as
-// qkv = x permuted to (3,B,H,L,D).
+// Softmax attention on a packed projection: x (B,L,3,H,D), the layout of a fused q/k/v projection
+// (GPT-2's c_attn), permuted to (3,B,H,L,D) and unbound into q, k, v views: one unbind node whose
+// gradient buffer the three attention gradients fill.
 OpSpec packed_spec(const std::string& variant, Shape xs, bool causal) {
   OpSpec s;
-  s.op = "scaled_dot_product_attention_packed";
-  s.variant = variant;
+  s.op = "unbind";
+  s.variant = "q, k, v of a packed projection into scaled_dot_product_attention, " + variant;
   s.shapes = {xs};
   s.lo = -1.5;
   s.hi = 1.5;
   s.fn = [causal](const std::vector<Tensor>& x) {
-    return scaled_dot_product_attention_packed(permute(x[0], {2, 0, 3, 1, 4}), causal);
+    std::vector<Tensor> qkv = unbind(permute(x[0], {2, 0, 3, 1, 4}), 0);
+    return scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], causal);
   };
   s.reference = [causal](const std::vector<Host>& in) {
     const Host& x = in[0];
@@ -154,11 +156,7 @@ OpSpec packed_spec(const std::string& variant, Shape xs, bool causal) {
               qkv[static_cast<size_t>(w)].v[static_cast<size_t>(((b * H + h) * L + l) * D + d)] = x.at({b, l, w, h, d});
     return sdpa_ref(qkv, causal, -1);
   };
-  s.errors = [] {
-    const char* op = "scaled_dot_product_attention_packed";
-    check_throws([&] { scaled_dot_product_attention_packed(ones({2, 1, 2, 4, 3}), true); }, {op, "(2, 1, 2, 4, 3)"});
-    check_throws([&] { scaled_dot_product_attention_packed(ones({3, 2, 4, 3}), true); }, {op, "(3, 2, 4, 3)"});
-  };
+  s.errors = [] { check_throws([] { unbind(zeros({}), 0); }, {"unbind: cannot unbind a 0-d tensor"}); };
   return s;
 }
 
@@ -246,9 +244,9 @@ TEST_CASE("scaled_dot_product_attention: the CPU backward's one-pass and two-pas
 }
 
 TEST_CASE("scaled_dot_product_attention: head views of a packed projection need no copies and give the same bits") {
-  // x (B,L,3,H,D) as a fused q/k/v projection lays it out. The packed op, and the plain op on
-  // x's head views, must give what the plain op gives on contiguous copies, bit for bit; on the
-  // CPU the output comes back in (B,L,H,D) memory order, so merging the heads is a view.
+  // x (B,L,3,H,D) as a fused q/k/v projection lays it out. The op on x's head views (unbound by one
+  // node, or three selects) must give what it gives on contiguous copies, bit for bit; on the CPU
+  // the output comes back in (B,L,H,D) memory order, so merging the heads is a view.
   Generator g(21);
   const int64_t B = 2, L = 70, H = 3, D = 8;
   Tensor base = uniform({B, L, 3, H, D}, -1.5, 1.5, g), w = uniform({B, H, L, D}, -1, 1, g);
@@ -256,13 +254,15 @@ TEST_CASE("scaled_dot_product_attention: head views of a packed projection need 
     Tensor x = base.clone().requires_grad_(true);
     Tensor qkv = permute(x, {2, 0, 3, 1, 4});  // (3,B,H,L,D) view
     Tensor y;
-    if (mode == 0)
-      y = scaled_dot_product_attention_packed(qkv, true);
-    else if (mode == 1)
+    if (mode == 0) {
+      std::vector<Tensor> parts = unbind(qkv, 0);
+      y = scaled_dot_product_attention(parts[0], parts[1], parts[2], true);
+    } else if (mode == 1) {
       y = scaled_dot_product_attention(select(qkv, 0, 0), select(qkv, 0, 1), select(qkv, 0, 2), true);
-    else
+    } else {
       y = scaled_dot_product_attention(contiguous(select(qkv, 0, 0)), contiguous(select(qkv, 0, 1)),
                                        contiguous(select(qkv, 0, 2)), true);
+    }
     if (!test_device().is_cuda() && mode < 2) CHECK(transpose(y, 1, 2).is_contiguous());
     sum(mul(y, w)).backward();
     grad = x.grad();

@@ -115,7 +115,8 @@ std::vector<std::vector<double>> kernel_results() {
   run(rms_norm(x, w), {x, w});
   run(cross_entropy(x, target), {x});
   run(scaled_dot_product_attention(q, k, v, true), {q, k, v});
-  run(scaled_dot_product_attention_packed(stack({q, k, v}, 0), true), {q, k, v});
+  std::vector<Tensor> qkv = unbind(stack({q, k, v}, 0), 0);
+  run(scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], true), {q, k, v});
   run(linear_attention_causal(exp(q), exp(k), v, 16), {q, k, v});
   return out;
 }

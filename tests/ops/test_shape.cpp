@@ -287,6 +287,22 @@ std::vector<OpSpec> shape_rows() {
                   [](H h) { return cat_ref({slice_ref(h[0], 1, 1, 3, 1), slice_ref(h[0], 1, 0, 1, 1)}, 1); },
                   split_err));
 
+  auto unbind_err = [] { check_throws([] { unbind(zeros({}), 0); }, {"unbind: cannot unbind a 0-d tensor"}); };
+  r.push_back(row("unbind", "(3,2,4) dim 1: pieces 1,0 restacked", {{3, 2, 4}},
+                  [](X x) {
+                    auto p = unbind(x[0], 1);
+                    return stack({p[1], p[0]}, 1);
+                  },
+                  [](H h) { return cat_ref({slice_ref(h[0], 1, 1, 1, 1), slice_ref(h[0], 1, 0, 1, 1)}, 1); },
+                  unbind_err));
+  r.push_back(row("unbind", "(2,3) dim -1: pieces 2,0 (piece 1 gets no gradient)", {{2, 3}},
+                  [](X x) {
+                    auto p = unbind(x[0], -1);
+                    return stack({p[2], p[0]}, -1);
+                  },
+                  [](H h) { return cat_ref({slice_ref(h[0], 1, 2, 1, 1), slice_ref(h[0], 1, 0, 1, 1)}, 1); },
+                  unbind_err));
+
   auto chunk_err = [] { check_throws([] { chunk(zeros({4}), 0, 0); }, {"chunk: number of chunks must be positive"}); };
   r.push_back(row("chunk", "(2,7) 3 chunks dim 1: pieces 2,1", {{2, 7}},
                   [](X x) {
