@@ -23,6 +23,7 @@
 #include "core/backend.h"
 #include "core/memory.h"
 #include "core/parallel.h"
+#include "core/replace_dir.h"
 #include "data/lra.h"
 #include "data/lra_generate.h"
 #include "nn/feature_maps.h"
@@ -293,8 +294,7 @@ int run(int argc, char** argv) {
   std::map<data::LraTask, train::LraData> datasets;
   for (data::LraTask t : tasks) {
     std::string dir = generate ? out + "/data/" + data::lra_task_name(t) : data_dir + "/" + data::lra_task_name(t);
-    if (generate) {
-      ensure_writable_dir(dir);
+    if (generate) {  // built beside the previous data and swapped in only when complete
       if (t == data::LraTask::listops) {
         data::ListOpsOptions o;
         o.train = gen_train;
@@ -304,7 +304,7 @@ int run(int argc, char** argv) {
         o.max_depth = depth;
         o.seed = base.seed;
         o.progress = !base.quiet;
-        data::generate_listops(dir, o);
+        replace_dir(dir, [&](const std::string& stage) { data::generate_listops(stage, o); });
       } else {
         data::PathfinderOptions o;
         o.train = gen_train;
@@ -313,7 +313,7 @@ int run(int argc, char** argv) {
         o.contour_length = pf_contour;
         o.seed = base.seed;
         o.progress = !base.quiet;
-        data::generate_pathfinder(dir, o);
+        replace_dir(dir, [&](const std::string& stage) { data::generate_pathfinder(stage, o); });
         dir += "/curv_contour_length_" + std::to_string(pf_contour);  // this run's difficulty
       }
     }
