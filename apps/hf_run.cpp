@@ -3,7 +3,12 @@
 //     prompt (the folder's tokenizer) or token ids, with a KV cache for softmax attention and the
 //     O(1) recurrent state for a linear feature map (--mixer).
 //   BERT: class logits for a text (and optional pair) or ids; ViT: class logits for an image file.
-// Results go to stdout and, with --out, to results.json and report.html (written atomically).
+//   --task embed (the default for a bare BertModel / ViTModel): sentence embeddings as
+//     sentence-transformers computes them (the folder's modules.json pooling and normalization),
+//     for one text, two (and their cosine similarity) or a file of one text per line.
+//   --hidden-states: the last hidden state of any family for the one input.
+// Results go to stdout and, with --out, to results.json, report.html and the .npy arrays (written
+// atomically).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -25,12 +30,15 @@
 #include "train/run_dir.h"
 #include "core/atomic_file.h"
 #include "core/backend.h"
+#include "core/npy.h"
 #include "core/parallel.h"
 #include "core/progress.h"
+#include "core/regular_file.h"
 #include "data/image.h"
 #include "data/tokenizer.h"
 #include "nn/feature_maps.h"
 #include "nn/models/bert.h"
+#include "nn/models/embedding.h"
 #include "nn/models/generate.h"
 #include "nn/models/hf_model.h"
 #include "nn/models/vit.h"
@@ -62,11 +70,148 @@ std::vector<int64_t> parse_ids(const std::string& s, const std::string& flag) {
 }
 
 struct Inputs {
-  std::string model_dir, out_dir, prompt, ids, text, text_pair, image, tokenizer_dir;
+  std::string model_dir, out_dir, prompt, ids, text, text_pair, image, tokenizer_dir, input_file;
 };
 
-json run_decoder(nn::CausalLM& lm, const apps::Flags& f, const Inputs& in) {
-  std::unique_ptr<data::Tokenizer> tok;
+enum class Task { automatic, generate, classify, embed };
+
+Task parse_task(const std::string& s) {
+  if (s == "auto") return Task::automatic;
+  if (s == "generate") return Task::generate;
+  if (s == "classify") return Task::classify;
+  if (s == "embed") return Task::embed;
+  fail(str("--task: unknown '", s, "' (auto, generate, classify or embed)"));
+}
+
+// Arrays go next to results.json as .npy; the JSON names the file and the shape.
+json save_array(const Inputs& in, const std::string& name, const Tensor& t) {
+  json j = {{"shape", t.shape()}};
+  if (!in.out_dir.empty()) {
+    write_file_atomic(in.out_dir + "/" + name, npy_bytes(t));
+    j["file"] = name;
+  }
+  return j;
+}
+
+// The texts of --input FILE (one per line, none empty: an error names the line), else --text and
+// an optional --text-pair as a second text.
+std::vector<std::string> embed_texts(const Inputs& in) {
+  if (in.input_file.empty()) {
+    std::vector<std::string> t{in.text};
+    if (!in.text_pair.empty()) t.push_back(in.text_pair);
+    return t;
+  }
+  std::vector<std::string> texts;
+  std::istringstream lines(read_file(in.input_file));
+  std::string line;
+  for (int64_t n = 1; std::getline(lines, line); ++n) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    HH_CHECK(!line.empty(), "--input: ", in.input_file, ":", n, ": empty line (one text per line)");
+    texts.push_back(line);
+  }
+  HH_CHECK(!texts.empty(), "--input: ", in.input_file, ": no texts");
+  return texts;
+}
+
+const nn::BertConfig* bert_config(const nn::HFModel& m) {
+  if (auto* b = dynamic_cast<const nn::BertModel*>(&m)) return &b->cfg;
+  if (auto* c = dynamic_cast<const nn::BertForSequenceClassification*>(&m)) return &c->bert->cfg;
+  return nullptr;
+}
+
+Tensor read_pixels(const nn::HFModel& m, const Inputs& in, int64_t size) {
+  (void)m;
+  const std::string pre = in.model_dir + "/preprocessor_config.json";
+  ImagePreprocess p = std::filesystem::exists(pre) ? ImagePreprocess::load(pre, size) : ImagePreprocess::defaults(size);
+  return unsqueeze(image_to_pixels(read_image(in.image), p), 0);  // (1,3,H,W)
+}
+
+int64_t vit_image_size(const nn::HFModel& m) {
+  if (auto* v = dynamic_cast<const nn::ViTModel*>(&m)) return v->cfg.image_size;
+  if (auto* c = dynamic_cast<const nn::ViTForImageClassification*>(&m)) return c->vit->cfg.image_size;
+  return 0;
+}
+
+// Sentence (or image) embeddings: the folder's sentence-transformers configuration unless
+// --pooling / --normalize say otherwise.
+json run_embed(const nn::HFModel& m, const apps::Flags& f, const Inputs& in, Device device) {
+  nn::EmbeddingConfig ec = nn::read_embedding_config(in.model_dir);
+  const bool image = vit_image_size(m) > 0;
+  if (image && !ec.from_folder) ec.pooling = nn::Pooling::cls;  // ViT: the class token, as ViTModel's pooler reads
+  if (f.str("pooling") != "folder") ec.pooling = nn::parse_pooling(f.str("pooling"), "--pooling");
+  if (f.str("normalize") != "folder") ec.normalize = f.boolean("normalize");
+  const int64_t batch = f.integer("batch", 1, 1 << 16);
+  std::vector<Tensor> rows;  // (b,C) per batch, on the CPU
+  std::vector<std::string> texts;
+  auto t0 = std::chrono::steady_clock::now();
+  NoGradGuard ng;
+  if (image) {
+    HH_CHECK(!in.image.empty(), m.architecture(), " embeds images: give --image");
+    rows.push_back(nn::pool_hidden(nn::image_encoder_hidden(m, read_pixels(m, in, vit_image_size(m)).to(device)), Tensor(),
+                                   ec.pooling));
+  } else {
+    const nn::BertConfig* bc = bert_config(m);
+    HH_CHECK(bc, m.architecture(), ": hf_run embeds with BERT- and ViT-family models");
+    HH_CHECK(in.ids.empty(), "--task embed takes text (--text, --text-pair, --input), not --ids");
+    texts = embed_texts(in);
+    auto tok = data::load_tokenizer(in.tokenizer_dir);
+    data::BatchOptions bo;
+    bo.truncation = true;
+    bo.max_length = ec.max_seq_length > 0 ? std::min(ec.max_seq_length, bc->max_position_embeddings)
+                                          : bc->max_position_embeddings;
+    ProgressOptions po;
+    po.label = "embed";
+    po.total = static_cast<int64_t>(texts.size());
+    Progress bar(po);
+    for (size_t at = 0; at < texts.size(); at += static_cast<size_t>(batch)) {
+      const std::vector<std::string> part(texts.begin() + static_cast<std::ptrdiff_t>(at),
+                                          texts.begin() + static_cast<std::ptrdiff_t>(
+                                                              std::min(texts.size(), at + static_cast<size_t>(batch))));
+      data::BatchEncoding enc = data::encode_batch(*tok, part, bo);
+      const Tensor mask = enc.attention_mask.to(device);
+      Tensor h = nn::text_encoder_hidden(m, enc.input_ids.to(device), enc.token_type_ids.to(device), mask);
+      rows.push_back(nn::pool_hidden(h, mask, ec.pooling).to(DType::f32).to(Device::cpu()));
+      bar.update(static_cast<int64_t>(at + part.size()));
+    }
+    bar.finish();
+  }
+  Tensor emb = cat(rows, 0);  // (N,C)
+  if (ec.normalize) emb = nn::l2_normalize(emb);
+  emb = emb.to(DType::f32).to(Device::cpu());
+  const double s = seconds_since(t0);
+  const int64_t n = emb.size(0), dim = emb.size(1);
+  std::printf("%lld embedding%s of %lld values (pooling %s%s; %s) in %.3f s\n", static_cast<long long>(n),
+              n == 1 ? "" : "s", static_cast<long long>(dim), nn::pooling_name(ec.pooling),
+              ec.normalize ? ", normalized" : "", ec.source.c_str(), s);
+  json r = {{"pooling", nn::pooling_name(ec.pooling)}, {"normalize", ec.normalize},
+            {"config_source", ec.source}, {"count", n}, {"dim", dim}, {"embed_seconds", s}};
+  if (!image) r["max_seq_length"] = ec.max_seq_length;
+  r["embeddings_file"] = save_array(in, "embeddings.npy", emb);
+  constexpr int64_t kInlineRows = 64;  // more go to embeddings.npy only
+  if (n <= kInlineRows) {
+    json list = json::array();
+    for (int64_t i = 0; i < n; ++i) list.push_back(to_vector<double>(select(emb, 0, i)));
+    r["embeddings"] = list;
+    for (int64_t i = 0; i < std::min<int64_t>(n, 4); ++i) {
+      std::vector<double> v = to_vector<double>(select(emb, 0, i));
+      std::printf("  [%lld] %s%+.6f %+.6f %+.6f %+.6f ...\n", static_cast<long long>(i),
+                  texts.empty() ? "" : ("\"" + texts[static_cast<size_t>(i)].substr(0, 40) + "\" ").c_str(),
+                  v[0], dim > 1 ? v[1] : 0.0, dim > 2 ? v[2] : 0.0, dim > 3 ? v[3] : 0.0);
+    }
+  }
+  if (!texts.empty()) r["texts"] = n <= kInlineRows ? json(texts) : json(n);
+  if (n == 2) {
+    const double cos = nn::cosine_similarity(select(emb, 0, 0).reshape({1, dim}), select(emb, 0, 1).reshape({1, dim}))
+                           .item<double>();
+    r["cosine_similarity"] = cos;
+    std::printf("cosine similarity: %.6f\n", cos);
+  }
+  return r;
+}
+
+// A decoder's prompt: --ids, or --prompt through the tokenizer (loaded into `tok`), checked against
+// the vocabulary.
+std::vector<int64_t> decoder_prompt(const nn::CausalLM& lm, const Inputs& in, std::unique_ptr<data::Tokenizer>& tok) {
   std::vector<int64_t> prompt;
   if (!in.ids.empty()) {
     prompt = parse_ids(in.ids, "ids");
@@ -75,9 +220,15 @@ json run_decoder(nn::CausalLM& lm, const apps::Flags& f, const Inputs& in) {
     for (int32_t id : tok->encode(in.prompt, true)) prompt.push_back(id);
     HH_CHECK(!prompt.empty(), "--prompt: the tokenizer produced no tokens for '", in.prompt, "'");
   }
-  if (!tok && f.given("tokenizer")) tok = data::load_tokenizer(in.tokenizer_dir);
   for (int64_t id : prompt)
     HH_CHECK(id < lm.vocab_size(), "prompt token id ", id, " is outside the model's vocabulary of ", lm.vocab_size());
+  return prompt;
+}
+
+json run_decoder(nn::CausalLM& lm, const apps::Flags& f, const Inputs& in) {
+  std::unique_ptr<data::Tokenizer> tok;
+  std::vector<int64_t> prompt = decoder_prompt(lm, in, tok);
+  if (!tok && f.given("tokenizer")) tok = data::load_tokenizer(in.tokenizer_dir);
   const int64_t new_tokens = f.integer("max-new-tokens", 0, 1 << 20);
   const int64_t limit = lm.max_positions();
   HH_CHECK(limit < 0 || static_cast<int64_t>(prompt.size()) + new_tokens <= limit, "prompt (", prompt.size(),
@@ -135,42 +286,74 @@ json report_logits(const Tensor& logits, const nn::HFModel& m) {
   return {{"logits", v}, {"labels", labels}, {"predicted", labels[order[0]]}, {"predicted_index", order[0]}};
 }
 
-json run_bert(nn::BertForSequenceClassification& bert, const apps::Flags& f, const Inputs& in, Device device) {
+// BERT's inputs for one text (and pair) or --ids (and --token-types): (1,L) each.
+struct BertInputs {
   Tensor ids, types, mask;
+};
+BertInputs bert_inputs(const apps::Flags& f, const Inputs& in) {
+  BertInputs b;
   if (!in.ids.empty()) {
     std::vector<int64_t> v = parse_ids(in.ids, "ids");
     const int64_t L = static_cast<int64_t>(v.size());
-    ids = from_vector(v, {1, L}, {DType::i64});
-    types = zeros({1, L}, {DType::i64});
+    b.ids = from_vector(v, {1, L}, {DType::i64});
+    b.types = zeros({1, L}, {DType::i64});
     if (f.given("token-types")) {
       std::vector<int64_t> tt = parse_ids(f.str("token-types"), "token-types");
       HH_CHECK(static_cast<int64_t>(tt.size()) == L, "--token-types: ", tt.size(), " values for ", L, " ids");
-      types = from_vector(tt, {1, L}, {DType::i64});
+      b.types = from_vector(tt, {1, L}, {DType::i64});
     }
-    mask = ones({1, L}, {DType::i64});
+    b.mask = ones({1, L}, {DType::i64});
   } else {
     auto tok = data::load_tokenizer(in.tokenizer_dir);
     data::BatchEncoding enc = f.given("text-pair") ? data::encode_batch_pairs(*tok, {{in.text, in.text_pair}})
                                                    : data::encode_batch(*tok, {in.text});
-    ids = enc.input_ids;
-    types = enc.token_type_ids;
-    mask = enc.attention_mask;
+    b.ids = enc.input_ids;
+    b.types = enc.token_type_ids;
+    b.mask = enc.attention_mask;
   }
+  return b;
+}
+
+json run_bert(nn::BertForSequenceClassification& bert, const apps::Flags& f, const Inputs& in, Device device) {
+  const BertInputs b = bert_inputs(f, in);
   NoGradGuard ng;
   auto t0 = std::chrono::steady_clock::now();
-  Tensor logits = bert.forward(ids.to(device), types.to(device), mask.to(device));
+  Tensor logits = bert.forward(b.ids.to(device), b.types.to(device), b.mask.to(device));
   const double s = seconds_since(t0);
   json r = report_logits(logits, bert);
-  r["input_ids"] = to_vector<int64_t>(ids);
+  r["input_ids"] = to_vector<int64_t>(b.ids);
   r["forward_seconds"] = s;
   return r;
 }
 
+// --hidden-states: the last hidden state (1,L,C) of the one input (a decoder's prompt, BERT's
+// text or ids, ViT's image), as transformers' hidden_states[-1] (decoders: after the final norm).
+json run_hidden(nn::HFModel& m, const apps::Flags& f, const Inputs& in, Device device) {
+  NoGradGuard ng;
+  Tensor h;
+  if (auto* lm = dynamic_cast<nn::CausalLM*>(&m)) {
+    std::unique_ptr<data::Tokenizer> tok;
+    const std::vector<int64_t> prompt = decoder_prompt(*lm, in, tok);
+    h = lm->hidden(from_vector(prompt, {1, static_cast<int64_t>(prompt.size())}, {DType::i64}).to(device));
+  } else if (bert_config(m)) {
+    const BertInputs b = bert_inputs(f, in);
+    h = nn::text_encoder_hidden(m, b.ids.to(device), b.types.to(device), b.mask.to(device));
+  } else if (vit_image_size(m) > 0) {
+    h = nn::image_encoder_hidden(m, read_pixels(m, in, vit_image_size(m)).to(device));
+  }
+  HH_CHECK(h.defined(), m.architecture(), ": no hidden states for this architecture");
+  h = h.to(DType::f32).to(Device::cpu());
+  const std::vector<double> first = to_vector<double>(slice(select(select(h, 0, 0), 0, 0), 0, 0, 4));
+  std::printf("last hidden state %s; token 0 starts", shape_str(h.shape()).c_str());
+  for (double v : first) std::printf(" %+.6f", v);
+  std::printf("\n");
+  json r = save_array(in, "hidden_states.npy", h);
+  r["token0_head"] = first;
+  return r;
+}
+
 json run_vit(nn::ViTForImageClassification& vit, const Inputs& in, Device device) {
-  const int64_t size = vit.vit->cfg.image_size;
-  const std::string pre = in.model_dir + "/preprocessor_config.json";
-  ImagePreprocess p = std::filesystem::exists(pre) ? ImagePreprocess::load(pre, size) : ImagePreprocess::defaults(size);
-  Tensor pixels = unsqueeze(image_to_pixels(read_image(in.image), p), 0);  // (1,3,H,W)
+  Tensor pixels = read_pixels(vit, in, vit.vit->cfg.image_size);  // (1,3,H,W)
   NoGradGuard ng;
   auto t0 = std::chrono::steady_clock::now();
   Tensor logits = vit.forward(pixels.to(device));
@@ -201,6 +384,13 @@ int run(int argc, char** argv) {
   f.add("text-pair", "", "BERT: a second text ([CLS] text [SEP] pair [SEP])");
   f.add("token-types", "", "BERT with --ids: the token type of each id (default all 0)");
   f.add("image", "", "ViT: an image file (PNG or binary PPM)");
+  f.add("task", "auto", "auto (by the folder's architecture), generate, classify or embed");
+  f.add("input", "", "embed: a text file, one text per line (embeddings.npy with --out)");
+  f.add("pooling", "folder", "embed: folder (its sentence-transformers files, else mean; ViT: cls), cls, mean, max,\n"
+        "                       mean_sqrt_len_tokens or lasttoken");
+  f.add("normalize", "folder", "embed: folder (a Normalize module in modules.json), true or false");
+  f.add("batch", "32", "embed: texts per forward");
+  f.add("hidden-states", "false", "also the last hidden state of the one input (hidden_states.npy with --out)", true);
   f.add("mixer", "softmax", "attention of every layer: softmax, or a feature map (hedgehog, taylor, ...)");
   f.add("form", "chunked", "linear mixers: chunked, quadratic, noncausal or recurrent");
   apps::CommonFlagSpec common;
@@ -212,7 +402,12 @@ int run(int argc, char** argv) {
 
   // Everything checkable is checked before the model is read.
   Inputs in{f.str("model"), f.str("out"), f.str("prompt"), f.str("ids"), f.str("text"), f.str("text-pair"),
-            f.str("image"), f.str("tokenizer")};
+            f.str("image"), f.str("tokenizer"), f.str("input")};
+  const Task task = parse_task(f.str("task"));
+  const bool hidden_states = f.boolean("hidden-states");
+  if (f.str("pooling") != "folder") nn::parse_pooling(f.str("pooling"), "--pooling");
+  if (f.str("normalize") != "folder") f.boolean("normalize");
+  f.integer("batch", 1, 1 << 16);
   HH_CHECK(!in.model_dir.empty(), "--model is required: no model folder given (see --help)");
   if (in.tokenizer_dir.empty()) in.tokenizer_dir = in.model_dir;
   nn::HFModelOptions opt;
@@ -230,9 +425,14 @@ int run(int argc, char** argv) {
   f.number("top-p", 1e-6, 1.0);
   f.boolean("stop-at-eos");
   if (!in.out_dir.empty()) train::check_output_folder(in.out_dir);
-  const int inputs_given = !in.prompt.empty() + !in.ids.empty() + !in.text.empty() + !in.image.empty();
+  const int inputs_given =
+      !in.prompt.empty() + !in.ids.empty() + !in.text.empty() + !in.image.empty() + !in.input_file.empty();
   HH_CHECK(inputs_given == 1, "give exactly one input: --prompt or --ids (GPT-2, Llama), --text or --ids (BERT), "
-                              "--image (ViT); got ", inputs_given);
+                              "--image (ViT), --input FILE (embed); got ", inputs_given);
+  HH_CHECK(in.input_file.empty() || task == Task::embed || task == Task::automatic,
+           "--input FILE is for --task embed (one text per line)");
+  HH_CHECK(!hidden_states || in.input_file.empty(), "--hidden-states takes one input, not --input FILE");
+  if (!in.input_file.empty()) check_regular_file(in.input_file, "--input");
 
   auto t0 = std::chrono::steady_clock::now();
   std::shared_ptr<nn::HFModel> model = nn::load_hf_model(in.model_dir, opt);
@@ -243,18 +443,33 @@ int run(int argc, char** argv) {
 
   json result;
   PrecisionGuard autocast(precision);
-  if (auto* lm = dynamic_cast<nn::CausalLM*>(model.get())) {
-    HH_CHECK(in.text.empty() && in.image.empty(), model->architecture(), " generates text: give --prompt or --ids");
+  auto* lm = dynamic_cast<nn::CausalLM*>(model.get());
+  auto* bert = dynamic_cast<nn::BertForSequenceClassification*>(model.get());
+  auto* vit = dynamic_cast<nn::ViTForImageClassification*>(model.get());
+  const bool encoder = bert_config(*model) || vit_image_size(*model) > 0;
+  Task run_task = task;
+  if (run_task == Task::automatic)
+    run_task = lm ? Task::generate : (bert || vit) && in.input_file.empty() ? Task::classify : Task::embed;
+  const std::string arch = model->architecture();
+  if (run_task == Task::generate) {
+    HH_CHECK(lm, "--task generate: ", arch, " is not a decoder (GPT-2, Llama)");
+    HH_CHECK(in.text.empty() && in.image.empty(), arch, " generates text: give --prompt or --ids");
     result = run_decoder(*lm, f, in);
-  } else if (auto* bert = dynamic_cast<nn::BertForSequenceClassification*>(model.get())) {
-    HH_CHECK(in.prompt.empty() && in.image.empty(), model->architecture(), " classifies text: give --text or --ids");
-    result = run_bert(*bert, f, in, opt.device);
-  } else if (auto* vit = dynamic_cast<nn::ViTForImageClassification*>(model.get())) {
-    HH_CHECK(!in.image.empty(), model->architecture(), " classifies images: give --image");
-    result = run_vit(*vit, in, opt.device);
+  } else if (run_task == Task::classify) {
+    HH_CHECK(bert || vit, "--task classify: ", arch, " has no classification head (try --task embed)");
+    if (bert) {
+      HH_CHECK(in.prompt.empty() && in.image.empty(), arch, " classifies text: give --text or --ids");
+      result = run_bert(*bert, f, in, opt.device);
+    } else {
+      HH_CHECK(!in.image.empty(), arch, " classifies images: give --image");
+      result = run_vit(*vit, in, opt.device);
+    }
   } else {
-    fail(str(model->architecture(), ": hf_run has no task for this architecture"));
+    HH_CHECK(encoder, "--task embed: ", arch, " is not an encoder (BERT or ViT families)");
+    result = run_embed(*model, f, in, opt.device);
   }
+  result["task"] = run_task == Task::generate ? "generate" : run_task == Task::classify ? "classify" : "embed";
+  if (hidden_states) result["hidden_states"] = run_hidden(*model, f, in, opt.device);
   result["model"] = in.model_dir;
   result["architecture"] = model->architecture();
   result["mixer"] = model->options().mixer;  // what the folder runs (a converted folder: its own map)
@@ -264,7 +479,9 @@ int run(int argc, char** argv) {
   if (!in.out_dir.empty()) {
     write_file_atomic(in.out_dir + "/results.json", result.dump(2) + "\n");
     write_file_atomic(in.out_dir + "/report.html", apps::hf_run_report_html(result));
-    std::printf("wrote %s/results.json and report.html\n", in.out_dir.c_str());
+    std::printf("wrote %s/results.json and report.html%s%s\n", in.out_dir.c_str(),
+                result.contains("embeddings_file") ? ", embeddings.npy" : "",
+                result.contains("hidden_states") ? ", hidden_states.npy" : "");
   }
   return 0;
 }

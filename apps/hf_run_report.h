@@ -1,5 +1,6 @@
-// hf_run's report.html: the run's settings, the generated text and speed (decoders) or a bar chart
-// of the class logits (encoders), from the same JSON that results.json holds.
+// hf_run's report.html: the run's settings, the generated text and speed (decoders), a bar chart
+// of the class logits (classifiers) or the embedding settings and similarity (embed), from the
+// same JSON that results.json holds.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -37,9 +38,10 @@ inline std::string logits_svg(const std::vector<double>& v, const std::vector<st
 
 inline std::string hf_run_report_html(const nlohmann::json& r) {
   std::string h = "<h1>hf_run</h1><table>";
-  for (const char* k : {"model", "architecture", "mixer", "device"})
+  for (const char* k : {"model", "architecture", "task", "mixer", "device", "pooling", "config_source"})
     if (r.contains(k)) h += std::string("<tr><td>") + k + "</td><td>" + html_escape(r[k].get<std::string>()) + "</td></tr>";
-  for (const char* k : {"load_seconds", "prefill_seconds", "generate_seconds", "tokens_per_second", "forward_seconds"})
+  for (const char* k : {"load_seconds", "prefill_seconds", "generate_seconds", "tokens_per_second", "forward_seconds",
+                        "normalize", "count", "dim", "embed_seconds", "cosine_similarity"})
     if (r.contains(k)) h += std::string("<tr><td>") + k + "</td><td>" + r[k].dump() + "</td></tr>";
   h += "</table>";
   if (r.contains("text")) h += "<h2>Text</h2><pre>" + html_escape(r["text"].get<std::string>()) + "</pre>";

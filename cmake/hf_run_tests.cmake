@@ -28,6 +28,20 @@ set_tests_properties(hf_run_llama_text PROPERTIES PASS_REGULAR_EXPRESSION
 add_test(NAME hf_run_bert_text COMMAND hf_run --model ${HF}/bert-tiny-tok --text "A gripping, well-made film."
          --text-pair "Les hérissons dorment l'hiver.")
 set_tests_properties(hf_run_bert_text PROPERTIES PASS_REGULAR_EXPRESSION "POSITIVE +\\+1\\.55881.*NEGATIVE +\\+0\\.15283")
+# Sentence embeddings (st-tiny-*: tools/make_st_fixtures.py): a pair and its cosine, which
+# SentenceTransformer.encode's vectors give as 0.99494; a file of texts into embeddings.npy.
+add_test(NAME hf_run_embed_pair COMMAND hf_run --model ${HF}/st-tiny-mean --text "A gripping, well-made film."
+         --text-pair "A well-made and gripping film.")
+set_tests_properties(hf_run_embed_pair PROPERTIES PASS_REGULAR_EXPRESSION
+                     "pooling mean, normalized.*cosine similarity: 0\\.99494")
+add_test(NAME hf_run_embed_file
+         COMMAND sh -c "d=$(mktemp -d) && printf 'one text\\ntwo texts here\\nthree\\n' > \"$d/in.txt\" && \"$1\" --model '${HF}/st-tiny-cls' --input \"$d/in.txt\" --batch 2 --out \"$d/out\" && test -s \"$d/out/embeddings.npy\" && grep -q '\"count\": 3' \"$d/out/results.json\" && echo EMBED_FILE_OK; rc=$?; rm -rf \"$d\"; exit $rc"
+         sh $<TARGET_FILE:hf_run>)
+set_tests_properties(hf_run_embed_file PROPERTIES PASS_REGULAR_EXPRESSION
+                     "3 embeddings of 16 values \\(pooling cls;.*EMBED_FILE_OK")
+add_test(NAME hf_run_hidden_states COMMAND hf_run --model ${HF}/gpt2-tiny --ids 5,17,99 --max-new-tokens 1
+         --hidden-states)
+set_tests_properties(hf_run_hidden_states PROPERTIES PASS_REGULAR_EXPRESSION "last hidden state \\(1, 3, 40\\)")
 # Pairs: the arguments (one string, split like a shell line) and a fragment of the expected error.
 set(HF_RUN_BAD
     "--ids 1" "no model folder"
@@ -40,7 +54,14 @@ set(HF_RUN_BAD
     "--model ${HF}/vit-tiny --image ${CMAKE_CURRENT_SOURCE_DIR}/CMakeLists.txt" "CMakeLists.txt"
     "--model ${HF}/vit-tiny --image /dev/zero" "/dev/zero: not a regular file (a character device)"
     "--model ${HF}/gpt2-tiny --ids 1 --out ${CMAKE_CURRENT_SOURCE_DIR}/CMakeLists.txt" "not a folder"
-    "--model ${HF}/gpt2-tiny --prompt hi --ids 1" "exactly one input")
+    "--model ${HF}/gpt2-tiny --prompt hi --ids 1" "exactly one input"
+    "--model ${HF}/gpt2-tiny --ids 1 --task nope" "--task: unknown 'nope'"
+    "--model ${HF}/gpt2-tiny --ids 1 --task embed" "is not an encoder"
+    "--model ${HF}/st-tiny-mean --text hi --task generate" "is not a decoder"
+    "--model ${HF}/st-tiny-mean --text hi --task classify" "has no classification head"
+    "--model ${HF}/st-tiny-mean --text hi --pooling weighted" "--pooling: unknown pooling"
+    "--model ${HF}/st-tiny-mean --input /nonexistent/texts.txt" "/nonexistent/texts.txt"
+    "--model ${HF}/bert-tiny --input ${CMAKE_CURRENT_SOURCE_DIR}/CMakeLists.txt --task classify" "--input FILE is for --task embed")
 list(LENGTH HF_RUN_BAD n)
 math(EXPR last "${n} / 2 - 1")
 foreach(i RANGE ${last})
