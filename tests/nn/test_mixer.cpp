@@ -4,8 +4,10 @@
 
 #include <string>
 
+#include "nn/attention.h"
 #include "nn/feature_maps.h"
 #include "nn/mixer.h"
+#include "nn/models/hf_weights.h"
 
 using namespace hh;
 using namespace hh::nn;
@@ -18,6 +20,10 @@ TEST_CASE("mixer: softmax is the default and round-trips through its name") {
   CHECK(name(d) == "softmax");
   CHECK(d == Mixer::softmax());
   CHECK(parse_mixer("softmax", "--mixer") == d);
+  // What every config starts with.
+  CHECK(AttentionConfig{}.mixer.is_softmax());
+  CHECK(MixerConfig{}.mixer.is_softmax());
+  CHECK(HFModelOptions{}.mixer.is_softmax());
 }
 
 TEST_CASE("mixer: every registered feature map parses to a linear mixer and names back the same text") {
