@@ -33,7 +33,7 @@ namespace {
 const char* kPaperMaps = "softmax,elu,performer,cosformer,exp:1,exp:2,taylor,hedgehog";
 
 struct MapSpec {
-  std::string mixer;
+  nn::Mixer mixer;
   double temperature;
   std::string label;  // train::ar_label: unique within a run
 };
@@ -51,10 +51,9 @@ std::vector<MapSpec> parse_maps(const std::string& arg, double temperature) {
     double t = temperature;
     size_t colon = item.find(':');
     if (colon != std::string::npos) name = item.substr(0, colon);
-    HH_CHECK(name == "softmax" || nn::is_feature_map_name(name), "--feature-map: unknown feature map '", name,
-             "' (expected softmax, all, paper, or one of the names in REFERENCE.md §2)");
+    const nn::Mixer mixer = nn::parse_mixer(name, "--feature-map");
     if (colon != std::string::npos) {
-      HH_CHECK(name == "exp", "--feature-map: '", item, "': ", name,
+      HH_CHECK(mixer.feature_map() == "exp", "--feature-map: '", item, "': ", name,
                " takes no parameter (only exp takes one, its temperature: exp:T)");
       std::string tv = item.substr(colon + 1);
       size_t pos = 0;
@@ -66,7 +65,7 @@ std::vector<MapSpec> parse_maps(const std::string& arg, double temperature) {
       HH_CHECK(pos == tv.size() && !tv.empty() && t > 0 && t < 1e6, "--feature-map: bad temperature in '", item,
                "' (expected a number in (0, 1e6))");
     }
-    MapSpec ms{name, t, train::ar_label(name, t)};
+    MapSpec ms{mixer, t, train::ar_label(mixer, t)};
     for (const MapSpec& prev : out)
       HH_CHECK(prev.label != ms.label, "--feature-map: '", item, "' is listed twice (as ", ms.label,
                "); each map is trained once");
@@ -79,9 +78,9 @@ std::vector<MapSpec> parse_maps(const std::string& arg, double temperature) {
 // Relative cost of one run: the width of the attention's inner products (the feature dimension of
 // a linear map, the sequence length for softmax).
 int64_t feature_cost(const train::ArRunConfig& c, int64_t seq_len) {
-  if (c.mixer == "softmax") return seq_len;
+  if (c.mixer.is_softmax()) return seq_len;
   nn::FeatureMapConfig fc = c.model.attention.feature_map;
-  fc.name = c.mixer;
+  fc.name = c.mixer.feature_map();
   fc.heads = c.model.heads;
   fc.head_dim = c.model.head_dim;
   Generator gen(0);

@@ -122,6 +122,13 @@ std::vector<std::string> parse_name_list(const std::string& flag, const std::str
   return out;
 }
 
+// A comma list of mixers: softmax or feature maps.
+std::vector<nn::Mixer> parse_mixer_list(const std::string& flag, const std::string& text) {
+  std::vector<nn::Mixer> out;
+  for (const std::string& name : parse_name_list(flag, text)) out.push_back(nn::parse_mixer(name, "--" + flag));
+  return out;
+}
+
 // ---------------------------------------------------------------- attention rows
 
 struct Settings {
@@ -133,13 +140,14 @@ struct Settings {
 };
 
 struct Row {
-  std::string map, form, status = "ok", reason;
+  nn::Mixer map;
+  std::string form, status = "ok", reason;
   int64_t L = 0, F = 0;
   Measure fwd, train;
 };
 
 json row_json(const Row& r, int64_t batch) {
-  json j = {{"map", r.map}, {"form", r.form}, {"L", r.L}, {"F", r.F}, {"status", r.status}};
+  json j = {{"map", nn::name(r.map)}, {"form", r.form}, {"L", r.L}, {"F", r.F}, {"status", r.status}};
   if (r.status == "ok") {
     const double tokens = static_cast<double>(batch * r.L);
     j["fwd_ms"] = r.fwd.ms;
@@ -160,7 +168,7 @@ void print_header() {
 }
 
 void print_row(const Row& r, int64_t batch) {
-  std::printf("%-10s %-10s %6lld %5lld ", r.map.c_str(), r.form.c_str(), (long long)r.L, (long long)r.F);
+  std::printf("%-10s %-10s %6lld %5lld ", nn::name(r.map).c_str(), r.form.c_str(), (long long)r.L, (long long)r.F);
   if (r.status == "ok") {
     const double tokens = static_cast<double>(batch * r.L);
     std::printf("%10.2f %11.2f %9.1f %11.1f %11.0f %11.0f\n", r.fwd.ms, r.train.ms, r.fwd.peak_mib, r.train.peak_mib,
@@ -177,14 +185,14 @@ double recurrent_state_mib(const Settings& s, int64_t L, int64_t F) {
 }
 
 // One (map, form, L) row; throws on an op failure (the caller records it).
-Row run_case(const Settings& s, const std::string& map, const std::string& form, int64_t L,
+Row run_case(const Settings& s, const nn::Mixer& map, const std::string& form, int64_t L,
              const std::shared_ptr<nn::FeatureMap>& fm) {
   Row r;
   r.map = map;
   r.form = form;
   r.L = L;
   r.F = fm ? fm->feature_dim() : s.head_dim;
-  if (map == "taylor" && L > s.max_taylor) {
+  if (map.feature_map() == "taylor" && L > s.max_taylor) {
     r.status = "skip";
     r.reason = str("taylor above --max-taylor-len ", s.max_taylor);
   } else if (form == "quadratic" && L > s.max_quadratic) {
@@ -236,12 +244,12 @@ Row run_case(const Settings& s, const std::string& map, const std::string& form,
 }
 
 // Smallest measured L from which `lin` is faster than softmax at every longer measured L (0: never).
-int64_t crossover(const std::vector<Row>& rows, const std::string& map, const std::string& form, bool train) {
+int64_t crossover(const std::vector<Row>& rows, const nn::Mixer& map, const std::string& form, bool train) {
   std::vector<std::pair<int64_t, bool>> faster;  // (L, linear faster), by L
   for (const Row& r : rows) {
     if (r.map != map || r.form != form || r.status != "ok") continue;
     for (const Row& sm : rows)
-      if (sm.map == "softmax" && sm.L == r.L && sm.status == "ok") {
+      if (sm.map.is_softmax() && sm.L == r.L && sm.status == "ok") {
         double tl = train ? r.train.ms : r.fwd.ms, ts = train ? sm.train.ms : sm.fwd.ms;
         faster.emplace_back(r.L, tl < ts);
       }
@@ -266,11 +274,8 @@ int run_attention(const apps::Flags& f, Device device, json& out) {
   s.max_taylor = f.integer("max-taylor-len", 0, INT64_MAX);
   s.max_recurrent_mib = f.number("max-recurrent-mib", 0, 1e12);
   const std::vector<int64_t> lengths = parse_int_list("lengths", f.str("lengths"), 1, int64_t(1) << 24);
-  const std::vector<std::string> maps = parse_name_list("maps", f.str("maps"));
+  const std::vector<nn::Mixer> maps = parse_mixer_list("maps", f.str("maps"));
   const std::vector<std::string> forms = parse_name_list("forms", f.str("forms"));
-  for (const std::string& m : maps)
-    HH_CHECK(m == "softmax" || nn::is_feature_map_name(m), "--maps: unknown map '", m,
-             "' (expected softmax or a feature map name such as hedgehog, elu, taylor)");
   for (const std::string& fo : forms)
     HH_CHECK(fo == "chunked" || fo == "quadratic" || fo == "recurrent" || fo == "softmax", "--forms: unknown form '", fo,
              "' (expected chunked, quadratic, recurrent; softmax is implied by --maps softmax)");
@@ -282,12 +287,12 @@ int run_attention(const apps::Flags& f, Device device, json& out) {
   print_header();
   std::vector<Row> rows;
   int failures = 0;
-  for (const std::string& map : maps) {
+  for (const nn::Mixer& map : maps) {
     std::shared_ptr<nn::FeatureMap> fm;
     std::vector<std::string> map_forms{"softmax"};
-    if (map != "softmax") {
+    if (map.is_linear()) {
       nn::FeatureMapConfig fc;
-      fc.name = map;
+      fc.name = map.feature_map();
       fc.heads = s.heads;
       fc.head_dim = s.head_dim;
       Generator init_gen(7);
@@ -318,18 +323,19 @@ int run_attention(const apps::Flags& f, Device device, json& out) {
   json jrows = json::array(), jcross = json::array();
   for (const Row& r : rows) jrows.push_back(row_json(r, s.batch));
   const bool have_softmax =
-      std::any_of(rows.begin(), rows.end(), [](const Row& r) { return r.map == "softmax" && r.status == "ok"; });
-  const bool have_linear = std::any_of(rows.begin(), rows.end(), [](const Row& r) { return r.map != "softmax"; });
+      std::any_of(rows.begin(), rows.end(), [](const Row& r) { return r.map.is_softmax() && r.status == "ok"; });
+  const bool have_linear = std::any_of(rows.begin(), rows.end(), [](const Row& r) { return r.map.is_linear(); });
   if (have_softmax && have_linear) {
     std::printf("\nwhere linear attention overtakes softmax (faster at this and every longer measured L):\n");
-    for (const std::string& map : maps) {
-      if (map == "softmax") continue;
+    for (const nn::Mixer& map : maps) {
+      if (map.is_softmax()) continue;
       for (const std::string& form : forms) {
         if (form == "softmax") continue;
         int64_t a = crossover(rows, map, form, false), b = crossover(rows, map, form, true);
         auto say = [](int64_t L) { return L > 0 ? "L=" + std::to_string(L) : std::string("not within the measured lengths"); };
-        std::printf("  %-10s %-10s fwd: %-32s fwd+bwd: %s\n", map.c_str(), form.c_str(), say(a).c_str(), say(b).c_str());
-        jcross.push_back({{"map", map}, {"form", form}, {"fwd_L", a > 0 ? json(a) : json(nullptr)},
+        std::printf("  %-10s %-10s fwd: %-32s fwd+bwd: %s\n", nn::name(map).c_str(), form.c_str(), say(a).c_str(),
+                    say(b).c_str());
+        jcross.push_back({{"map", nn::name(map)}, {"form", form}, {"fwd_L", a > 0 ? json(a) : json(nullptr)},
                           {"fwd_bwd_L", b > 0 ? json(b) : json(nullptr)}});
       }
     }
@@ -352,10 +358,8 @@ int run_ar_step(const apps::Flags& f, Device device, json& out) {
   const bool distill = f.boolean("distill-step");
   const int64_t batch = f.integer("ar-batch", 1, 1 << 20), len = f.integer("ar-len", 2, 1 << 20);
   const int reps = static_cast<int>(f.integer("reps", 1, 1000));
-  const std::vector<std::string> mixers =
-      parse_name_list("ar-mixers", distill && !f.given("ar-mixers") ? "hedgehog" : f.str("ar-mixers"));
-  for (const std::string& m : mixers)
-    HH_CHECK(m == "softmax" || nn::is_feature_map_name(m), "--ar-mixers: unknown mixer '", m, "'");
+  const std::vector<nn::Mixer> mixers =
+      parse_mixer_list("ar-mixers", distill && !f.given("ar-mixers") ? "hedgehog" : f.str("ar-mixers"));
   constexpr int64_t kVocab = 40;
   std::printf(distill ? "Stage-1 distillation step (feature maps only; quadratic weights vs the softmax teacher), "
                        "AR model " : "");
@@ -365,8 +369,8 @@ int run_ar_step(const apps::Flags& f, Device device, json& out) {
   std::printf("%-12s %10s %10s %12s %10s\n", "mixer", "params", "step ms", "tok/s", "peak MiB");
   json jrows = json::array();
   int failures = 0;
-  for (const std::string& mixer : mixers) {
-    json row = {{"mixer", mixer}};
+  for (const nn::Mixer& mixer : mixers) {
+    json row = {{"mixer", nn::name(mixer)}};
     try {
       nn::TransformerConfig mc;
       mc.vocab = kVocab;
@@ -385,7 +389,7 @@ int run_ar_step(const apps::Flags& f, Device device, json& out) {
       nn::DecoderLM model(mc, {gen, device});
       model.train();
       if (distill) {  // stage 1 of a conversion: only the feature maps train
-        HH_CHECK(model.num_parameters(true) > 0 && mixer != "softmax", "--distill-step: mixer '", mixer,
+        HH_CHECK(model.num_parameters(true) > 0 && mixer.is_linear(), "--distill-step: mixer '", nn::name(mixer),
                  "' has no feature-map weights to distill");
         model.freeze("*");
         model.unfreeze("*feature_map.*");
@@ -406,15 +410,15 @@ int run_ar_step(const apps::Flags& f, Device device, json& out) {
       };
       Measure m = measure(device, reps, 2, [&] { opt.zero_grad(); }, step);
       const double tps = static_cast<double>(batch * len) / (m.ms * 1e-3);
-      std::printf("%-12s %10lld %10.1f %12.0f %10.1f\n", mixer.c_str(), (long long)model.num_parameters(), m.ms, tps,
-                  m.peak_mib);
+      std::printf("%-12s %10lld %10.1f %12.0f %10.1f\n", nn::name(mixer).c_str(), (long long)model.num_parameters(),
+                  m.ms, tps, m.peak_mib);
       row["params"] = model.num_parameters();
       row["step_ms"] = m.ms;
       row["tokens_per_s"] = tps;
       row["peak_mib"] = m.peak_mib;
       row["status"] = "ok";
     } catch (const std::exception& e) {
-      std::printf("%-12s error: %s\n", mixer.c_str(), e.what());
+      std::printf("%-12s error: %s\n", nn::name(mixer).c_str(), e.what());
       row["status"] = "error";
       row["reason"] = e.what();
       ++failures;

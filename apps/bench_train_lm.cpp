@@ -60,6 +60,10 @@ int run(int argc, char** argv) {
   const int64_t vocab = f.integer("vocab", 2, 1 << 24), context = f.integer("context", 2, 1 << 20);
   const int64_t batch = f.integer("batch", 1, 1 << 20), steps = f.integer("steps", 1, 100000);
   const int64_t warmup = f.integer("warmup", 0, 100000);
+  std::vector<nn::Mixer> mixers;
+  const std::string list = f.str("attentions") + ",";
+  for (size_t start = 0, end; (end = list.find(',', start)) != std::string::npos; start = end + 1)
+    mixers.push_back(nn::parse_mixer(list.substr(start, end - start), "--attentions"));
   json torch_ref;
   if (f.given("compare")) torch_ref = json::parse(read_file(f.str("compare")));
 
@@ -78,9 +82,8 @@ int run(int argc, char** argv) {
   json results = json::array();
   std::printf("%-10s %10s %12s %12s %14s %12s\n", "attention", "params", "step ms", "tokens/s", "peak alloc MiB",
               "torch ratio");
-  std::string list = f.str("attentions") + ",";
-  for (size_t start = 0, end; (end = list.find(',', start)) != std::string::npos; start = end + 1) {
-    const std::string mixer = list.substr(start, end - start);
+  for (const nn::Mixer& mixer : mixers) {
+    const std::string name = nn::name(mixer);
     train::LmTrainConfig c;
     c.model = train::lm_model_preset(f.str("preset"));
     c.model.vocab_size = vocab;
@@ -93,7 +96,7 @@ int run(int argc, char** argv) {
     c.warmup = 0;
     c.eval_every = 0;
     c.eval_batch = 1;
-    c.out_dir = (dir / mixer).string();
+    c.out_dir = (dir / name).string();
     c.progress = false;
     c.precision = precision;
     c.device = device;
@@ -107,10 +110,10 @@ int run(int argc, char** argv) {
     std::string ratio = "-";
     const json torch_rows = torch_ref.is_object() ? torch_ref.value("results", json::array()) : json::array();
     for (const auto& t : torch_rows)
-      if (t.value("attention", "") == mixer) ratio = std::to_string(t.at("step_ms").get<double>() / (1e3 * step));
-    std::printf("%-10s %10lld %12.1f %12.0f %14.1f %12s\n", mixer.c_str(), static_cast<long long>(r.params), 1e3 * step,
+      if (t.value("attention", "") == name) ratio = std::to_string(t.at("step_ms").get<double>() / (1e3 * step));
+    std::printf("%-10s %10lld %12.1f %12.0f %14.1f %12s\n", name.c_str(), static_cast<long long>(r.params), 1e3 * step,
                 tps, peak, ratio.c_str());
-    results.push_back({{"attention", mixer}, {"params", r.params}, {"step_ms", 1e3 * step}, {"tokens_per_s", tps},
+    results.push_back({{"attention", name}, {"params", r.params}, {"step_ms", 1e3 * step}, {"tokens_per_s", tps},
                        {"peak_alloc_mib", peak}, {"steps_timed", timed.size()}});
   }
   std::printf("peak RSS of the process: %.1f MiB\n", peak_rss_mib());

@@ -107,10 +107,10 @@ int run(int argc, char** argv) {
   std::error_code ec;
   HH_CHECK(std::filesystem::is_directory(model_dir, ec), "--model: ", model_dir, " is not a folder");
   HH_CHECK(std::filesystem::is_directory(data_dir, ec), "--data: ", data_dir, " is not a folder");
-  mo.mixer = "softmax";
+  mo.mixer = nn::Mixer::softmax();
   std::shared_ptr<nn::BertForSequenceClassification> teacher_model = load_bert(model_dir, mo);
-  HH_CHECK(teacher_model->options().mixer == "softmax", "--model ", model_dir, ": the folder holds a converted model (",
-           "its config.json names the attention '", teacher_model->options().mixer,
+  HH_CHECK(teacher_model->options().mixer.is_softmax(), "--model ", model_dir, ": the folder holds a converted model (",
+           "its config.json names the attention '", nn::name(teacher_model->options().mixer),
            "'); convert_bert needs the softmax original as the teacher");
   if (!f.given("max-length"))
     dc.max_length = std::min(dc.max_length, teacher_model->bert->cfg.max_position_embeddings);
@@ -167,7 +167,7 @@ int run(int argc, char** argv) {
 
   rep.config_json = config.dump(2);
 
-  apps::convert_rows(opts, cfg, config, model_dir, false, [&](const std::string& mixer) {
+  apps::convert_rows(opts, cfg, config, model_dir, false, [&](const nn::Mixer& mixer) {
     nn::HFModelOptions o = mo;
     o.mixer = mixer;
     std::shared_ptr<nn::BertForSequenceClassification> student = load_bert(model_dir, o);

@@ -37,7 +37,7 @@ struct Common {
   int64_t distill_epochs = 0, finetune_epochs = 0, teacher_epochs = 0;
 };
 
-using TaskMaker = std::function<std::unique_ptr<train::ConversionTask>(const std::string& mixer)>;
+using TaskMaker = std::function<std::unique_ptr<train::ConversionTask>(const nn::Mixer& mixer)>;
 
 // Trains the softmax teacher that `make` builds (the driver's finetune stage alone, from scratch),
 // then converts a copy of it per row.
@@ -47,7 +47,7 @@ train::ConversionReport run_part(const std::string& title, const Common& c, cons
   std::cerr << title << ": training the softmax teacher\n";
   teacher_cfg.distill.epochs = 0;
   teacher_cfg.quiet = c.quiet;
-  std::unique_ptr<train::ConversionTask> teacher = make("softmax");
+  std::unique_ptr<train::ConversionTask> teacher = make(nn::Mixer::softmax());
   train::convert(*teacher, teacher_cfg);
   train::ConversionReport rep;
   rep.title = title;
@@ -59,7 +59,7 @@ train::ConversionReport run_part(const std::string& title, const Common& c, cons
     std::cerr << title << ": " << row.label << "\n";
     rep.rows.push_back(train::run_conversion_row(
         row,
-        [&](const std::string& mixer) {
+        [&](const nn::Mixer& mixer) {
           auto task = make(mixer);
           train::load_teacher_weights(task->model(), teacher->model());
           return task;
@@ -109,7 +109,7 @@ train::ConversionReport run_ar(const Common& c, int64_t num_train) {
   train::ArTaskConfig tc;
   tc.batch = 32;
   tc.seed = c.seed;
-  auto make = [&](const std::string& mixer) -> std::unique_ptr<train::ConversionTask> {
+  auto make = [&](const nn::Mixer& mixer) -> std::unique_ptr<train::ConversionTask> {
     nn::TransformerConfig m = mc;
     m.attention.mixer = mixer;
     Generator gen(c.seed + 1);
@@ -147,7 +147,7 @@ train::ConversionReport run_text(const Common& c, const std::vector<std::string>
   // RoPE: with learned positions neither this task nor associative recall trained past chance in
   // the epochs a demo has (a position-selective head has to be found first).
   mc.positions = "rope";
-  auto make = [&](const std::string& mixer) -> std::unique_ptr<train::ConversionTask> {
+  auto make = [&](const nn::Mixer& mixer) -> std::unique_ptr<train::ConversionTask> {
     nn::TransformerConfig m = mc;
     m.attention.mixer = mixer;
     Generator gen(c.seed + 2);

@@ -316,7 +316,7 @@ inline std::string row_dir(const std::string& out, const train::ConversionRow& r
 inline std::string row_fingerprint(const nlohmann::json& settings, const train::ConversionRow& row) {
   nlohmann::json fp = settings;
   fp["row"] = row.label;
-  fp["mixer"] = row.mixer;
+  fp["mixer"] = nn::name(row.mixer);
   fp["distill"] = row.distill;
   return fp.dump();
 }
@@ -353,7 +353,7 @@ struct Student {
   std::shared_ptr<nn::HFModel> model;
   std::unique_ptr<train::ConversionTask> task;
 };
-using MakeStudent = std::function<Student(const std::string& mixer)>;
+using MakeStudent = std::function<Student(const nn::Mixer& mixer)>;
 
 // Converts every row of --feature-map in turn, each with its folder <out>/<row>, its checkpoint
 // there (fingerprinted with `settings`) and, with --save, the converted model written as an HF
@@ -364,7 +364,7 @@ inline void convert_rows(const ConversionRun& opts, const train::ConvertConfig& 
   for (const auto& row : opts.rows) {
     // "distilled" only when stage 1 runs: a trainable map with --distill-epochs 0 is not (issue 23).
     const bool distilled = row.distill && cfg.distill.epochs > 0;
-    std::cerr << "== " << row.label << " (" << row.mixer << (distilled ? ", distilled" : ", no distillation")
+    std::cerr << "== " << row.label << " (" << nn::name(row.mixer) << (distilled ? ", distilled" : ", no distillation")
               << ")\n";
     train::ConvertConfig rc = cfg;
     rc.precision = opts.precision;
@@ -375,7 +375,7 @@ inline void convert_rows(const ConversionRun& opts, const train::ConvertConfig& 
     std::shared_ptr<nn::HFModel> student;
     rep.rows.push_back(train::run_conversion_row(
         row,
-        [&](const std::string& mixer) {
+        [&](const nn::Mixer& mixer) {
           Student s = make_student(mixer);
           student = s.model;
           return std::move(s.task);

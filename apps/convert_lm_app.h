@@ -82,7 +82,7 @@ inline LmTeacher load_lm_teacher(const Flags& f, const Device& device, const std
                                  const std::string& length_flag, int64_t length) {
   const std::string model_dir = f.str("model");
   nn::HFModelOptions o;
-  o.mixer = "softmax";
+  o.mixer = nn::Mixer::softmax();
   o.device = device;
   LmTeacher t;
   t.model = nn::load_causal_lm(model_dir, o);
@@ -98,7 +98,7 @@ inline LmTeacher load_lm_teacher(const Flags& f, const Device& device, const std
 }
 
 // A student of --model: the teacher's weights with `mixer` attention in the chunked form.
-inline std::shared_ptr<nn::CausalLM> load_lm_student(const Flags& f, const std::string& mixer, uint64_t seed,
+inline std::shared_ptr<nn::CausalLM> load_lm_student(const Flags& f, const nn::Mixer& mixer, uint64_t seed,
                                                      const Device& device) {
   nn::HFModelOptions o;
   o.mixer = mixer;

@@ -125,7 +125,7 @@ int run(int argc, char** argv) {
   rep.teacher_monotonicity = tf.monotonicity_teacher;
   rep.config_json = config.dump(2);
 
-  apps::convert_rows(opts, cfg, config, model_dir, false, [&](const std::string& mixer) {
+  apps::convert_rows(opts, cfg, config, model_dir, false, [&](const nn::Mixer& mixer) {
     nn::HFModelOptions so = opt;
     so.mixer = mixer;
     auto student = std::dynamic_pointer_cast<nn::ViTForImageClassification>(nn::load_hf_model(model_dir, so));

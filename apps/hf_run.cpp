@@ -411,9 +411,7 @@ int run(int argc, char** argv) {
   HH_CHECK(!in.model_dir.empty(), "--model is required: no model folder given (see --help)");
   if (in.tokenizer_dir.empty()) in.tokenizer_dir = in.model_dir;
   nn::HFModelOptions opt;
-  opt.mixer = f.str("mixer");
-  HH_CHECK(opt.mixer == "softmax" || nn::is_feature_map_name(opt.mixer), "--mixer: unknown '", opt.mixer,
-           "' (softmax or a feature map: hedgehog, taylor, elu, performer, cosformer, exp, ...)");
+  opt.mixer = nn::parse_mixer(f.str("mixer"), "--mixer");
   opt.form = nn::parse_linear_form(f.str("form"));
   const apps::CommonFlags c = apps::read_common_flags(f, common);
   opt.device = c.device;
@@ -439,7 +437,7 @@ int run(int argc, char** argv) {
   const double load_s = seconds_since(t0);
   std::printf("loaded %s (%s, %lld parameters, attention: %s) in %.2f s\n", in.model_dir.c_str(),
               model->architecture().c_str(), static_cast<long long>(model->num_parameters()),
-              model->options().mixer.c_str(), load_s);
+              nn::name(model->options().mixer).c_str(), load_s);
 
   json result;
   PrecisionGuard autocast(precision);
@@ -472,7 +470,7 @@ int run(int argc, char** argv) {
   if (hidden_states) result["hidden_states"] = run_hidden(*model, f, in, opt.device);
   result["model"] = in.model_dir;
   result["architecture"] = model->architecture();
-  result["mixer"] = model->options().mixer;  // what the folder runs (a converted folder: its own map)
+  result["mixer"] = nn::name(model->options().mixer);  // what the folder runs (a converted folder: its own map)
   result["device"] = f.str("device");
   result["precision"] = precision_name(precision);
   result["load_seconds"] = load_s;

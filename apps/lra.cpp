@@ -51,14 +51,12 @@ std::vector<data::LraTask> parse_tasks(const std::string& arg) {
   return out;
 }
 
-std::vector<std::string> parse_attentions(const std::string& arg) {
-  std::vector<std::string> out;
+std::vector<nn::Mixer> parse_attentions(const std::string& arg) {
+  std::vector<nn::Mixer> out;
   for (const std::string& name : apps::Flags::split_list(arg)) {
-    HH_CHECK(name == "softmax" || nn::is_feature_map_name(name), "--attentions: unknown attention '", name,
-             "' (expected softmax or a feature map of REFERENCE.md §2: elu, relu, performer, cosformer, exp, taylor, "
-             "t2r, hedgehog, hedgehog-exp, hedgehog-untrained)");
-    HH_CHECK(std::find(out.begin(), out.end(), name) == out.end(), "--attentions: '", name, "' is listed twice");
-    out.push_back(name);
+    const nn::Mixer m = nn::parse_mixer(name, "--attentions");
+    HH_CHECK(std::find(out.begin(), out.end(), m) == out.end(), "--attentions: '", name, "' is listed twice");
+    out.push_back(m);
   }
   HH_CHECK(!out.empty(), "--attentions: empty list");
   return out;
@@ -110,7 +108,7 @@ void bench(const train::LraRunConfig& c, int64_t steps) {
   const double peak = static_cast<double>(static_cast<int64_t>(memory_stats(c.device).peak) - before) / (1 << 20);
   std::printf("{\"framework\": \"hedgehog\", \"device\": \"%s\", \"threads\": %d, \"task\": \"%s\", "
               "\"attention\": \"%s\", \"len\": %lld, \"batch\": %lld, \"steps_per_s\": %.4f, \"peak_mib\": %.1f}\n",
-              c.device.str().c_str(), num_threads(), data::lra_task_name(c.task), c.model.attention.c_str(),
+              c.device.str().c_str(), num_threads(), data::lra_task_name(c.task), nn::name(c.model.attention).c_str(),
               static_cast<long long>(c.max_len), static_cast<long long>(c.batch), 1.0 / times[times.size() / 2], peak);
   std::fflush(stdout);
 }
@@ -235,7 +233,7 @@ int run(int argc, char** argv) {
   std::vector<train::LraRunConfig> runs;
   for (data::LraTask t : tasks) {
     const train::LraPreset p = train::lra_preset(preset, t);
-    for (const std::string& a : attentions) {
+    for (const nn::Mixer& a : attentions) {
       train::LraRunConfig c = base;
       c.task = t;
       c.model.attention = a;
@@ -278,7 +276,7 @@ int run(int argc, char** argv) {
     cfg["runs"].push_back(nlohmann::json::parse(train::lra_run_fingerprint(empty, c)));
   }
   auto run_dir = [&](const train::LraRunConfig& c) {
-    return out + "/" + data::lra_task_name(c.task) + "/" + c.model.attention;
+    return out + "/" + data::lra_task_name(c.task) + "/" + nn::name(c.model.attention);
   };
   // A fresh run sets an earlier run's files aside (back in place if this run fails); --resume
   // checks the settings.
@@ -336,7 +334,8 @@ int run(int argc, char** argv) {
     train::LraRunResult r;
     if (resume && ::access(result_path.c_str(), F_OK) == 0) {
       r = train::parse_lra_result(read_file(result_path), result_path);
-      std::printf("  %-11s %-20s finished earlier (%s)\n", r.task.c_str(), r.attention.c_str(), result_path.c_str());
+      std::printf("  %-11s %-20s finished earlier (%s)\n", r.task.c_str(), nn::name(r.attention).c_str(),
+                  result_path.c_str());
       results.push_back(r);
       continue;
     }
@@ -352,13 +351,13 @@ int run(int argc, char** argv) {
     }
     if (r.status.rfind("interrupted", 0) == 0) {
       std::printf("  %-11s %-20s stopped at step %lld (--stop-after-steps); continue with --resume\n", r.task.c_str(),
-                  r.attention.c_str(), static_cast<long long>(r.steps));
+                  nn::name(r.attention).c_str(), static_cast<long long>(r.steps));
       interrupted = true;
       continue;
     }
     std::printf("  %-11s %-20s -> val %.2f%%, test %.2f%% (%lld steps, %.1f s, %.2f steps/s) %s\n", r.task.c_str(),
-                r.attention.c_str(), 100 * r.val_accuracy, 100 * r.test_accuracy, static_cast<long long>(r.steps),
-                r.seconds, r.steps_per_second, r.status.c_str());
+                nn::name(r.attention).c_str(), 100 * r.val_accuracy, 100 * r.test_accuracy,
+                static_cast<long long>(r.steps), r.seconds, r.steps_per_second, r.status.c_str());
     std::fflush(stdout);
     if (r.status.rfind("error", 0) != 0) {
       run_folder.write(result_path, train::lra_result_json(r));

@@ -183,7 +183,7 @@ void add_train_flags(apps::Flags& f, const TrainPreset& p) {
 }
 
 struct RunSpec {
-  std::string label;
+  nn::Mixer attention;
   train::LmTrainConfig cfg;
 };
 
@@ -297,10 +297,10 @@ int train_cmd(int argc, char** argv) {
 
   std::vector<RunSpec> runs;
   for (const std::string& name : split_list(f.str("attentions"), "attentions")) {
-    HH_CHECK(name == "softmax" || nn::is_feature_map_name(name), "--attentions: unknown attention '", name, "'");
-    for (const auto& r : runs) HH_CHECK(r.label != name, "--attentions: '", name, "' is given twice");
-    RunSpec r{name, base};
-    r.cfg.attention.mixer = name;
+    const nn::Mixer attention = nn::parse_mixer(name, "--attentions");
+    for (const auto& r : runs) HH_CHECK(r.attention != attention, "--attentions: '", name, "' is given twice");
+    RunSpec r{attention, base};
+    r.cfg.attention.mixer = attention;
     r.cfg.out_dir = (fs::path(out) / name).string();
     runs.push_back(std::move(r));
   }
@@ -324,7 +324,7 @@ int train_cmd(int argc, char** argv) {
     train::LmRunSummary s;
     try {
       const train::LmTrainResult res = train::train_language_model(r.cfg, train_data, valid, *comm);
-      s = train::summarize_lm_run(r.label, res);
+      s = train::summarize_lm_run(r.attention, res);
       // A run that diverged is a failure (status "diverged at step ..."; nothing exported), an
       // interrupted one (--stop-after-steps) is not.
       if (res.status != "ok" && res.status.rfind("interrupted", 0) != 0) ++failures;
@@ -339,7 +339,7 @@ int train_cmd(int argc, char** argv) {
         std::fprintf(stderr, "error: rank %d: %s\n", comm->rank(), e.what());
         comm->abort(1);
       }
-      s.label = r.label;
+      s.attention = r.attention;
       s.status = std::string("error: ") + e.what();
       ++failures;
     }
@@ -350,7 +350,7 @@ int train_cmd(int argc, char** argv) {
   std::printf("\n%s", train::lm_table(summaries).c_str());
   for (const auto& s : summaries) {
     if (s.samples.empty()) continue;
-    std::printf("\nsamples from %s:\n", s.label.c_str());
+    std::printf("\nsamples from %s:\n", nn::name(s.attention).c_str());
     for (const auto& line : s.samples) std::printf("  | %s\n", line.c_str());
   }
   std::printf("\nreport: %s\n", (fs::path(out) / "report.html").c_str());

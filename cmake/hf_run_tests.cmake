@@ -46,7 +46,7 @@ set_tests_properties(hf_run_hidden_states PROPERTIES PASS_REGULAR_EXPRESSION "la
 set(HF_RUN_BAD
     "--ids 1" "no model folder"
     "--model /nonexistent/hh --ids 1" "/nonexistent/hh"
-    "--model ${HF}/gpt2-tiny --ids 1 --mixer nope" "--mixer: unknown 'nope'"
+    "--model ${HF}/gpt2-tiny --ids 1 --mixer nope" "--mixer: unknown attention 'nope'"
     "--model ${HF}/gpt2-tiny --ids 1,x" "'x' is not a token id"
     "--model ${HF}/gpt2-tiny --ids 1 --max-new-tokens 40" "exceeds the model's 32 positions"
     "--model ${HF}/gpt2-tiny --ids 500" "outside the model's vocabulary of 101"

@@ -123,15 +123,15 @@ Tensor linear_attention_recurrent(const Tensor& phi_q, const Tensor& phi_k, cons
 
 AttentionMixer::AttentionMixer(MixerConfig c, std::shared_ptr<FeatureMap> fm) : cfg(std::move(c)), feature_map(std::move(fm)) {
   HH_CHECK(cfg.chunk > 0, "attention: chunk must be positive, got ", cfg.chunk);
-  HH_CHECK((cfg.mixer == "softmax") == (feature_map == nullptr), "attention: mixer '", cfg.mixer,
+  HH_CHECK(cfg.mixer.is_softmax() == (feature_map == nullptr), "attention: mixer '", name(cfg.mixer),
            "' needs ", feature_map ? "no feature map" : "a feature map");
 }
 
-std::shared_ptr<FeatureMap> make_mixer_feature_map(const std::string& mixer, FeatureMapConfig fc, int64_t heads,
+std::shared_ptr<FeatureMap> make_mixer_feature_map(const Mixer& mixer, FeatureMapConfig fc, int64_t heads,
                                                    int64_t head_dim, Init init) {
-  if (mixer == "softmax") return nullptr;
+  if (mixer.is_softmax()) return nullptr;
   init.draw = true;  // new weights, never loaded from an HF file
-  fc.name = mixer;
+  fc.name = mixer.feature_map();
   fc.heads = heads;
   fc.head_dim = head_dim;
   return make_feature_map(fc, init);
@@ -205,7 +205,7 @@ Attention::Attention(const AttentionConfig& c, Init init) : cfg(c) {
   k_proj = register_module("k_proj", std::make_shared<Linear>(c.dim, inner, c.bias, init));
   v_proj = register_module("v_proj", std::make_shared<Linear>(c.dim, inner, c.bias, init));
   o_proj = register_module("o_proj", std::make_shared<Linear>(inner, c.dim, c.bias, init));
-  if (c.mixer != "softmax")
+  if (c.mixer.is_linear())
     feature_map = register_module("feature_map", make_mixer_feature_map(c.mixer, c.feature_map, c.heads, c.head_dim, init));
   mixer = AttentionMixer(MixerConfig{c.mixer, c.causal, c.form, c.chunk, c.eps}, feature_map);
 }

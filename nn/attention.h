@@ -9,6 +9,7 @@
 
 #include "nn/feature_maps.h"
 #include "nn/layers.h"
+#include "nn/mixer.h"
 
 namespace hh::nn {
 
@@ -19,7 +20,7 @@ struct AttentionConfig {
   int64_t dim = 256;
   int64_t heads = 4;
   int64_t head_dim = 64;
-  std::string mixer = "softmax";  // "softmax" or a feature-map name
+  Mixer mixer;  // softmax, or linear attention with a feature map
   bool causal = true;
   LinearForm form = LinearForm::chunked;  // for linear mixers; causal=false forces noncausal/quadratic
   int64_t chunk = 64;
@@ -75,7 +76,7 @@ Tensor linear_attention_recurrent(const Tensor& phi_q, const Tensor& phi_k, cons
 // decoding. Not a Module: the owner registers the feature map under its own "feature_map" child,
 // so parameter paths stay the owner's (HF names plus ".feature_map." for the new weights).
 struct MixerConfig {
-  std::string mixer = "softmax";  // or a feature-map name
+  Mixer mixer;  // softmax, or linear attention with a feature map
   bool causal = true;
   LinearForm form = LinearForm::chunked;  // linear mixers; causal=false uses noncausal/quadratic
   int64_t chunk = 64;
@@ -109,8 +110,8 @@ class AttentionMixer {
   std::shared_ptr<FeatureMap> feature_map;
 };
 
-// The feature map of a mixer (null for "softmax"): fc with name/heads/head_dim set from the arguments.
-std::shared_ptr<FeatureMap> make_mixer_feature_map(const std::string& mixer, FeatureMapConfig fc, int64_t heads,
+// The feature map of a mixer (null for softmax): fc with name/heads/head_dim set from the arguments.
+std::shared_ptr<FeatureMap> make_mixer_feature_map(const Mixer& mixer, FeatureMapConfig fc, int64_t heads,
                                                    int64_t head_dim, Init init);
 
 class Attention : public Module {

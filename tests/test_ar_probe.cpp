@@ -21,7 +21,7 @@ namespace {
 // A one-layer model small enough for a 9-token task, two epochs.
 train::ArRunConfig tiny_run(const char* mixer, int64_t batch) {
   train::ArRunConfig rc;
-  rc.mixer = mixer;
+  rc.mixer = nn::parse_mixer(mixer, "test");
   rc.model.layers = 1;
   rc.model.heads = 2;
   rc.model.head_dim = 4;
@@ -142,7 +142,7 @@ TEST_CASE("ar experiment: runs on concurrent threads match the same runs one aft
     });
   for (auto& t : pool) t.join();
   for (size_t i = 0; i < cfgs.size(); ++i) {
-    CAPTURE(cfgs[i].mixer);
+    CAPTURE(nn::name(cfgs[i].mixer));
     CHECK(concurrent[i].train_loss == serial[i].train_loss);  // bit-identical, epoch by epoch
     CHECK(concurrent[i].accuracy == serial[i].accuracy);
     CHECK(concurrent[i].entropy == serial[i].entropy);
@@ -255,7 +255,7 @@ TEST_CASE("ar report: status column, failed maps in the table and result files t
   train::ArRunResult ok = train::run_associative_recall(data, tiny_run("softmax", 8));
   train::ArRunResult failed;
   failed.label = "hedgehog";
-  failed.mixer = "hedgehog";
+  failed.mixer = nn::parse_mixer("hedgehog", "test");
   failed.status = "error: out of memory";
   const std::string table = train::ar_table({ok, failed});
   CHECK(table.find("status") != std::string::npos);

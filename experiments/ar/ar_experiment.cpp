@@ -77,10 +77,10 @@ ArEval ar_evaluate(nn::DecoderLM& model, const ArSplit& split, int64_t batch, De
   return {static_cast<double>(correct) / static_cast<double>(N), loss_sum / static_cast<double>(N)};
 }
 
-std::string ar_label(const std::string& mixer, double t) {
-  if (mixer != "exp") return mixer;  // only exp takes a temperature (REFERENCE.md §2)
+std::string ar_label(const nn::Mixer& mixer, double t) {
+  if (mixer.feature_map() != "exp") return nn::name(mixer);  // only exp takes a temperature (REFERENCE.md §2)
   char buf[64];
-  std::snprintf(buf, sizeof buf, "%s (t=%g)", mixer.c_str(), t);
+  std::snprintf(buf, sizeof buf, "%s (t=%g)", mixer.feature_map().c_str(), t);
   return buf;
 }
 
@@ -98,7 +98,7 @@ std::string ar_run_fingerprint(const ArDataset& data, const ArRunConfig& cfg) {
                  {"form", static_cast<int>(a.form)}, {"chunk", a.chunk}, {"eps", a.eps},
                  {"feature_dim", a.feature_map.feature_dim}, {"redraw", a.feature_map.redraw_interval},
                  {"joint_softmax", a.feature_map.joint_softmax}, {"untied", a.feature_map.untied}}},
-      {"mixer", cfg.mixer}, {"temperature", cfg.temperature}, {"epochs", cfg.epochs}, {"batch", cfg.batch},
+      {"mixer", nn::name(cfg.mixer)}, {"temperature", cfg.temperature}, {"epochs", cfg.epochs}, {"batch", cfg.batch},
       {"lr", cfg.lr}, {"weight_decay", cfg.weight_decay}, {"patience", cfg.patience},
       {"stop_accuracy", cfg.stop_accuracy}, {"grad_clip", cfg.grad_clip}, {"schedule", cfg.schedule},
       {"warmup_steps", cfg.warmup_steps}, {"targets", ar_targets_name(cfg.targets)},

@@ -8,6 +8,7 @@
 
 #include "autograd/autocast.h"
 #include "data/associative_recall.h"
+#include "nn/mixer.h"
 #include "nn/transformer.h"
 
 namespace hh::train {
@@ -23,7 +24,7 @@ const char* ar_targets_name(ArTargets t);
 ArTargets parse_ar_targets(const std::string& name);  // throws hh::Error naming the value
 
 struct ArRunConfig {
-  std::string mixer = "softmax";  // "softmax" or a feature-map name
+  nn::Mixer mixer;                // softmax, or linear attention with a feature map
   double temperature = 1.0;       // exp / hedgehog temperature
   nn::TransformerConfig model;    // sizes; attention.mixer is set from `mixer`
   int64_t epochs = 20;
@@ -71,7 +72,7 @@ struct ArRunResult {
   // it); "interrupted at step S" (stop_after_steps; nothing evaluated); or, set by a caller that
   // caught an exception, "error: <message>".
   std::string status = "ok";
-  std::string mixer;
+  nn::Mixer mixer;
   double temperature = 1.0;
   double accuracy = 0.0;      // test accuracy on the query's answer, in [0,1]
   double val_accuracy = 0.0;  // validation accuracy of the kept (best) epoch
@@ -112,8 +113,8 @@ inline double ar_accuracy(nn::DecoderLM& model, const ArSplit& split, int64_t ba
   return ar_evaluate(model, split, batch, device).accuracy;
 }
 
-// The label of a run of `mixer`: "exp (t=2)" for exp, which takes a temperature, else the name.
-std::string ar_label(const std::string& mixer, double temperature);
+// The label of a run of `mixer`: "exp (t=2)" for exp, which takes a temperature, else its name.
+std::string ar_label(const nn::Mixer& mixer, double temperature);
 
 // Everything that decides a run's result (model, data and training settings), as JSON text: a
 // checkpoint stores it and resuming refuses a checkpoint whose fingerprint differs.

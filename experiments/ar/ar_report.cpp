@@ -54,7 +54,7 @@ std::string index_html(const std::vector<ArRunResult>& results, const std::strin
 nlohmann::json result_to_json(const ArRunResult& r) {
   return {{"feature_map", r.label},
           {"status", r.status},
-          {"mixer", r.mixer},
+          {"mixer", nn::name(r.mixer)},
           {"temperature", r.temperature},
           {"accuracy", r.accuracy},
           {"val_accuracy", r.val_accuracy},
@@ -92,7 +92,7 @@ ArRunResult parse_ar_result(const std::string& json_text, const std::string& sou
     const nlohmann::json j = nlohmann::json::parse(json_text);
     r.label = j.at("feature_map").get<std::string>();
     r.status = j.at("status").get<std::string>();
-    r.mixer = j.at("mixer").get<std::string>();
+    r.mixer = nn::parse_mixer(j.at("mixer").get<std::string>(), str("ar result ", source, ": mixer"));
     r.temperature = j.at("temperature").get<double>();
     r.accuracy = j.at("accuracy").get<double>();
     r.val_accuracy = j.at("val_accuracy").get<double>();

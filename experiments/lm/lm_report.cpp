@@ -15,9 +15,9 @@ namespace hh::train {
 
 using nlohmann::json;
 
-LmRunSummary summarize_lm_run(const std::string& label, const LmTrainResult& r) {
+LmRunSummary summarize_lm_run(const nn::Mixer& attention, const LmTrainResult& r) {
   LmRunSummary s;
-  s.label = label;
+  s.attention = attention;
   s.status = r.status;
   s.params = r.params;
   s.steps = r.steps;
@@ -33,7 +33,7 @@ namespace {
 
 const LmRunSummary* softmax_row(const std::vector<LmRunSummary>& runs) {
   for (const auto& r : runs)
-    if (r.label == "softmax" && std::isfinite(r.val_ppl)) return &r;
+    if (r.attention.is_softmax() && std::isfinite(r.val_ppl)) return &r;
   return nullptr;
 }
 
@@ -59,6 +59,7 @@ std::string lm_table(const std::vector<LmRunSummary>& runs) {
                 "gap (ppl)", "params", "steps", "tokens/s", "status");
   os << line << std::string(86, '-') << "\n";
   for (const auto& r : runs) {
+    const std::string name = nn::name(r.attention);
     std::string gap = "-";
     if (base && std::isfinite(r.val_ppl) && &r != base) {
       char g[32];
@@ -66,11 +67,11 @@ std::string lm_table(const std::vector<LmRunSummary>& runs) {
       gap = g;
     }
     if (std::isfinite(r.val_ppl))
-      std::snprintf(line, sizeof line, "%-14s %10.2f %9.4f %10s %10lld %8lld %9.0f  ", r.label.c_str(), r.val_ppl,
+      std::snprintf(line, sizeof line, "%-14s %10.2f %9.4f %10s %10lld %8lld %9.0f  ", name.c_str(), r.val_ppl,
                     r.val_loss, gap.c_str(), static_cast<long long>(r.params), static_cast<long long>(r.steps),
                     r.tokens_per_second);
     else
-      std::snprintf(line, sizeof line, "%-14s %10s %9s %10s %10lld %8lld %9s  ", r.label.c_str(), "-", "-", "-",
+      std::snprintf(line, sizeof line, "%-14s %10s %9s %10s %10lld %8lld %9s  ", name.c_str(), "-", "-", "-",
                     static_cast<long long>(r.params), static_cast<long long>(r.steps), "-");
     os << line << r.status << "\n";
   }
@@ -85,9 +86,10 @@ void write_lm_report(const std::string& dir, const std::vector<LmRunSummary>& ru
   CsvTable csv({"attention", "status", "val_ppl", "val_loss", "params", "steps", "seconds", "tokens_per_second"});
   std::vector<LineSeries> loss_lines, ppl_lines;
   for (const auto& r : runs) {
+    const std::string name = nn::name(r.attention);
     json evals = json::array();
     LineSeries pl;
-    pl.name = r.label;
+    pl.name = name;
     pl.markers = true;
     for (const auto& e : r.evals) {
       evals.push_back({{"step", e.step}, {"loss", e.loss}, {"ppl", e.ppl}, {"tokens", e.tokens}});
@@ -95,12 +97,12 @@ void write_lm_report(const std::string& dir, const std::vector<LmRunSummary>& ru
       pl.y.push_back(e.ppl);
     }
     const auto num = [](double x) { return std::isfinite(x) ? json(x) : json(nullptr); };
-    rows.push_back({{"attention", r.label}, {"status", r.status}, {"val_ppl", num(r.val_ppl)},
+    rows.push_back({{"attention", name}, {"status", r.status}, {"val_ppl", num(r.val_ppl)},
                     {"val_loss", num(r.val_loss)}, {"params", r.params}, {"steps", r.steps}, {"seconds", r.seconds},
                     {"tokens_per_second", r.tokens_per_second}, {"evals", evals}, {"samples", r.samples}});
-    csv.add_values({r.label, r.status, r.val_ppl, r.val_loss, r.params, r.steps, r.seconds, r.tokens_per_second});
+    csv.add_values({name, r.status, r.val_ppl, r.val_loss, r.params, r.steps, r.seconds, r.tokens_per_second});
     LineSeries ll;
-    ll.name = r.label;
+    ll.name = name;
     ll.y = smooth(r.train_loss, 20);
     for (size_t i = 0; i < ll.y.size(); ++i) ll.x.push_back(static_cast<double>(i + 1));
     loss_lines.push_back(std::move(ll));
@@ -127,7 +129,7 @@ void write_lm_report(const std::string& dir, const std::vector<LmRunSummary>& ru
        << "<a href=\"results.csv\">results.csv</a>; per run: metrics.jsonl, model/ (an HF GPT-2 folder)</p>\n"
        << "<img src=\"loss.svg\"><img src=\"ppl.svg\">\n<h2>Samples</h2>\n";
   for (const auto& r : runs) {
-    html << "<h3>" << xml_escape(r.label) << "</h3>\n";
+    html << "<h3>" << xml_escape(nn::name(r.attention)) << "</h3>\n";
     for (const auto& s : r.samples) html << "<pre>" << xml_escape(s) << "</pre>\n";
   }
   html << "<h2>Settings</h2>\n<pre>" << xml_escape(config.is_discarded() ? config_json : config.dump(2))

@@ -8,11 +8,12 @@
 #include <vector>
 
 #include "experiments/lm/lm_train.h"
+#include "nn/mixer.h"
 
 namespace hh::train {
 
 struct LmRunSummary {
-  std::string label;     // the attention ("softmax", "hedgehog", ...)
+  nn::Mixer attention;   // shown by name ("softmax", "hedgehog", ...)
   std::string status;    // "ok", "interrupted at step N", "diverged ...", "error: ..."
   int64_t params = 0;
   int64_t steps = 0;
@@ -24,7 +25,7 @@ struct LmRunSummary {
   std::vector<std::string> samples;      // text sampled from the final model
 };
 
-LmRunSummary summarize_lm_run(const std::string& label, const LmTrainResult& r);
+LmRunSummary summarize_lm_run(const nn::Mixer& attention, const LmTrainResult& r);
 
 // The side-by-side table (perplexity, gap to the softmax row when there is one, tokens/s).
 std::string lm_table(const std::vector<LmRunSummary>& runs);

@@ -195,7 +195,7 @@ std::string lm_run_fingerprint(const LmTrainConfig& c) {
   json j = {{"model", {{"vocab_size", c.model.vocab_size}, {"n_positions", c.model.n_positions},
                        {"n_embd", c.model.n_embd}, {"n_layer", c.model.n_layer}, {"n_head", c.model.n_head},
                        {"n_inner", c.model.n_inner}, {"activation", c.model.activation}}},
-            {"attention", {{"mixer", c.attention.mixer}, {"form", static_cast<int>(c.attention.form)},
+            {"attention", {{"mixer", nn::name(c.attention.mixer)}, {"form", static_cast<int>(c.attention.form)},
                            {"chunk", c.attention.chunk}, {"eps", c.attention.eps},
                            {"feature_dim", f.feature_dim}, {"temperature", f.temperature},
                            {"joint_softmax", f.joint_softmax}, {"untied", f.untied}}},
@@ -289,7 +289,7 @@ LmTrainResult train_language_model(const LmTrainConfig& c, const data::TokenData
   tc.checkpoint_every = c.checkpoint_every;
   tc.resume = c.resume;
   tc.stop_after_steps = c.stop_after_steps;
-  tc.label = c.attention.mixer;
+  tc.label = nn::name(c.attention.mixer);
   tc.metric_name = "val_ppl";
   tc.progress_seconds = 10;
   tc.show_progress = rank == 0 && c.progress;

@@ -7,8 +7,6 @@ namespace hh::nn {
 TransformerConfig lra_transformer_config(const LraModelConfig& c) {
   HH_CHECK(c.vocab > 1 && c.classes > 1 && c.max_len > 0, "lra model: bad sizes (vocab ", c.vocab, ", classes ",
            c.classes, ", max_len ", c.max_len, ")");
-  HH_CHECK(c.attention == "softmax" || is_feature_map_name(c.attention), "lra model: unknown attention '", c.attention,
-           "' (expected softmax or a feature map of REFERENCE.md §2)");
   TransformerConfig t;
   t.vocab = c.vocab;
   t.dim = c.dim;

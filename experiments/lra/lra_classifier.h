@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "nn/mixer.h"
 #include "nn/transformer.h"
 
 namespace hh::nn {
@@ -26,7 +27,7 @@ struct LraModelConfig {
   int64_t head_dim = 32;
   int64_t layers = 2;
   double dropout = 0.1;
-  std::string attention = "softmax";  // "softmax" or a feature-map name (REFERENCE.md §2)
+  Mixer attention;                    // softmax or a feature map (REFERENCE.md §2)
   FeatureMapConfig feature_map;       // options of the map (feature_dim, temperature, ...)
   uint64_t seed = 0;
 };

@@ -12,6 +12,7 @@
 #include "autograd/autocast.h"
 #include "data/lra.h"
 #include "experiments/lra/lra_classifier.h"
+#include "nn/mixer.h"
 
 namespace hh::train {
 
@@ -59,7 +60,8 @@ struct LraRunConfig {
 };
 
 struct LraRunResult {
-  std::string task, attention;
+  std::string task;
+  nn::Mixer attention;
   // "ok", "diverged at step S: <why>" (scored with the best weights before it), "interrupted at
   // step S", or, set by a caller that caught an exception, "error: <message>".
   std::string status = "ok";

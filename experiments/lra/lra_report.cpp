@@ -38,7 +38,7 @@ bool evaluated(const LraRunResult& r) { return r.status == "ok" || r.status.rfin
 // One row of the table: the attention's cell per task (-1 = not run, -2 = failed) and its average
 // over the tasks it has a number for.
 struct Row {
-  std::string attention;
+  nn::Mixer attention;
   double cells[kNumTasks] = {-1, -1, -1, -1, -1};
   double avg = -1;
   int in_avg = 0;
@@ -93,7 +93,7 @@ std::string cell_text(double v, const double* paper, int column) {
 
 nlohmann::json to_json(const LraRunResult& r) {
   return {{"task", r.task},
-          {"attention", r.attention},
+          {"attention", nn::name(r.attention)},
           {"status", r.status},
           {"test_accuracy", r.test_accuracy},
           {"val_accuracy", r.val_accuracy},
@@ -115,7 +115,7 @@ std::string index_html(const std::vector<LraRunResult>& results) {
   os << "<th>Avg</th></tr>\n";
   for (const Row& row : rows_of(results)) {
     const double* paper = lra_paper_row(row.attention);
-    os << "<tr><td>" << xml_escape(row.attention) << "</td>";
+    os << "<tr><td>" << xml_escape(nn::name(row.attention)) << "</td>";
     for (int t = 0; t <= kNumTasks; ++t) {
       const double v = t < kNumTasks ? row.cells[t] : row.avg;
       os << "<td>" << (v >= 0 ? num(std::round(v * 100) / 100) : v == -2 ? "failed" : "");
@@ -128,8 +128,8 @@ std::string index_html(const std::vector<LraRunResult>& results) {
   for (const auto& r : results) {
     char line[256];
     std::snprintf(line, sizeof line, "%-11s %-20s val %6.2f%% (step %lld)  %7.2f steps/s  %8.1f s  ", r.task.c_str(),
-                  r.attention.c_str(), 100 * r.val_accuracy, static_cast<long long>(r.best_step), r.steps_per_second,
-                  r.seconds);
+                  nn::name(r.attention).c_str(), 100 * r.val_accuracy, static_cast<long long>(r.best_step),
+                  r.steps_per_second, r.seconds);
     os << xml_escape(line + r.status) << "\n";
   }
   os << "</pre>\n<h2>Learning curves</h2>\n<img src=\"learning_curves.svg\">\n"
@@ -142,9 +142,9 @@ std::string index_html(const std::vector<LraRunResult>& results) {
 
 }  // namespace
 
-const double* lra_paper_row(const std::string& attention) {
+const double* lra_paper_row(const nn::Mixer& attention) {
   for (const PaperRow& p : kPaper)
-    if (attention == p.attention) return p.values;
+    if (nn::name(attention) == p.attention) return p.values;
   return nullptr;
 }
 
@@ -161,7 +161,7 @@ std::string lra_table(const std::vector<LraRunResult>& results) {
   os << " Avg\n" << std::string(20 + 6 * 15, '-') << "\n";
   for (const Row& row : rows_of(results)) {
     const double* paper = lra_paper_row(row.attention);
-    std::snprintf(buf, sizeof buf, "%-20s", row.attention.c_str());
+    std::snprintf(buf, sizeof buf, "%-20s", nn::name(row.attention).c_str());
     os << buf;
     for (int t = 0; t <= kNumTasks; ++t) {
       std::snprintf(buf, sizeof buf, " %-14s", cell_text(t < kNumTasks ? row.cells[t] : row.avg, paper, t).c_str());
@@ -170,7 +170,7 @@ std::string lra_table(const std::vector<LraRunResult>& results) {
     os << "\n";
   }
   for (const auto& r : results)
-    if (r.status != "ok") os << r.attention << " on " << r.task << ": " << r.status << "\n";
+    if (r.status != "ok") os << nn::name(r.attention) << " on " << r.task << ": " << r.status << "\n";
   return os.str();
 }
 
@@ -183,7 +183,7 @@ void write_lra_results(const std::string& dir, const std::vector<LraRunResult>& 
   for (const char* c : kColumns) csv << ",paper_" << c;
   csv << ",paper_Avg\n";
   for (const Row& row : rows_of(results)) {
-    csv << row.attention;  // flag values: no commas or quotes
+    csv << nn::name(row.attention);  // flag values: no commas or quotes
     for (int t = 0; t < kNumTasks; ++t) csv << "," << (row.cells[t] >= 0 ? num(row.cells[t]) : "");
     csv << "," << (row.avg >= 0 ? num(row.avg) : "") << "," << row.in_avg;
     const double* paper = lra_paper_row(row.attention);
@@ -205,7 +205,7 @@ void write_lra_report(const std::string& dir, const std::vector<LraRunResult>& r
   for (const auto& r : results) {
     if (r.val_acc.empty()) continue;
     LineSeries ls;
-    ls.name = r.task + " " + r.attention;
+    ls.name = r.task + " " + nn::name(r.attention);
     for (size_t i = 0; i < r.val_acc.size(); ++i) {
       ls.x.push_back(static_cast<double>(r.eval_steps[i]));
       ls.y.push_back(100.0 * r.val_acc[i]);
@@ -230,7 +230,7 @@ LraRunResult parse_lra_result(const std::string& json_text, const std::string& s
   try {
     const nlohmann::json j = nlohmann::json::parse(json_text);
     r.task = j.at("task").get<std::string>();
-    r.attention = j.at("attention").get<std::string>();
+    r.attention = nn::parse_mixer(j.at("attention").get<std::string>(), str("lra result ", source, ": attention"));
     r.status = j.at("status").get<std::string>();
     r.test_accuracy = j.at("test_accuracy").get<double>();
     r.val_accuracy = j.at("val_accuracy").get<double>();

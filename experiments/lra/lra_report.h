@@ -13,7 +13,7 @@ namespace hh::train {
 
 // The paper's Table 6 row of an attention flag value (softmax -> Transformer, elu -> Linear Trans.,
 // performer, cosformer, hedgehog), or nullptr when the paper has none. Values in task order, then Avg.
-const double* lra_paper_row(const std::string& attention);
+const double* lra_paper_row(const nn::Mixer& attention);
 
 // The console table (with a line per failed run naming its status).
 std::string lra_table(const std::vector<LraRunResult>& results);

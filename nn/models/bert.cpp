@@ -82,7 +82,7 @@ EncoderSelfAttention::EncoderSelfAttention(int64_t hidden, int64_t h, bool bias,
   query = register_module("query", std::make_shared<Linear>(hidden, hidden, bias, init));
   key = register_module("key", std::make_shared<Linear>(hidden, hidden, bias, init));
   value = register_module("value", std::make_shared<Linear>(hidden, hidden, bias, init));
-  if (opts.mixer != "softmax")
+  if (opts.mixer.is_linear())
     feature_map = register_module("feature_map", make_mixer_feature_map(opts.mixer, opts.feature_map, heads, head_dim,
                                                                          Init{init.gen, init.device, init.dtype}));
   // (The feature map's new weights are always drawn, also when the HF ones are not.)

@@ -65,7 +65,7 @@ GPT2Attention::GPT2Attention(const GPT2Config& c, const HFModelOptions& o, Init 
     : heads_(c.n_head), head_dim_(c.n_embd / c.n_head) {
   c_attn = register_module("c_attn", std::make_shared<Linear>(c.n_embd, 3 * c.n_embd, true, init));
   c_proj = register_module("c_proj", std::make_shared<Linear>(c.n_embd, c.n_embd, true, init));
-  if (o.mixer != "softmax")
+  if (o.mixer.is_linear())
     feature_map =
         register_module("feature_map", make_mixer_feature_map(o.mixer, o.feature_map, heads_, head_dim_, init));
   mixer = AttentionMixer(mixer_config(o), feature_map);

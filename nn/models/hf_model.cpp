@@ -84,10 +84,10 @@ std::shared_ptr<HFModel> load_hf_model(const std::string& folder, const HFModelO
   if (config.has("hedgehog")) {
     HFModelOptions saved = options;
     apply_hedgehog_section(config, saved);
-    HH_CHECK(options.mixer == "softmax" || options.mixer == saved.mixer, "hf: ", folder,
-             ": the folder holds a model converted to '", saved.mixer, "' attention (config.json: hedgehog.mixer); ",
-             "it runs with its own map (leave out the mixer option), and another map needs the original softmax ",
-             "model, not '", options.mixer, "'");
+    HH_CHECK(options.mixer.is_softmax() || options.mixer == saved.mixer, "hf: ", folder,
+             ": the folder holds a model converted to '", name(saved.mixer), "' attention (config.json: ",
+             "hedgehog.mixer); it runs with its own map (leave out the mixer option), and another map needs the ",
+             "original softmax model, not '", name(options.mixer), "'");
     build = saved;
   }
   build.draw_weights = false;  // every HF weight is loaded right after construction

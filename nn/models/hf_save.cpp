@@ -38,9 +38,9 @@ std::string config_with_hedgehog_section(const std::string& config_json, const s
   nlohmann::json config = nlohmann::json::parse(config_json, nullptr, false);
   HH_CHECK(config.is_object(), "save_hf_model: ", config_origin, " is not a JSON object");
   config.erase("hedgehog");
-  if (o.mixer != "softmax") {
+  if (o.mixer.is_linear()) {
     const FeatureMapConfig& f = o.feature_map;
-    config["hedgehog"] = {{"mixer", o.mixer},
+    config["hedgehog"] = {{"mixer", name(o.mixer)},
                           {"form", form_name(o.form)},
                           {"chunk", o.chunk},
                           {"eps", o.eps},
@@ -182,9 +182,7 @@ void save_hf_model(const HFModel& model, const std::string& out_folder, const st
 void apply_hedgehog_section(const HFConfig& config, HFModelOptions& options) {
   if (!config.has("hedgehog")) return;
   const HFConfig h = config.child("hedgehog");
-  options.mixer = h.get_string("mixer");
-  HH_CHECK(options.mixer == "softmax" || is_feature_map_name(options.mixer), "hf: ", h.origin(), ": mixer '",
-           options.mixer, "' is not a feature map");
+  options.mixer = parse_mixer(h.get_string("mixer"), str("hf: ", h.origin(), ": mixer"));
   try {
     options.form = parse_linear_form(h.get_string("form", "chunked"));
   } catch (const Error& e) {

@@ -11,6 +11,7 @@
 
 #include "core/safetensors.h"
 #include "nn/attention.h"
+#include "nn/mixer.h"
 #include "nn/module.h"
 
 namespace hh::nn {
@@ -18,7 +19,7 @@ namespace hh::nn {
 // How an imported model is built: the attention every layer uses (softmax as trained, or a feature
 // map in one of the linear forms, whose new weights are drawn from `seed`), and where it lives.
 struct HFModelOptions {
-  std::string mixer = "softmax";
+  Mixer mixer;  // softmax, or a feature map
   LinearForm form = LinearForm::chunked;
   int64_t chunk = 64;
   double eps = 1e-6;

@@ -95,7 +95,7 @@ LlamaAttention::LlamaAttention(const LlamaConfig& c, const HFModelOptions& o, In
   k_proj = register_module("k_proj", std::make_shared<Linear>(C, kv_heads_ * head_dim_, bias, init));
   v_proj = register_module("v_proj", std::make_shared<Linear>(C, kv_heads_ * head_dim_, bias, init));
   o_proj = register_module("o_proj", std::make_shared<Linear>(heads_ * head_dim_, C, bias, init));
-  if (o.mixer != "softmax")
+  if (o.mixer.is_linear())
     feature_map =
         register_module("feature_map", make_mixer_feature_map(o.mixer, o.feature_map, heads_, head_dim_, init));
   mixer = AttentionMixer(MixerConfig{o.mixer, true, o.form, o.chunk, o.eps}, feature_map);

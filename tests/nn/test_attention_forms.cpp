@@ -111,7 +111,7 @@ TEST_CASE("softmax and linear attention modules are causal") {
       c.dim = 16;
       c.heads = 2;
       c.head_dim = 8;
-      c.mixer = mixer;
+      c.mixer = nn::parse_mixer(mixer, "test");
       c.chunk = 4;
       c.rope = true;
       Attention attn(c, {g});
@@ -132,7 +132,7 @@ TEST_CASE("Attention: chunked, quadratic and recurrent forms give the same modul
   c.dim = 16;
   c.heads = 2;
   c.head_dim = 8;
-  c.mixer = "hedgehog";
+  c.mixer = nn::parse_mixer("hedgehog", "test");
   c.chunk = 3;
   c.rope = true;
   Attention attn(c, {g});
@@ -157,7 +157,7 @@ TEST_CASE("DecoderLM: recurrent decoding matches the full forward") {
   c.heads = 2;
   c.head_dim = 8;
   c.mlp_hidden = 32;
-  c.attention.mixer = "hedgehog";
+  c.attention.mixer = nn::parse_mixer("hedgehog", "test");
   c.attention.chunk = 4;
   Generator g(7);
   DecoderLM lm(c, {g});
@@ -171,7 +171,7 @@ TEST_CASE("DecoderLM: recurrent decoding matches the full forward") {
   CHECK_THROWS_WITH_AS(
       [&] {
         TransformerConfig s = c;
-        s.attention.mixer = "softmax";
+        s.attention.mixer = nn::Mixer::softmax();
         Generator g2(1);
         DecoderLM soft(s, {g2});
         std::vector<RecurrentState> st;
@@ -188,8 +188,8 @@ TEST_CASE("AttentionMixer: one-token decoding (KV cache for softmax, recurrent s
     CAPTURE(mixer);
     Generator ig(3);
     MixerConfig mc;
-    mc.mixer = mixer;
-    AttentionMixer m(mc, make_mixer_feature_map(mixer, FeatureMapConfig{}, H, D, {ig}));
+    mc.mixer = nn::parse_mixer(mixer, "test");
+    AttentionMixer m(mc, make_mixer_feature_map(mc.mixer, FeatureMapConfig{}, H, D, {ig}));
     Tensor full = m.forward(q, k, v, Tensor(), nullptr);  // (B,H,L,D) causal
     DecodeCache cache;
     std::vector<Tensor> ys;

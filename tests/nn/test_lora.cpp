@@ -23,7 +23,7 @@ TransformerConfig tiny_lm() {
   c.heads = 2;
   c.head_dim = 4;
   c.mlp_hidden = 16;
-  c.attention.mixer = "softmax";
+  c.attention.mixer = nn::Mixer::softmax();
   return c;
 }
 

@@ -22,7 +22,7 @@ TransformerConfig tiny(const std::string& mixer) {
   c.heads = 2;
   c.head_dim = 4;
   c.mlp_hidden = 16;
-  c.attention.mixer = mixer;
+  c.attention.mixer = nn::parse_mixer(mixer, "test");
   c.attention.chunk = 4;
   return c;
 }

@@ -46,7 +46,7 @@ struct TinyAr {
   std::unique_ptr<train::ArConversionTask> task(const std::string& mixer, const nn::Module* teacher,
                                                 uint64_t seed = 5) const {
     nn::TransformerConfig m = mc;
-    m.attention.mixer = mixer;
+    m.attention.mixer = nn::parse_mixer(mixer, "test");
     Generator gen(seed);
     auto model = std::make_shared<nn::DecoderLM>(m, nn::Init{gen});
     if (teacher) train::load_teacher_weights(*model, *teacher);
@@ -297,8 +297,8 @@ TEST_CASE("convert: the report of a paper-row conversion") {
   train::ConversionReport rep;
   rep.title = "tiny";
   rep.teacher = teacher->evaluate(train::Split::test);
-  auto make = [&](const std::string& mixer) {
-    return std::unique_ptr<train::ConversionTask>(t.task(mixer, &teacher->model()));
+  auto make = [&](const nn::Mixer& mixer) {
+    return std::unique_ptr<train::ConversionTask>(t.task(nn::name(mixer), &teacher->model()));
   };
   for (const auto& row : train::parse_conversion_rows("elu,hedgehog,t2r-hh"))
     rep.rows.push_back(train::run_conversion_row(row, make, cfg, true, 1));
@@ -306,7 +306,7 @@ TEST_CASE("convert: the report of a paper-row conversion") {
   CHECK(rep.rows[0].row.label == "1+ELU");
   CHECK_FALSE(rep.rows[0].row.distill);
   CHECK(rep.rows[2].row.label == "T2R-HH");
-  CHECK(rep.rows[2].row.mixer == "t2r");
+  CHECK(nn::name(rep.rows[2].row.mixer) == "t2r");
   for (const auto& o : rep.rows) {
     CHECK(o.status == "ok");
     CHECK(o.fidelity.kl.size() == 4);

@@ -28,7 +28,7 @@ std::string glue_dir(const std::string& task) { return std::string(HH_SOURCE_DIR
 std::shared_ptr<nn::BertForSequenceClassification> bert(const std::string& folder, const std::string& mixer = "softmax",
                                                         uint64_t seed = 3) {
   nn::HFModelOptions o;
-  o.mixer = mixer;
+  o.mixer = nn::parse_mixer(mixer, "test");
   o.seed = seed;
   auto m = std::dynamic_pointer_cast<nn::BertForSequenceClassification>(nn::load_hf_model(folder, o));
   REQUIRE(m != nullptr);
@@ -261,7 +261,7 @@ TEST_CASE("convert_glue: one epoch of conversion; stage 1 changes only the featu
   nn::save_hf_model(*m, dir.string(), kHf);
   auto reloaded = std::dynamic_pointer_cast<nn::BertForSequenceClassification>(nn::load_hf_model(dir.string()));
   REQUIRE(reloaded != nullptr);
-  CHECK(reloaded->options().mixer == "hedgehog");
+  CHECK(nn::name(reloaded->options().mixer) == "hedgehog");
   train::GlueConversionTask again(reloaded, d, {8, 0, Device::cpu()});
   CHECK(again.predict(train::Split::test) == task.predict(train::Split::test));
   CHECK(again.evaluate(train::Split::test) == task.evaluate(train::Split::test));

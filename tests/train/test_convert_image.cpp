@@ -58,7 +58,7 @@ struct CifarTask {
   }
   std::unique_ptr<train::ImageConversionTask> task(const std::string& mixer) const {
     nn::HFModelOptions o;
-    o.mixer = mixer;
+    o.mixer = nn::parse_mixer(mixer, "test");
     o.seed = 3;
     auto m = std::dynamic_pointer_cast<nn::ViTForImageClassification>(nn::load_hf_model(kVit + "/vit-cifar-tiny", o));
     REQUIRE(m != nullptr);

@@ -28,7 +28,7 @@ const std::string kSamsum = std::string(HH_SOURCE_DIR) + "/tests/fixtures/samsum
 
 std::shared_ptr<nn::CausalLM> load(const std::string& folder, const std::string& mixer = "softmax") {
   nn::HFModelOptions o;
-  o.mixer = mixer;
+  o.mixer = nn::parse_mixer(mixer, "test");
   o.seed = 3;
   return nn::load_causal_lm(folder, o);
 }
@@ -290,7 +290,7 @@ TEST_CASE("convert_report: the recovered fraction of a lower-is-better metric is
   rep.higher_is_better = false;
   rep.teacher = {{"perplexity", 10.0}};
   train::ConversionOutcome o;
-  o.row = {"Hedgehog", "hedgehog", true};
+  o.row = {"Hedgehog", nn::parse_mixer("hedgehog", "test"), true};
   o.test = {{"perplexity", 12.5}};
   o.result.swapped = {{"perplexity", 20.0}};
   rep.rows.push_back(o);

@@ -23,7 +23,7 @@ const std::string kLlama = std::string(HH_SOURCE_DIR) + "/tests/fixtures/hf/llam
 
 std::shared_ptr<nn::LlamaForCausalLM> load_student(const std::string& mixer, uint64_t seed = 5) {
   nn::HFModelOptions o;
-  o.mixer = mixer;
+  o.mixer = nn::parse_mixer(mixer, "test");
   o.seed = seed;
   auto m = std::dynamic_pointer_cast<nn::LlamaForCausalLM>(nn::load_causal_lm(kLlama, o));
   REQUIRE(m != nullptr);
@@ -38,7 +38,7 @@ std::shared_ptr<nn::LlamaForCausalLM> one_layer_student(uint64_t seed) {
   nlohmann::json j = nlohmann::json::parse(ss.str());
   j["num_hidden_layers"] = 1;
   nn::HFModelOptions o;
-  o.mixer = "hedgehog";
+  o.mixer = nn::parse_mixer("hedgehog", "test");
   o.seed = seed;
   return std::make_shared<nn::LlamaForCausalLM>(nn::HFConfig::parse(j.dump(), "one-layer llama-tiny"), o);
 }

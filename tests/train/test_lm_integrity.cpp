@@ -31,7 +31,7 @@ train::LmTrainConfig tiny_run(const std::string& out) {
   c.model = train::lm_model_preset("tiny");
   c.model.vocab_size = 16;
   c.model.n_positions = 32;
-  c.attention.mixer = "softmax";
+  c.attention.mixer = nn::Mixer::softmax();
   c.context = 32;
   c.batch = 4;
   c.steps = 3;

@@ -51,7 +51,7 @@ train::LmTrainConfig tiny_config(const std::string& out, const std::string& mixe
   c.model = train::lm_model_preset("tiny");
   c.model.vocab_size = 16;
   c.model.n_positions = 32;
-  c.attention.mixer = mixer;
+  c.attention.mixer = nn::parse_mixer(mixer, "test");
   c.context = 32;
   c.batch = 4;
   c.steps = 12;
@@ -242,7 +242,7 @@ TEST_CASE("train_lm: the exported HF folder loads back with the same outputs") {
     const train::LmTrainResult r = train::train_language_model(c, d.train, d.valid, *comm);
     nn::save_hf_model(*r.model, out.file("model"), r.config_json, "test config", "");
     auto back = nn::load_causal_lm(out.file("model"));
-    CHECK(back->options().mixer == mixer);
+    CHECK(nn::name(back->options().mixer) == mixer);
     CHECK(back->config().get_int("eos_token_id") == 15);
     NoGradGuard ng;
     const Tensor ids = from_vector(std::vector<int64_t>(d.valid.begin(), d.valid.begin() + 20), {1, 20});

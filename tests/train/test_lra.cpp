@@ -36,7 +36,7 @@ nn::LraModelConfig small_model(const std::string& attention, bool two_documents)
   c.head_dim = 8;
   c.layers = 2;
   c.dropout = 0.1;  // off in eval mode
-  c.attention = attention;
+  c.attention = nn::parse_mixer(attention, "test");
   c.feature_map.feature_dim = attention == "performer" ? 32 : 0;
   c.seed = 3;
   return c;
@@ -214,13 +214,13 @@ TEST_CASE("lra training: a resumed run equals an uninterrupted one (dropout on)"
 TEST_CASE("lra report: Table 6 layout, empty cells for tasks not run, failures shown") {
   std::vector<train::LraRunResult> results(3);
   results[0].task = "listops";
-  results[0].attention = "softmax";
+  results[0].attention = nn::Mixer::softmax();
   results[0].test_accuracy = 0.4;
   results[1].task = "pathfinder";
-  results[1].attention = "softmax";
+  results[1].attention = nn::Mixer::softmax();
   results[1].test_accuracy = 0.7;
   results[2].task = "listops";
-  results[2].attention = "hedgehog";
+  results[2].attention = nn::parse_mixer("hedgehog", "test");
   results[2].status = "error: boom";
   const std::string table = train::lra_table(results);
   CHECK(table.find("ListOps") != std::string::npos);

@@ -15,28 +15,30 @@
 namespace hh::train {
 
 namespace {
-std::string map_label(const std::string& mixer, bool distill) {
-  if (mixer == "elu") return "1+ELU";
-  if (mixer == "relu") return "ReLU";
-  if (mixer == "t2r" || mixer == "t2r-hh") return distill ? "T2R-HH" : "T2R";
-  if (mixer == "hedgehog") return distill ? "Hedgehog" : "Hedgehog (no distill)";
-  if (mixer == "hedgehog-exp") return distill ? "Hedgehog (exp)" : "Hedgehog (exp, no distill)";
-  if (mixer == "hedgehog-untrained") return "Hedgehog (untrained)";
-  if (mixer == "performer") return "Performer";
-  if (mixer == "cosformer") return "cosFormer";
-  if (mixer == "taylor") return "Taylor";
-  return mixer;
+// The paper's name of a feature map.
+std::string map_label(const std::string& map, bool distill) {
+  if (map == "elu") return "1+ELU";
+  if (map == "relu") return "ReLU";
+  if (map == "t2r" || map == "t2r-hh") return distill ? "T2R-HH" : "T2R";
+  if (map == "hedgehog") return distill ? "Hedgehog" : "Hedgehog (no distill)";
+  if (map == "hedgehog-exp") return distill ? "Hedgehog (exp)" : "Hedgehog (exp, no distill)";
+  if (map == "hedgehog-untrained") return "Hedgehog (untrained)";
+  if (map == "performer") return "Performer";
+  if (map == "cosformer") return "cosFormer";
+  if (map == "taylor") return "Taylor";
+  return map;
+}
+// A row of feature map `map` (a registered name).
+ConversionRow map_row(const std::string& map, bool distill) {
+  return {map_label(map, distill), nn::parse_mixer(map, "conversion row"), distill};
 }
 bool evaluated(const ConversionOutcome& o) { return o.status == "ok"; }
 double primary(const Metrics& m) { return m.empty() ? std::nan("") : m.front().second; }
 }  // namespace
 
 std::vector<ConversionRow> paper_conversion_rows() {
-  return {{"1+ELU", "elu", false},
-          {"T2R", "t2r", false},
-          {"Hedgehog (untrained)", "hedgehog-untrained", false},
-          {"T2R-HH", "t2r", true},
-          {"Hedgehog", "hedgehog", true}};
+  return {map_row("elu", false), map_row("t2r", false), map_row("hedgehog-untrained", false), map_row("t2r", true),
+          map_row("hedgehog", true)};
 }
 
 std::vector<ConversionRow> parse_conversion_rows(const std::string& list) {
@@ -53,8 +55,7 @@ std::vector<ConversionRow> parse_conversion_rows(const std::string& list) {
     }
     // Maps without weights cannot be distilled; t2r-hh is t2r distilled.
     const bool trainable = name == "t2r" || name == "t2r-hh" || name == "hedgehog" || name == "hedgehog-exp";
-    const std::string mixer = name == "t2r-hh" ? "t2r" : name;
-    const ConversionRow row{map_label(mixer, trainable), mixer, trainable};
+    const ConversionRow row = map_row(name == "t2r-hh" ? "t2r" : name, trainable);
     for (const ConversionRow& r : rows)
       HH_CHECK(r.label != row.label, "feature map '", name, "' is given twice (each row trains into its own "
                "folder under the output folder)");
@@ -162,7 +163,7 @@ nlohmann::json stage_json(const StageLog& l) {
 nlohmann::json outcome_json(const ConversionOutcome& o) {
   const Fidelity& f = o.fidelity;
   return {{"label", o.row.label},
-          {"feature_map", o.row.mixer},
+          {"feature_map", nn::name(o.row.mixer)},
           {"distilled", o.row.distill},
           {"status", o.status},
           {"seconds", o.seconds},
@@ -216,8 +217,8 @@ void write_conversion_report(const std::string& dir, const ConversionReport& r) 
   csv << "softmax (teacher),softmax,0,ok," << metric << "," << primary(r.teacher) << ",1,,,0," << r.teacher_entropy
       << "," << r.teacher_monotonicity << ",,,,\n";
   for (const auto& o : r.rows) {
-    csv << csv_field(o.row.label) << "," << o.row.mixer << "," << o.row.distill << "," << csv_field(o.status) << ","
-        << metric << ",";
+    csv << csv_field(o.row.label) << "," << nn::name(o.row.mixer) << "," << o.row.distill << "," << csv_field(o.status)
+        << "," << metric << ",";
     if (evaluated(o)) {
       const double m = primary(o.test), t = primary(r.teacher);
       csv << m << "," << recovered(r, m, t) << "," << primary(o.result.swapped) << ","

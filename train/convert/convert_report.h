@@ -11,13 +11,14 @@
 #include <string>
 #include <vector>
 
+#include "nn/mixer.h"
 #include "train/convert/convert.h"
 
 namespace hh::train {
 
 struct ConversionRow {
   std::string label;   // "Hedgehog", "T2R-HH", "1+ELU", ...
-  std::string mixer;   // feature-map name
+  nn::Mixer mixer;     // linear attention with the row's feature map
   bool distill = true;  // stage 1 runs (false: swap + finetune only)
 };
 // The paper's rows (Tables 1-3, 8): elu, t2r, hedgehog-untrained without distillation; t2r
@@ -41,7 +42,7 @@ struct ConversionOutcome {
 // (distill.epochs forced to 0 for rows without distillation), then measures the test metric and
 // fidelity (over up to `fidelity_batches` test batches). Errors are caught into status.
 // `after` (optional) runs last on the converted student, e.g. to fill `extra`.
-using StudentFactory = std::function<std::unique_ptr<ConversionTask>(const std::string& mixer)>;
+using StudentFactory = std::function<std::unique_ptr<ConversionTask>(const nn::Mixer& mixer)>;
 using AfterConversion = std::function<void(ConversionTask& student, ConversionOutcome& outcome)>;
 ConversionOutcome run_conversion_row(const ConversionRow& row, const StudentFactory& make, ConvertConfig cfg,
                                      bool causal, int64_t fidelity_batches, const AfterConversion& after = {});

@@ -114,7 +114,7 @@ TEST_CASE("bert: every feature map in every non-causal form; traces for distilla
   for (const std::string& fm : feature_map_names()) {
     CAPTURE(fm);
     HFModelOptions o = on_test_device();
-    o.mixer = fm;
+    o.mixer = nn::parse_mixer(fm, "test");
     o.seed = 3;
     o.form = LinearForm::quadratic;
     auto quad = load_classifier(hf_fixture("bert-tiny"), o);
@@ -241,11 +241,11 @@ TEST_CASE("bert: the loaded HF weights are not drawn; the first layer's feature 
   // Nothing draws from the Generator before layer 0's feature map (the HF weights are allocated as
   // zeros and then loaded), so it equals a feature map drawn alone from Generator(seed).
   HFModelOptions o;
-  o.mixer = "t2r";  // drawn from the Generator (hedgehog starts at the identity)
+  o.mixer = nn::parse_mixer("t2r", "test");  // drawn from the Generator (hedgehog starts at the identity)
   o.seed = 11;
   auto m = load_classifier(hf_fixture("bert-tiny"), o);
   Generator gen(o.seed);
-  auto alone = make_mixer_feature_map("t2r", o.feature_map, 4, 8, Init{gen});
+  auto alone = make_mixer_feature_map(o.mixer, o.feature_map, 4, 8, Init{gen});
   const NamedTensors mine = m->bert->encoder->layer->operator[](0)->attention->self->feature_map->named_parameters();
   const NamedTensors want = alone->named_parameters();
   REQUIRE(mine.size() == want.size());

@@ -53,7 +53,7 @@ TEST_CASE("GPT-2: step-by-step logits equal the full forward (softmax KV cache a
   for (const char* mixer : {"softmax", "hedgehog"}) {
     CAPTURE(mixer);
     HFModelOptions o = on_test_device();
-    o.mixer = mixer;
+    o.mixer = nn::parse_mixer(mixer, "test");
     auto lm = load_causal_lm(hf_fixture("gpt2-tiny"), o);
     CHECK(rel_err(hh::test::stepwise_logits(*lm, ids), lm->forward(ids)) < 1e-5);
   }
@@ -67,7 +67,7 @@ TEST_CASE("GPT-2: every feature map in every causal form (shapes, finite, forms 
     Tensor first;
     for (LinearForm form : {LinearForm::quadratic, LinearForm::chunked, LinearForm::recurrent}) {
       HFModelOptions o = on_test_device();
-      o.mixer = map;
+      o.mixer = nn::parse_mixer(map, "test");
       o.form = form;
       o.chunk = 4;  // several chunks over the 9 tokens
       auto lm = std::dynamic_pointer_cast<GPT2LMHeadModel>(load_hf_model(hf_fixture("gpt2-tiny"), o));
@@ -87,7 +87,7 @@ TEST_CASE("GPT-2: every feature map in every causal form (shapes, finite, forms 
   }
   // Traces for distillation: one entry per layer with (B,H,L,L) weights and the softmax teacher.
   HFModelOptions o = on_test_device();
-  o.mixer = "hedgehog";
+  o.mixer = nn::parse_mixer("hedgehog", "test");
   auto lm = load_causal_lm(hf_fixture("gpt2-tiny"), o);
   TraceRequest tr;
   tr.weights = tr.teacher = true;

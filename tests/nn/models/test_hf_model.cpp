@@ -165,7 +165,7 @@ TEST_CASE("hf_activation: HF's names for the activations, and an error naming ke
 TEST_CASE("HF models are built without drawing the weights they load; the new feature maps are drawn") {
   HFConfig cfg = HFConfig::load(hf_fixture("gpt2-tiny") + "/config.json");
   HFModelOptions o;
-  o.mixer = "hedgehog";
+  o.mixer = nn::parse_mixer("hedgehog", "test");
   o.draw_weights = false;  // what load_hf_model does: HF weights allocated, not drawn
   GPT2LMHeadModel m(cfg, o);
   auto max_abs = [](const Tensor& t) {

@@ -34,7 +34,7 @@ fs::path temp_folder(const std::string& tag) {
 // reload that drew fresh ones would be caught.
 std::shared_ptr<HFModel> student(const std::string& name, const std::string& mixer) {
   HFModelOptions o;
-  o.mixer = mixer;
+  o.mixer = nn::parse_mixer(mixer, "test");
   o.seed = 9;
   auto m = load_hf_model(fixture(name), o);
   Generator gen(4);
@@ -65,14 +65,14 @@ TEST_CASE("save_hf_model: a converted model reloads with the same outputs and HF
     const fs::path out = temp_folder(name);
     save_hf_model(*m, out.string(), fixture(name));
     auto back = load_hf_model(out.string());  // the config's "hedgehog" section picks the mixer
-    CHECK(back->options().mixer == mixer);
+    CHECK(nn::name(back->options().mixer) == mixer);
     CHECK(to_vector<float>(run(*back)) == to_vector<float>(run(*m)));
     {  // the folder's own map asked for by name runs it as saved; another map is refused, naming both
       HFModelOptions same;
-      same.mixer = mixer;
+      same.mixer = nn::parse_mixer(mixer, "test");
       CHECK(to_vector<float>(run(*load_hf_model(out.string(), same))) == to_vector<float>(run(*m)));
       HFModelOptions other;
-      other.mixer = "elu";
+      other.mixer = nn::parse_mixer("elu", "test");
       CHECK_THROWS_WITH_AS(load_hf_model(out.string(), other),
                            doctest::Contains(("converted to '" + mixer + "' attention").c_str()), Error);
     }
@@ -112,7 +112,7 @@ TEST_CASE("save_hf_model: refuses unmerged LoRA adapters; a bad hedgehog section
   nlohmann::json cfg = nlohmann::json::parse(std::ifstream(out / "config.json"));
   cfg["hedgehog"]["mixer"] = "nope";
   std::ofstream(out / "config.json") << cfg.dump();
-  CHECK_THROWS_WITH_AS(load_hf_model(out.string()), doctest::Contains("mixer 'nope'"), Error);
+  CHECK_THROWS_WITH_AS(load_hf_model(out.string()), doctest::Contains("mixer: unknown attention 'nope'"), Error);
   cfg["hedgehog"]["mixer"] = "hedgehog";
   cfg["hedgehog"]["form"] = "sideways";
   std::ofstream(out / "config.json") << cfg.dump();
@@ -149,6 +149,6 @@ TEST_CASE("save_hf_model: weights carry checksums; a failed export (full disk) l
   const auto after = snapshot();
   CHECK(after.size() == before.size());  // no stage left behind
   CHECK(after.at("model.safetensors") != before.at("model.safetensors"));
-  CHECK(load_hf_model(out.string())->options().mixer == "hedgehog");
+  CHECK(nn::name(load_hf_model(out.string())->options().mixer) == "hedgehog");
   fs::remove_all(out);
 }

@@ -71,7 +71,7 @@ TEST_CASE("Llama: step-by-step logits equal the full forward (RoPE offsets, GQA,
   for (const char* mixer : {"softmax", "hedgehog"}) {
     CAPTURE(mixer);
     HFModelOptions o = on_test_device();
-    o.mixer = mixer;
+    o.mixer = nn::parse_mixer(mixer, "test");
     auto lm = load_causal_lm(hf_fixture("llama-tiny"), o);
     CHECK(rel_err(hh::test::stepwise_logits(*lm, ids), lm->forward(ids)) < 1e-5);
   }
@@ -85,7 +85,7 @@ TEST_CASE("Llama: every feature map in every causal form, one map per query head
     Tensor first;
     for (LinearForm form : {LinearForm::quadratic, LinearForm::chunked, LinearForm::recurrent}) {
       HFModelOptions o = on_test_device();
-      o.mixer = map;
+      o.mixer = nn::parse_mixer(map, "test");
       o.form = form;
       o.chunk = 4;
       auto lm = load_llama(hf_fixture("llama-tiny"), o);
@@ -100,7 +100,7 @@ TEST_CASE("Llama: every feature map in every causal form, one map per query head
     }
   }
   HFModelOptions o = on_test_device();
-  o.mixer = "hedgehog";
+  o.mixer = nn::parse_mixer("hedgehog", "test");
   auto lm = load_llama(hf_fixture("llama-tiny"), o);
   TraceRequest tr;
   tr.weights = tr.teacher = true;

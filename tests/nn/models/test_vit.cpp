@@ -167,7 +167,7 @@ TEST_CASE("vit: every feature map (quadratic vs non-causal), traces") {
   for (const std::string& fm : feature_map_names()) {
     CAPTURE(fm);
     HFModelOptions o = on_test_device();
-    o.mixer = fm;
+    o.mixer = nn::parse_mixer(fm, "test");
     o.seed = 5;
     o.form = LinearForm::quadratic;
     auto quad = load_classifier(hf_fixture("vit-tiny"), o);
