@@ -7,6 +7,11 @@
 //
 // GLUE's test files have no labels: the dev file is the test split. Early stopping and model
 // selection use a part of train held out as validation (--val-fraction), so dev stays untouched.
+//
+// --task embed converts an embedding model (a bare BertModel, e.g. a sentence-transformers folder)
+// on raw text alone (--data FILE, one text per line): stage 2 trains the student to give the
+// teacher's pooled embeddings; the report gives the mean cosine to the teacher, the Spearman
+// correlation of the pairwise similarities and the nearest-neighbour agreement on held-out text.
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -19,9 +24,12 @@
 #include "apps/kit/app.h"
 #include "core/atomic_file.h"
 #include "core/parallel.h"
+#include "core/regular_file.h"
 #include "data/tokenizer.h"
 #include "nn/models/bert.h"
+#include "nn/models/embedding.h"
 #include "nn/models/hf_model.h"
+#include "experiments/convert/convert_embed.h"
 #include "experiments/convert/convert_glue.h"
 #include "train/convert/convert_report.h"
 
@@ -59,15 +67,103 @@ std::vector<apps::ConversionPreset> presets() {
 }
 
 void declare_app_flags(apps::Flags& f) {
-  f.add("model", "", "HF model folder: config.json (BertForSequenceClassification), model.safetensors, tokenizer");
-  f.add("task", "", "GLUE task: CoLA, SST-2, MRPC, STS-B, QQP, MNLI, QNLI or RTE");
-  f.add("data", "", "the task's GLUE folder (train.tsv, dev.tsv; MNLI: dev_matched.tsv [, dev_mismatched.tsv])");
+  f.add("model", "", "HF model folder: config.json (BertForSequenceClassification; --task embed: any BERT, e.g.\n"
+        "                       a sentence-transformers folder), model.safetensors, tokenizer");
+  f.add("task", "", "GLUE task: CoLA, SST-2, MRPC, STS-B, QQP, MNLI, QNLI or RTE; or embed (raw text, no labels)");
+  f.add("data", "", "the task's GLUE folder (train.tsv, dev.tsv; MNLI: dev_matched.tsv [, dev_mismatched.tsv]);\n"
+        "                       --task embed: a text file, one text per line");
+  f.add("embed-loss", "cosine", "--task embed: stage 2's loss against the teacher's embeddings: cosine (1 - cos) or mse");
+  f.add("test-fraction", "0.1", "--task embed: fraction of the texts held out for the reported metrics");
   f.add("max-length", "128", "tokens per example, specials included, longer ones truncated as HF does; when not given,\n"
         "                       at most the model's positions");
   f.add("max-train", "-1", "read at most this many training rows (-1 = all)");
   f.add("max-eval", "-1", "read at most this many dev rows (-1 = all)");
-  f.add("val-fraction", "0.1", "fraction of train held out for validation (early stopping); 0 = validate on dev");
+  f.add("val-fraction", "0.1", "fraction of train held out for validation (early stopping); 0 = validate on dev\n"
+        "                       (--task embed: of the texts, > 0)");
   f.add("skip-malformed", "false", "skip malformed TSV rows (counted) instead of failing", true);
+}
+
+// --task embed: the teacher's pooled embeddings on raw text are the targets (convert_embed.h).
+int run_embed(const apps::Flags& f, const std::string& model_dir, const std::string& data_path) {
+  const train::ConvertConfig cfg = apps::conversion_config(f);
+  const apps::ConversionRun opts = apps::conversion_run(f);
+  const std::string& out = opts.out;
+  train::EmbedDataConfig dc;
+  dc.max_length = f.integer("max-length", 3, 1 << 20);
+  dc.max_texts = apps::row_limit(f, "max-train");
+  dc.val_fraction = f.number("val-fraction", 1e-6, 0.9);
+  dc.test_fraction = f.number("test-fraction", 1e-6, 0.9);
+  dc.seed = cfg.seed;
+  train::EmbedTaskConfig tc;
+  tc.loss = train::parse_embed_loss(f.str("embed-loss"), "--embed-loss");
+  tc.batch = opts.batch;
+  tc.seed = cfg.seed;
+  tc.device = opts.device;
+  set_num_threads(opts.threads);
+  nn::HFModelOptions mo;
+  mo.device = opts.device;
+  mo.seed = cfg.seed;
+  train::check_output_folder(out);
+  std::error_code ec;
+  HH_CHECK(std::filesystem::is_directory(model_dir, ec), "--model: ", model_dir, " is not a folder");
+  check_regular_file(data_path, "--data");
+
+  std::shared_ptr<nn::HFModel> teacher_model = nn::load_hf_model(model_dir, mo);
+  HH_CHECK(teacher_model->family() == "bert", "--model ", model_dir, ": the model is a ",
+           teacher_model->architecture(), "; --task embed converts BERT-family encoders");
+  HH_CHECK(teacher_model->options().mixer.is_softmax(), "--model ", model_dir,
+           ": the folder holds a converted model (its config.json names the attention '",
+           nn::name(teacher_model->options().mixer), "'); convert_bert needs the softmax original as the teacher");
+  tc.embedding = nn::read_embedding_config(model_dir);
+  const int64_t positions = nn::text_encoder_max_positions(*teacher_model);
+  if (!f.given("max-length")) dc.max_length = std::min(dc.max_length, positions);
+  HH_CHECK(dc.max_length <= positions, "--max-length ", dc.max_length, " exceeds the model's ", positions, " positions");
+  std::unique_ptr<data::Tokenizer> tok = data::load_tokenizer(model_dir);
+  auto data = std::make_shared<train::EmbedData>(train::load_embed_texts(data_path, *tok, dc));
+  std::fprintf(stderr, "texts %s: %lld train, %lld validation, %lld test (%lld empty lines skipped); pooling %s%s (%s)\n",
+               data_path.c_str(), static_cast<long long>(data->train.size()), static_cast<long long>(data->val.size()),
+               static_cast<long long>(data->test.size()), static_cast<long long>(data->empty_lines),
+               nn::pooling_name(tc.embedding.pooling), tc.embedding.normalize ? ", normalized" : "",
+               tc.embedding.source.c_str());
+  train::teacher_embeddings(*data, *teacher_model, tc);
+
+  nlohmann::json config = apps::conversion_settings(f, cfg, opts);
+  config.update({{"model", model_dir},
+                 {"task", "embed"},
+                 {"data", data_path},
+                 {"train_rows", data->train.size()},
+                 {"val_rows", data->val.size()},
+                 {"test_rows", data->test.size()},
+                 {"max_length", dc.max_length},
+                 {"max_train", dc.max_texts},
+                 {"val_fraction", dc.val_fraction},
+                 {"test_fraction", dc.test_fraction},
+                 {"pooling", nn::pooling_name(tc.embedding.pooling)},
+                 {"normalize", tc.embedding.normalize},
+                 {"embed_loss", f.str("embed-loss")}});
+  if (cfg.resume) apps::check_resume(opts.rows, out, config);
+
+  train::ConversionReport rep;
+  rep.title = str("Embeddings on raw text (", data_path, "): BERT softmax attention converted to linear attention; ",
+                  "metrics against the softmax teacher's embeddings on held-out text");
+  std::shared_ptr<const train::EmbedData> shared = data;
+  {
+    train::EmbeddingConversionTask teacher(teacher_model, shared, tc);
+    rep.teacher = teacher.evaluate(train::Split::test);  // 1, 1, 1: the teacher against itself
+    train::Fidelity tf = train::measure_fidelity(teacher, train::Split::test, opts.fidelity_batches, false);
+    rep.teacher_entropy = tf.entropy_teacher;
+    rep.teacher_monotonicity = tf.monotonicity_teacher;
+  }
+  teacher_model.reset();
+  rep.config_json = config.dump(2);
+  apps::convert_rows(opts, cfg, config, model_dir, false, [&](const nn::Mixer& mixer) {
+    nn::HFModelOptions o = mo;
+    o.mixer = mixer;
+    std::shared_ptr<nn::HFModel> student = nn::load_hf_model(model_dir, o);
+    return apps::Student{student, std::make_unique<train::EmbeddingConversionTask>(student, shared, tc)};
+  }, rep);
+  apps::finish_conversion(out, rep);
+  return 0;
 }
 
 int run(int argc, char** argv) {
@@ -85,6 +181,10 @@ int run(int argc, char** argv) {
   const std::string model_dir = f.str("model"), data_dir = f.str("data");
   HH_CHECK(!model_dir.empty(), "--model: no model folder given");
   HH_CHECK(!f.str("task").empty(), "--task: no GLUE task given");
+  if (f.str("task") == "embed") {
+    HH_CHECK(!data_dir.empty(), "--data: no text file given (--task embed: one text per line)");
+    return run_embed(f, model_dir, data_dir);
+  }
   HH_CHECK(!data_dir.empty(), "--data: no GLUE task folder given");
   const data::GlueTask task = data::glue_task(f.str("task"));
   const train::ConvertConfig cfg = apps::conversion_config(f);

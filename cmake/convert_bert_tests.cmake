@@ -97,3 +97,34 @@ add_test(NAME convert_bert_no_distill_label COMMAND convert_bert --model ${HF}/b
          --out ${CMAKE_CURRENT_BINARY_DIR}/convert_bert_no_distill)
 set_tests_properties(convert_bert_no_distill_label PROPERTIES PASS_REGULAR_EXPRESSION
                      "== Hedgehog \\(hedgehog, no distillation\\)" FAIL_REGULAR_EXPRESSION ", distilled\\)")
+# --task embed: the tiny sentence-transformers fixture converted on raw text (the tokenizer corpus),
+# no labels; the table's metric is the mean cosine to the teacher, results.json has all three.
+set(CBE_OUT ${CMAKE_CURRENT_BINARY_DIR}/convert_bert_embed)
+add_test(NAME convert_bert_embed_tiny COMMAND convert_bert --model ${HF}/st-tiny-mean --task embed
+         --data ${CMAKE_CURRENT_SOURCE_DIR}/tests/fixtures/tokenizers/corpus.txt --max-train 300 --preset tiny
+         --feature-map hedgehog,elu --threads 2 --quiet --out ${CBE_OUT})
+set_tests_properties(convert_bert_embed_tiny PROPERTIES FIXTURES_SETUP convert_bert_embed
+                     PASS_REGULAR_EXPRESSION "cosine .*softmax \\(teacher\\) +100\\.00.*Hedgehog .*1\\+ELU .*report: ")
+add_test(NAME convert_bert_embed_results COMMAND ${CMAKE_COMMAND} -E cat ${CBE_OUT}/results.json)
+set_tests_properties(convert_bert_embed_results PROPERTIES FIXTURES_REQUIRED convert_bert_embed
+                     PASS_REGULAR_EXPRESSION "\"cosine\": 0\\.9[0-9]*,[^}]*\"nn_agreement\": [0-9.]+,[^}]*\"spearman\": ")
+set(CORPUS ${CMAKE_CURRENT_SOURCE_DIR}/tests/fixtures/tokenizers/corpus.txt)
+set(CBE_BAD
+    "--model ${HF}/gpt2-tiny --data ${CORPUS}" "converts BERT-family encoders"
+    "--model ${HF}/st-tiny-mean --data /nonexistent/texts.txt" "/nonexistent/texts.txt"
+    "--model ${HF}/st-tiny-mean --data ${CORPUS} --embed-loss l1" "--embed-loss: unknown loss"
+    "--model ${HF}/st-tiny-mean --data ${CORPUS} --val-fraction 0" "--val-fraction")
+list(LENGTH CBE_BAD n)
+math(EXPR last "${n} / 2 - 1")
+foreach(i RANGE ${last})
+  math(EXPR a "2 * ${i}")
+  math(EXPR b "2 * ${i} + 1")
+  list(GET CBE_BAD ${a} args)
+  list(GET CBE_BAD ${b} msg)
+  separate_arguments(args UNIX_COMMAND "${args}")
+  add_test(NAME convert_bert_embed_rejects_${i} COMMAND convert_bert --task embed ${args}
+           --out ${CMAKE_CURRENT_BINARY_DIR}/convert_bert_embed_bad)
+  string(REGEX REPLACE "([][().*+?^$|\\\\])" "\\\\\\1" msg_re "${msg}")
+  set_tests_properties(convert_bert_embed_rejects_${i} PROPERTIES PASS_REGULAR_EXPRESSION "error: .*${msg_re}"
+                       FAIL_REGULAR_EXPRESSION "teacher \\(softmax\\)")
+endforeach()

@@ -14,11 +14,9 @@ int64_t GlueRows::tokens() const {
   return n;
 }
 
-namespace {
-
-// Tokenizes examples in chunks (HF's truncation and templates), keeping each row unpadded.
-GlueRows tokenize(const data::GlueTask& task, const std::vector<data::GlueExample>& ex, const data::Tokenizer& tok,
-                  int64_t max_length, int32_t pad_id) {
+GlueRows tokenize_rows(const data::Tokenizer& tok, const std::vector<std::string>& a, const std::vector<std::string>& b,
+                       int64_t max_length, int32_t pad_id) {
+  HH_CHECK(b.empty() || b.size() == a.size(), "tokenize_rows: ", a.size(), " texts but ", b.size(), " second texts");
   GlueRows out;
   data::BatchOptions bo;
   bo.padding = data::Padding::longest;
@@ -26,17 +24,17 @@ GlueRows tokenize(const data::GlueTask& task, const std::vector<data::GlueExampl
   bo.max_length = max_length;
   bo.pad_id = pad_id;
   const size_t chunk = 512;
-  for (size_t start = 0; start < ex.size(); start += chunk) {
-    const size_t end = std::min(ex.size(), start + chunk);
+  for (size_t start = 0; start < a.size(); start += chunk) {
+    const size_t end = std::min(a.size(), start + chunk);
     data::BatchEncoding enc;
-    if (task.pair) {
+    if (!b.empty()) {
       std::vector<std::pair<std::string, std::string>> pairs;
-      for (size_t i = start; i < end; ++i) pairs.emplace_back(ex[i].text_a, ex[i].text_b);
+      for (size_t i = start; i < end; ++i) pairs.emplace_back(a[i], b[i]);
       enc = data::encode_batch_pairs(tok, pairs, bo);
     } else {
-      std::vector<std::string> texts;
-      for (size_t i = start; i < end; ++i) texts.push_back(ex[i].text_a);
-      enc = data::encode_batch(tok, texts, bo);
+      enc = data::encode_batch(tok, std::vector<std::string>(a.begin() + static_cast<std::ptrdiff_t>(start),
+                                                             a.begin() + static_cast<std::ptrdiff_t>(end)),
+                               bo);
     }
     const std::vector<int64_t> ids = to_vector<int64_t>(enc.input_ids);
     const std::vector<int64_t> types = to_vector<int64_t>(enc.token_type_ids);
@@ -45,9 +43,27 @@ GlueRows tokenize(const data::GlueTask& task, const std::vector<data::GlueExampl
       const int64_t r = static_cast<int64_t>(i - start), n = enc.lengths[static_cast<size_t>(r)];
       out.ids.emplace_back(ids.begin() + r * L, ids.begin() + r * L + n);
       out.types.emplace_back(types.begin() + r * L, types.begin() + r * L + n);
-      out.labels.push_back(ex[i].label);
-      out.scores.push_back(ex[i].score);
+      out.labels.push_back(0);
+      out.scores.push_back(0.0);
     }
+  }
+  return out;
+}
+
+namespace {
+
+// Tokenizes examples (HF's truncation and templates), keeping each row unpadded.
+GlueRows tokenize(const data::GlueTask& task, const std::vector<data::GlueExample>& ex, const data::Tokenizer& tok,
+                  int64_t max_length, int32_t pad_id) {
+  std::vector<std::string> a, b;
+  for (const data::GlueExample& e : ex) {
+    a.push_back(e.text_a);
+    if (task.pair) b.push_back(e.text_b);
+  }
+  GlueRows out = tokenize_rows(tok, a, b, max_length, pad_id);
+  for (size_t i = 0; i < ex.size(); ++i) {
+    out.labels[i] = ex[i].label;
+    out.scores[i] = ex[i].score;
   }
   return out;
 }

@@ -33,6 +33,11 @@ struct GlueRows {
   int64_t tokens() const;       // real tokens over all rows
 };
 
+// Texts (pairs with `b` when it is not empty) tokenized in chunks with HF's truncation to
+// max_length and templates, each row unpadded; labels and scores 0.
+GlueRows tokenize_rows(const data::Tokenizer& tok, const std::vector<std::string>& a, const std::vector<std::string>& b,
+                       int64_t max_length, int32_t pad_id);
+
 struct GlueDataConfig {
   int64_t max_length = 128;     // tokens per row, specials included (HF truncation longest_first)
   int64_t max_train = -1;       // read at most this many training rows (-1: all)

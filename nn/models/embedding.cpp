@@ -18,10 +18,18 @@ namespace hh::nn {
 
 namespace fs = std::filesystem;
 
-Tensor text_encoder_hidden(const HFModel& m, const Tensor& ids, const Tensor& token_types, const Tensor& mask) {
-  if (auto* b = dynamic_cast<const BertModel*>(&m)) return b->forward(ids, token_types, mask);
-  if (auto* c = dynamic_cast<const BertForSequenceClassification*>(&m)) return c->bert->forward(ids, token_types, mask);
+Tensor text_encoder_hidden(const HFModel& m, const Tensor& ids, const Tensor& token_types, const Tensor& mask,
+                           TraceRequest* trace) {
+  if (auto* b = dynamic_cast<const BertModel*>(&m)) return b->forward(ids, token_types, mask, trace);
+  if (auto* c = dynamic_cast<const BertForSequenceClassification*>(&m))
+    return c->bert->forward(ids, token_types, mask, trace);
   return Tensor();
+}
+
+int64_t text_encoder_max_positions(const HFModel& m) {
+  if (auto* b = dynamic_cast<const BertModel*>(&m)) return b->cfg.max_position_embeddings;
+  if (auto* c = dynamic_cast<const BertForSequenceClassification*>(&m)) return c->bert->cfg.max_position_embeddings;
+  return 0;
 }
 
 Tensor image_encoder_hidden(const HFModel& m, const Tensor& pixels) {

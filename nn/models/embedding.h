@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/tensor.h"
+#include "nn/attention.h"
 #include "nn/models/hf_model.h"
 
 namespace hh::nn {
@@ -16,9 +17,12 @@ namespace hh::nn {
 //         undefined, mask (B,L) or undefined -> (B,L,C);
 //   image: ViTModel / ViTForImageClassification, pixels (B,3,H,W) -> (B,1+N,C) after the final
 //          layer norm (ViTModel's output).
-// Undefined when m is not of that family.
-Tensor text_encoder_hidden(const HFModel& m, const Tensor& ids, const Tensor& token_types, const Tensor& mask);
+// Undefined when m is not of that family. `trace` collects the attention traces (conversion).
+Tensor text_encoder_hidden(const HFModel& m, const Tensor& ids, const Tensor& token_types, const Tensor& mask,
+                           TraceRequest* trace = nullptr);
 Tensor image_encoder_hidden(const HFModel& m, const Tensor& pixels);
+// The longest input text_encoder_hidden takes (max_position_embeddings); 0 for other families.
+int64_t text_encoder_max_positions(const HFModel& m);
 
 enum class Pooling { cls, mean, max, mean_sqrt_len, last };
 
