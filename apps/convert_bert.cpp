@@ -37,11 +37,9 @@ using namespace hh;
 
 namespace {
 
-std::shared_ptr<nn::BertForSequenceClassification> load_bert(const std::string& folder, const nn::HFModelOptions& o) {
-  std::shared_ptr<nn::HFModel> m = nn::load_hf_model(folder, o);
+std::shared_ptr<nn::BertForSequenceClassification> load_bert(const std::shared_ptr<nn::HFModel>& m) {
   auto bert = std::dynamic_pointer_cast<nn::BertForSequenceClassification>(m);
-  HH_CHECK(bert != nullptr, "--model ", folder, ": the model is a ", m->architecture(),
-           "; convert_bert needs a BertForSequenceClassification");
+  HH_CHECK(bert != nullptr, "convert_bert: the model is a ", m->architecture(), ", not a BertForSequenceClassification");
   return bert;
 }
 
@@ -69,7 +67,11 @@ std::vector<apps::ConversionPreset> presets() {
 void declare_app_flags(apps::Flags& f) {
   f.add("model", "", "HF model folder: config.json (BertForSequenceClassification; --task embed: any BERT, e.g.\n"
         "                       a sentence-transformers folder), model.safetensors, tokenizer");
-  f.add("task", "", "GLUE task: CoLA, SST-2, MRPC, STS-B, QQP, MNLI, QNLI or RTE; or embed (raw text, no labels)");
+  f.add("task", "", "GLUE task: CoLA, SST-2, MRPC, STS-B, QQP, MNLI, QNLI or RTE; custom (--data DIR holds\n"
+        "                       train.tsv|jsonl and dev.tsv|jsonl: text, optional text_pair, label); or embed (raw\n"
+        "                       text, no labels)");
+  f.add("teacher-epochs", "3", "a BertModel folder (no head): epochs of stage 0, the teacher finetuned with a fresh head");
+  f.add("teacher-lr", "2e-5", "a BertModel folder (no head): stage 0's learning rate");
   f.add("data", "", "the task's GLUE folder (train.tsv, dev.tsv; MNLI: dev_matched.tsv [, dev_mismatched.tsv]);\n"
         "                       --task embed: a text file, one text per line");
   f.add("embed-loss", "cosine", "--task embed: stage 2's loss against the teacher's embeddings: cosine (1 - cos) or mse");
@@ -185,8 +187,9 @@ int run(int argc, char** argv) {
     HH_CHECK(!data_dir.empty(), "--data: no text file given (--task embed: one text per line)");
     return run_embed(f, model_dir, data_dir);
   }
-  HH_CHECK(!data_dir.empty(), "--data: no GLUE task folder given");
-  const data::GlueTask task = data::glue_task(f.str("task"));
+  HH_CHECK(!data_dir.empty(), "--data: no task folder given");
+  const bool custom = f.str("task") == "custom";
+  if (!custom) data::glue_task(f.str("task"));  // an unknown name fails here, before any file is read
   const train::ConvertConfig cfg = apps::conversion_config(f);
   const apps::ConversionRun opts = apps::conversion_run(f);
   const std::string& out = opts.out;
@@ -197,6 +200,8 @@ int run(int argc, char** argv) {
   dc.val_fraction = f.number("val-fraction", 0, 0.9);
   dc.skip_malformed = f.boolean("skip-malformed");
   dc.seed = cfg.seed;
+  const int64_t teacher_epochs = f.integer("teacher-epochs", 1, 1000);
+  const double teacher_lr = f.number("teacher-lr", 1e-9, 1.0);
   set_num_threads(opts.threads);
   nn::HFModelOptions mo;
   mo.device = opts.device;
@@ -208,20 +213,34 @@ int run(int argc, char** argv) {
   HH_CHECK(std::filesystem::is_directory(model_dir, ec), "--model: ", model_dir, " is not a folder");
   HH_CHECK(std::filesystem::is_directory(data_dir, ec), "--data: ", data_dir, " is not a folder");
   mo.mixer = nn::Mixer::softmax();
-  std::shared_ptr<nn::BertForSequenceClassification> teacher_model = load_bert(model_dir, mo);
-  HH_CHECK(teacher_model->options().mixer.is_softmax(), "--model ", model_dir, ": the folder holds a converted model (",
-           "its config.json names the attention '", nn::name(teacher_model->options().mixer),
+  std::shared_ptr<nn::HFModel> base = nn::load_hf_model(model_dir, mo);
+  HH_CHECK(base->family() == "bert", "--model ", model_dir, ": the model is a ", base->architecture(),
+           "; convert_bert needs a BERT model (BertForSequenceClassification, or a BertModel to give a head)");
+  HH_CHECK(base->options().mixer.is_softmax(), "--model ", model_dir, ": the folder holds a converted model (",
+           "its config.json names the attention '", nn::name(base->options().mixer),
            "'); convert_bert needs the softmax original as the teacher");
-  if (!f.given("max-length"))
-    dc.max_length = std::min(dc.max_length, teacher_model->bert->cfg.max_position_embeddings);
+  // A base checkpoint (BertModel) has no head for the task: it gets a fresh one and the teacher is
+  // finetuned first (stage 0), as transformers' from_pretrained(num_labels=N) then training.
+  const bool fresh_head = std::dynamic_pointer_cast<nn::BertForSequenceClassification>(base) == nullptr;
+  const int64_t positions = nn::text_encoder_max_positions(*base);
+  if (!f.given("max-length")) dc.max_length = std::min(dc.max_length, positions);
+  std::unique_ptr<data::Tokenizer> tok = data::load_tokenizer(model_dir);
+  auto data = std::make_shared<const train::GlueData>(
+      custom ? train::load_user_task_data(data_dir, *tok, dc)
+             : train::load_glue_data(data::glue_task(f.str("task")), data_dir, *tok, dc));
+  const data::GlueTask& task = data->task;
+  if (fresh_head) {
+    mo.new_head_labels = task.num_labels;
+    base = nn::load_hf_model(model_dir, mo);
+  }
+  std::shared_ptr<nn::BertForSequenceClassification> teacher_model = load_bert(base);
   try {
     train::check_model_for_task(*teacher_model, task, dc.max_length);
   } catch (const Error& e) {
     fail(str("--model ", model_dir, ": ", e.what()));
   }
-  std::unique_ptr<data::Tokenizer> tok = data::load_tokenizer(model_dir);
-  auto data = std::make_shared<const train::GlueData>(train::load_glue_data(task, data_dir, *tok, dc));
-  std::fprintf(stderr, "GLUE %s: %lld train, %lld validation (%s), %lld test rows (dev: %s)%s\n", task.name.c_str(),
+  std::fprintf(stderr, "%s %s: %lld train, %lld validation (%s), %lld test rows (dev: %s)%s\n",
+               custom ? "task" : "GLUE", custom ? data->train_path.c_str() : task.name.c_str(),
                static_cast<long long>(data->train.size()), static_cast<long long>(data->val.size()),
                dc.val_fraction > 0 ? "held out of train" : "the dev file", static_cast<long long>(data->test.size()),
                data->dev_path.c_str(),
@@ -236,23 +255,48 @@ int run(int argc, char** argv) {
   // refused here, before any work.
   nlohmann::json config = apps::conversion_settings(f, cfg, opts);
   config.update({{"model", model_dir},
-                 {"task", task.name},
+                 {"task", custom ? "custom" : task.name},
                  {"data", data_dir},
                  {"train_rows", data->train.size()},
                  {"val_rows", data->val.size()},
                  {"test_rows", data->test.size()},
-                 {"test_split", "dev (GLUE test labels are not public)"},
+                 {"test_split", custom ? "dev" : "dev (GLUE test labels are not public)"},
                  {"val_split", dc.val_fraction > 0 ? "held out of train" : "dev"},
                  {"max_length", dc.max_length},
                  {"max_train", dc.max_train},
                  {"max_eval", dc.max_eval},
                  {"val_fraction", dc.val_fraction}});
+  if (custom) config["labels"] = task.num_labels == 1 ? nlohmann::json("regression") : nlohmann::json(task.label_names);
+  if (fresh_head) config.update({{"teacher_epochs", teacher_epochs}, {"teacher_lr", teacher_lr}});
   if (cfg.resume) apps::check_resume(opts.rows, out, config);
 
-  // ---- the teacher: the softmax model as loaded, on the test split ----
+  // ---- stage 0 (a base checkpoint): the teacher with its fresh head finetuned on the task ----
+  if (fresh_head) {
+    std::fprintf(stderr, "stage 0: %s is a %s: a fresh %d-output head, the softmax teacher finetuned for %lld epochs "
+                 "at lr %g first\n", model_dir.c_str(), "BertModel", task.num_labels,
+                 static_cast<long long>(teacher_epochs), teacher_lr);
+    train::ConvertConfig t0 = cfg;
+    t0.distill.epochs = 0;
+    t0.finetune.epochs = teacher_epochs;
+    t0.finetune.lr = teacher_lr;
+    t0.finetune.mode = "full";
+    t0.finetune.joint_weight = 0;
+    t0.finetune.patience = 0;
+    t0.precision = opts.precision;
+    ensure_writable_dir(out + "/teacher");
+    t0.checkpoint_path = out + "/teacher/checkpoint.safetensors";
+    t0.fingerprint = config.dump() + " stage 0";
+    t0.resume = cfg.resume;
+    train::GlueConversionTask stage0(teacher_model, data, tc);
+    const train::ConvertResult r0 = train::convert(stage0, t0);
+    config["teacher_stage0"] = {{"steps", r0.finetune.steps}, {"stopped", r0.finetune.stopped}};
+  }
+
+  // ---- the teacher: the softmax model (as loaded, or after stage 0), on the test split ----
   train::ConversionReport rep;
-  rep.title = str("GLUE ", task.name, ": BERT softmax attention converted to linear attention (test = the dev set; ",
-                  "GLUE's test labels are not public)");
+  rep.title = custom ? str("Task ", data_dir, ": BERT softmax attention converted to linear attention (test = dev)")
+                     : str("GLUE ", task.name, ": BERT softmax attention converted to linear attention (test = the dev ",
+                           "set; GLUE's test labels are not public)");
   {
     train::GlueConversionTask teacher(teacher_model, data, tc);
     rep.teacher = teacher.evaluate(train::Split::test);
@@ -261,7 +305,7 @@ int run(int argc, char** argv) {
     rep.teacher_entropy = tf.entropy_teacher;
     rep.teacher_monotonicity = tf.monotonicity_teacher;
   }
-  teacher_model.reset();
+  if (!fresh_head) teacher_model.reset();  // the students load the folder; after stage 0 they copy the teacher
   std::fprintf(stderr, "teacher (softmax): %s %.4f on dev\n", rep.teacher.front().first.c_str(),
                rep.teacher.front().second);
 
@@ -270,7 +314,8 @@ int run(int argc, char** argv) {
   apps::convert_rows(opts, cfg, config, model_dir, false, [&](const nn::Mixer& mixer) {
     nn::HFModelOptions o = mo;
     o.mixer = mixer;
-    std::shared_ptr<nn::BertForSequenceClassification> student = load_bert(model_dir, o);
+    std::shared_ptr<nn::BertForSequenceClassification> student = load_bert(nn::load_hf_model(model_dir, o));
+    if (fresh_head) train::load_teacher_weights(*student, *teacher_model);  // stage 0's weights, its head
     return apps::Student{student, std::make_unique<train::GlueConversionTask>(student, data, tc)};
   }, rep);
   apps::finish_conversion(out, rep);

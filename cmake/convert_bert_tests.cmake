@@ -50,7 +50,7 @@ set(CONVERT_BERT_BAD
     "--model ${HF}/bert-tiny-tok --task cola --data ${GLUE}/MRPC" "MRPC/train.tsv"
     "--model ${HF}/bert-tiny-tok --task wnli --data ${GLUE}/CoLA" "unknown task 'wnli'"
     "--model ${HF}/bert-tiny-tok --task stsb --data ${GLUE}/STS-B" "num_labels = 2 but GLUE STS-B needs 1"
-    "--model ${HF}/gpt2-tiny ${CB_OK}" "needs a BertForSequenceClassification"
+    "--model ${HF}/gpt2-tiny ${CB_OK}" "convert_bert needs a BERT model"
     "--model ${HF}/bert-tiny-tok ${CB_OK} --max-length 100" "max length 100 exceeds the model's 64 positions"
     "--model ${HF}/bert-tiny-tok ${CB_OK} --loss nope" "--loss: expected xent (or soft-ce) or kl"
     "--model ${HF}/bert-tiny-tok ${CB_OK} --schedule step" "--schedule: expected cosine, linear or constant"
@@ -128,3 +128,24 @@ foreach(i RANGE ${last})
   set_tests_properties(convert_bert_embed_rejects_${i} PROPERTIES PASS_REGULAR_EXPRESSION "error: .*${msg_re}"
                        FAIL_REGULAR_EXPRESSION "teacher \\(softmax\\)")
 endforeach()
+# --task custom (tests/fixtures/user_task: TSV classes, JSONL regression pairs) on a base checkpoint
+# (st-tiny-mean is a BertModel): stage 0 gives it a fresh head and finetunes the teacher first.
+add_test(NAME convert_bert_custom_stage0 COMMAND convert_bert --model ${HF}/st-tiny-mean --task custom
+         --data ${CMAKE_CURRENT_SOURCE_DIR}/tests/fixtures/user_task/tsv --preset tiny --teacher-epochs 2
+         --teacher-lr 0.005 --feature-map hedgehog --val-fraction 0.2 --threads 2 --quiet --save
+         --out ${CMAKE_CURRENT_BINARY_DIR}/convert_bert_custom)
+set_tests_properties(convert_bert_custom_stage0 PROPERTIES PASS_REGULAR_EXPRESSION
+                     "stage 0: .* a fresh 3-output head.*teacher \\(softmax\\): accuracy .*Hedgehog .*report: ")
+add_test(NAME convert_bert_custom_saved COMMAND hf_run --model ${CMAKE_CURRENT_BINARY_DIR}/convert_bert_custom/hedgehog/model
+         --text "a gripping film")
+set_tests_properties(convert_bert_custom_saved PROPERTIES DEPENDS convert_bert_custom_stage0
+                     PASS_REGULAR_EXPRESSION "BertForSequenceClassification.*attention: hedgehog.*LABEL_[0-2] ")
+add_test(NAME convert_bert_custom_regression COMMAND convert_bert --model ${HF}/st-tiny-mean --task custom
+         --data ${CMAKE_CURRENT_SOURCE_DIR}/tests/fixtures/user_task/jsonl --preset tiny --teacher-epochs 1
+         --feature-map elu --threads 2 --quiet --out ${CMAKE_CURRENT_BINARY_DIR}/convert_bert_custom_reg)
+set_tests_properties(convert_bert_custom_regression PROPERTIES PASS_REGULAR_EXPRESSION
+                     "a fresh 1-output head.*teacher \\(softmax\\): pearson .*1\\+ELU .*report: ")
+add_test(NAME convert_bert_custom_rejects_bad_file COMMAND convert_bert --model ${HF}/st-tiny-mean --task custom
+         --data ${CMAKE_CURRENT_SOURCE_DIR}/tests/fixtures/glue/CoLA --out ${CMAKE_CURRENT_BINARY_DIR}/convert_bert_custom_bad)
+set_tests_properties(convert_bert_custom_rejects_bad_file PROPERTIES PASS_REGULAR_EXPRESSION
+                     "error: .*CoLA/train.tsv:1: the header must name the columns" FAIL_REGULAR_EXPRESSION "stage 0")

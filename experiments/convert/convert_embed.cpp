@@ -8,7 +8,6 @@
 
 #include "autograd/ops.h"
 #include "core/atomic_file.h"
-#include "core/generator.h"
 #include "core/quote.h"
 #include "core/regular_file.h"
 #include "train/task_metrics.h"
@@ -75,11 +74,7 @@ EmbedData load_embed_texts(const std::string& path, const data::Tokenizer& tok, 
   HH_CHECK(n - n_val - n_test >= 1, "embedding data: ", path, " has ", n, " texts: too few for ", n_val,
            " validation, ", n_test, " test and at least one training text");
   const GlueRows all = tokenize_rows(tok, texts, {}, cfg.max_length, d.pad_id);
-  std::vector<int64_t> order(static_cast<size_t>(n));
-  std::iota(order.begin(), order.end(), 0);
-  Generator g(cfg.seed);
-  for (int64_t i = n - 1; i > 0; --i)  // Fisher-Yates with the project's generator: the same split everywhere
-    std::swap(order[static_cast<size_t>(i)], order[static_cast<size_t>(g.next_int(0, i + 1))]);
+  const std::vector<int64_t> order = epoch_order(n, true, cfg.seed + 7919, 0);
   d.test = take_rows(all, std::vector<int64_t>(order.begin(), order.begin() + n_test));
   d.val = take_rows(all, std::vector<int64_t>(order.begin() + n_test, order.begin() + n_test + n_val));
   d.train = take_rows(all, std::vector<int64_t>(order.begin() + n_test + n_val, order.end()));

@@ -96,8 +96,9 @@ bool is_regression(const data::GlueTask& task) { return task.num_labels == 1; }
 
 }  // namespace
 
-GlueData load_glue_data(const data::GlueTask& task, const std::string& dir, const data::Tokenizer& tok,
-                        const GlueDataConfig& cfg) {
+namespace {
+
+void check_data_config(const GlueDataConfig& cfg) {
   HH_CHECK(cfg.max_length >= 3, "GLUE data: max length must be >= 3 (room for the special tokens), got ",
            cfg.max_length);
   HH_CHECK(cfg.val_fraction >= 0 && cfg.val_fraction < 1, "GLUE data: validation fraction must be in [0,1), got ",
@@ -106,6 +107,33 @@ GlueData load_glue_data(const data::GlueTask& task, const std::string& dir, cons
            cfg.max_train);
   HH_CHECK(cfg.max_eval == -1 || cfg.max_eval >= 1, "GLUE data: max eval must be -1 (all) or >= 1, got ",
            cfg.max_eval);
+}
+
+// d.train and d.val from the tokenized training rows: a held-out part of them, or the test split
+// (dev) when val_fraction is 0.
+void split_train(GlueData& d, GlueRows all_train, const GlueDataConfig& cfg) {
+  const int64_t n = all_train.size();
+  if (cfg.val_fraction == 0) {
+    d.train = std::move(all_train);
+    d.val = d.test;
+    return;
+  }
+  const int64_t n_val = std::max<int64_t>(1, static_cast<int64_t>(cfg.val_fraction * static_cast<double>(n)));
+  HH_CHECK(n - n_val >= 1, "GLUE data: ", d.train_path, " has ", n, " rows: too few to hold out ", n_val,
+           " for validation (lower the validation fraction, or 0 to validate on dev)");
+  std::vector<int64_t> order = epoch_order(n, true, cfg.seed + 7919, 0);
+  std::vector<int64_t> val(order.begin(), order.begin() + n_val), rest(order.begin() + n_val, order.end());
+  std::sort(val.begin(), val.end());
+  std::sort(rest.begin(), rest.end());
+  d.val = take(all_train, val);
+  d.train = take(all_train, rest);
+}
+
+}  // namespace
+
+GlueData load_glue_data(const data::GlueTask& task, const std::string& dir, const data::Tokenizer& tok,
+                        const GlueDataConfig& cfg) {
+  check_data_config(cfg);
   GlueData d;
   d.task = task;
   d.pad_id = tok.pad_id() >= 0 ? tok.pad_id() : 0;
@@ -127,25 +155,25 @@ GlueData load_glue_data(const data::GlueTask& task, const std::string& dir, cons
           task, read_split(task, d.dev_mismatched_path, cfg.max_eval, cfg.skip_malformed, &d.skipped), tok,
           cfg.max_length, d.pad_id);
   }
-  const int64_t n = all_train.size();
-  if (cfg.val_fraction == 0) {
-    d.train = std::move(all_train);
-    d.val = d.test;
-  } else {
-    const int64_t n_val = std::max<int64_t>(1, static_cast<int64_t>(cfg.val_fraction * static_cast<double>(n)));
-    HH_CHECK(n - n_val >= 1, "GLUE data: ", d.train_path, " has ", n, " rows: too few to hold out ", n_val,
-             " for validation (lower the validation fraction, or 0 to validate on dev)");
-    std::vector<int64_t> order = epoch_order(n, true, cfg.seed + 7919, 0);
-    std::vector<int64_t> val(order.begin(), order.begin() + n_val), rest(order.begin() + n_val, order.end());
-    std::sort(val.begin(), val.end());
-    std::sort(rest.begin(), rest.end());
-    d.val = take(all_train, val);
-    d.train = take(all_train, rest);
-  }
+  split_train(d, std::move(all_train), cfg);
+  return d;
+}
+
+GlueData load_user_task_data(const std::string& dir, const data::Tokenizer& tok, const GlueDataConfig& cfg) {
+  check_data_config(cfg);
+  data::UserTask u = data::read_user_task(dir, cfg.max_train, cfg.max_eval);
+  GlueData d;
+  d.task = u.task;
+  d.pad_id = tok.pad_id() >= 0 ? tok.pad_id() : 0;
+  d.train_path = u.train_path;
+  d.dev_path = u.dev_path;
+  d.test = tokenize(u.task, u.dev, tok, cfg.max_length, d.pad_id);
+  split_train(d, tokenize(u.task, u.train, tok, cfg.max_length, d.pad_id), cfg);
   return d;
 }
 
 std::vector<std::string> glue_metric_names(const data::GlueTask& task) {
+  if (task.name == "custom") return task.metrics;  // a user task (data/user_task.h): accuracy first
   std::string key;
   for (char c : task.name)
     if (c != '-') key += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));

@@ -18,6 +18,7 @@
 
 #include "data/batching.h"
 #include "data/glue.h"
+#include "data/user_task.h"
 #include "data/tokenizer.h"
 #include "nn/models/bert.h"
 #include "train/convert/convert.h"
@@ -60,6 +61,10 @@ struct GlueData {
 // file (and line) or the setting that is wrong; a split that ends up empty is an error.
 GlueData load_glue_data(const data::GlueTask& task, const std::string& dir, const data::Tokenizer& tok,
                         const GlueDataConfig& cfg);
+
+// A task in the user's own files (data/user_task.h: <dir>/train.{tsv,jsonl}, <dir>/dev.{tsv,jsonl})
+// as GlueData: dev is the test split, validation is held out of train as for GLUE.
+GlueData load_user_task_data(const std::string& dir, const data::Tokenizer& tok, const GlueDataConfig& cfg);
 
 // The GLUE metric names of task_metrics (glue_metrics) for a task: "mcc", "accuracy", "f1", ...
 std::vector<std::string> glue_metric_names(const data::GlueTask& task);

@@ -224,6 +224,26 @@ std::shared_ptr<HFModel> make_bert(const HFConfig& c, const HFModelOptions& opts
   Generator gen(opts.seed);
   Init init{gen, opts.device, opts.dtype, /*draw=*/false};  // the HF weights are all loaded next
   std::shared_ptr<HFModel> model;
+  HH_CHECK(opts.new_head_labels == 0 || bare, c.origin(), ": a fresh classification head was asked for, but the ",
+           "folder already holds a ", arch, " with its own");
+  if (bare && opts.new_head_labels > 0) {
+    // transformers' BertForSequenceClassification.from_pretrained(base, num_labels=N): the head and
+    // a missing pooler are new (drawn from opts.seed), the encoder's weights load under "bert.".
+    BertConfig hc = cfg;
+    hc.num_labels = opts.new_head_labels;
+    Init drawn{gen, opts.device, opts.dtype, /*draw=*/true};
+    model = std::make_shared<BertForSequenceClassification>(hc, c, opts, drawn);
+    load_hf_weights(
+        *model, weights, folder,
+        [](const std::string& n) {
+          const std::string r = bert_rename(n, true);
+          return r.empty() ? r : "bert." + r;
+        },
+        nullptr,
+        [](const std::string& name) { return name.rfind("classifier.", 0) == 0 || name.rfind("bert.pooler.", 0) == 0; });
+    model->eval();
+    return model;
+  }
   if (bare) {
     const bool pooler = weights.tensors.count("pooler.dense.weight") || weights.tensors.count("bert.pooler.dense.weight");
     model = std::make_shared<BertModel>(cfg, c, pooler, opts, init);

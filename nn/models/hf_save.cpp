@@ -38,6 +38,12 @@ std::string config_with_hedgehog_section(const std::string& config_json, const s
   nlohmann::json config = nlohmann::json::parse(config_json, nullptr, false);
   HH_CHECK(config.is_object(), "save_hf_model: ", config_origin, " is not a JSON object");
   config.erase("hedgehog");
+  if (o.new_head_labels > 0) {  // a base checkpoint given a fresh head: saved as the classifier it is
+    config["architectures"] = {"BertForSequenceClassification"};
+    config["num_labels"] = o.new_head_labels;
+    config.erase("id2label");
+    config.erase("label2id");
+  }
   if (o.mixer.is_linear()) {
     const FeatureMapConfig& f = o.feature_map;
     config["hedgehog"] = {{"mixer", name(o.mixer)},

@@ -38,7 +38,7 @@ bool is_new_weight(const std::string& name) { return name.find(".feature_map.") 
 }  // namespace
 
 void load_hf_weights(Module& model, const SafeTensors& weights, const std::string& origin, const HFRename& rename,
-                     const HFTransform& transform) {
+                     const HFTransform& transform, const std::function<bool(const std::string&)>& fresh) {
   std::map<std::string, Tensor> state;
   std::map<std::string, std::string> source;  // model name -> file name
   std::map<std::string, Shape> file_shape;    // model name -> shape as stored (before the transform)
@@ -56,7 +56,7 @@ void load_hf_weights(Module& model, const SafeTensors& weights, const std::strin
     mine.insert(name);
     auto it = state.find(name);
     if (it == state.end()) {
-      if (!is_new_weight(name)) missing.push_back(name);
+      if (!is_new_weight(name) && !(fresh && fresh(name))) missing.push_back(name);
     } else if (it->second.shape() != t.shape()) {
       const Shape& stored = file_shape[name];
       const std::string as_loaded = stored == it->second.shape() ? "" : str(", loaded as ", it->second.shape());

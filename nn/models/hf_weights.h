@@ -31,6 +31,10 @@ struct HFModelOptions {
   // sets this; drawing 124M random numbers took longer than reading the file). New feature-map
   // weights are always drawn.
   bool draw_weights = true;
+  // > 0: a base checkpoint (BertModel) gets a fresh classification head of this many labels, as
+  // transformers' from_pretrained(num_labels=N) on it: the head (and a pooler the file lacks) is
+  // drawn from `seed`, the rest loaded. The model is then the family's classifier.
+  int64_t new_head_labels = 0;
 };
 
 // The weight file(s) of a folder: model.safetensors, else model.safetensors.index.json with shards,
@@ -48,7 +52,9 @@ using HFTransform = std::function<Tensor(const std::string& model_name, const Te
 // just built: a parameter whose file tensor already has its dtype, device and a contiguous layout
 // is REPLACED by that tensor (a view of the mapped file, no copy), so handles to the old parameter
 // tensors taken before the call do not see the loaded values.
+// `fresh` names the model tensors the file may lack (a new head): they keep their drawn values.
 void load_hf_weights(Module& model, const SafeTensors& weights, const std::string& origin, const HFRename& rename,
-                     const HFTransform& transform = nullptr);
+                     const HFTransform& transform = nullptr,
+                     const std::function<bool(const std::string&)>& fresh = nullptr);
 
 }  // namespace hh::nn

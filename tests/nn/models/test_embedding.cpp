@@ -17,6 +17,7 @@
 #include "nn/models/bert.h"
 #include "nn/models/embedding.h"
 #include "nn/models/hf_model.h"
+#include "nn/models/hf_save.h"
 #include "tests/nn/models/hf_fixture.h"
 #include "tests/op_table.h"
 #include "tests/temp_dir.h"
@@ -154,6 +155,37 @@ TEST_CASE("npy: numpy's v1.0 header, padded to 64 bytes, then the C-order values
   CHECK(one.find("'descr': '<f8'") != std::string::npos);
   CHECK(one.find("'shape': (1,)") != std::string::npos);
   CHECK(one.size() % 64 == 8);  // header 64 + one f64
+}
+
+}  // namespace hh::test
+
+namespace hh::test {
+
+TEST_CASE("bert: a base checkpoint given a fresh head loads its encoder as is and saves as a classifier") {
+  const std::string folder = enc::hf_fixture("st-tiny-mean");
+  nn::HFModelOptions o;
+  o.new_head_labels = 3;
+  o.seed = 4;
+  auto m = nn::load_hf_model(folder, o);
+  auto* c = dynamic_cast<nn::BertForSequenceClassification*>(m.get());
+  REQUIRE(c);
+  CHECK(c->classifier->weight.shape() == Shape{3, 16});
+  auto bare = nn::load_hf_model(folder);
+  Tensor ids = from_vector(std::vector<double>{2, 17, 33, 4, 3}, {1, 5}, DType::i64);
+  NoGradGuard ng;
+  CHECK(max_abs_diff(nn::text_encoder_hidden(*m, ids, Tensor(), Tensor()),
+                     nn::text_encoder_hidden(*bare, ids, Tensor(), Tensor())) == 0.0);
+  const Tensor logits = c->forward(ids, Tensor(), Tensor());
+  CHECK(logits.shape() == Shape{1, 3});
+  TempDir t("fresh_head_save");
+  nn::save_hf_model(*m, (t.path / "out").string(), folder);
+  auto back = nn::load_hf_model((t.path / "out").string());
+  CHECK(back->architecture() == "BertForSequenceClassification");
+  auto* cb = dynamic_cast<nn::BertForSequenceClassification*>(back.get());
+  REQUIRE(cb);
+  CHECK(max_abs_diff(cb->forward(ids, Tensor(), Tensor()), logits) == 0.0);
+  check_throws([] { nn::HFModelOptions h; h.new_head_labels = 2; nn::load_hf_model(enc::hf_fixture("bert-tiny"), h); },
+               {"fresh classification head", "BertForSequenceClassification"});
 }
 
 }  // namespace hh::test
