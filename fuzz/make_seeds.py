@@ -104,6 +104,11 @@ def json_seeds():
     write(c, "resume_step_beyond", b"\x03" + st(tensors + best, {**run, "hedgehog.step": "4611686018427387904"}))
     write(c, "resume_bad_state", b"\x03" + st(tensors + best, {**run, "trainer.state": '{"loss_sum":"x"}'}))
     write(c, "resume_no_best", b"\x03" + st(tensors, run))
+    # Fixed findings (issue 27): counts of the loop state written as floats (1e300 was cast to
+    # int64 with undefined behaviour, 0.5 loaded as 0).
+    for name, edit in (("resume_float_count", {"loss_count": 1e300}),
+                       ("resume_fractional_count", {"early_stopping": [True, 0.0, 0, 0.5, 1]})):
+        write(c, name, b"\x03" + st(tensors + best, {**run, "trainer.state": json.dumps({**state, **edit})}))
 
 
 def shard(ids, vocab, width=2, count=None, magic=b"HHTOKEN1", version=1):

@@ -44,6 +44,15 @@ int64_t stopper_patience(int64_t patience) {
 
 constexpr const char* kStateKey = "trainer.state";
 
+// A count of the saved loop state (`key` names it in the error): a JSON integer within int64. A
+// float is refused, not cast: nlohmann casts 1e300 to int64 with undefined behaviour and 1.5 to 1.
+int64_t state_int(const nlohmann::json& v, const std::string& path, const std::string& key) {
+  HH_CHECK(v.is_number_integer() && (!v.is_number_unsigned() || v.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX)),
+           "checkpoint ", path, ": bad training state in its metadata: \"", key, "\" must be an integer, got ",
+           v.is_number() ? v.dump() : std::string(v.type_name()));
+  return v.get<int64_t>();
+}
+
 }  // namespace
 
 Trainer::Trainer(nn::Module& model, Optimizer& opt, const LrSchedule& schedule, TrainerConfig cfg, TrainerHooks hooks)
@@ -278,21 +287,28 @@ void Trainer::load(TrainerResult& r) {
                "' (not a checkpoint of this version's training loop: start afresh without resuming)");
       st = nlohmann::json::parse(hooks_.load_legacy(meta.extra).text);
     }
-    r.steps = st.contains("steps") ? st.at("steps").get<int64_t>() : meta.step;
+    r.steps = st.contains("steps") ? state_int(st.at("steps"), path, "steps") : meta.step;
     loss_sum_ = st.at("loss_sum").get<double>();
-    loss_count_ = st.at("loss_count").get<int64_t>();
+    loss_count_ = state_int(st.at("loss_count"), path, "loss_count");
     finished_ = st.at("finished").get<bool>();
     r.seconds = st.at("seconds").get<double>();
-    r.evaluations = st.value("evaluations", int64_t{0});
-    r.best_step = st.value("best_step", int64_t{0});
+    r.evaluations = st.contains("evaluations") ? state_int(st.at("evaluations"), path, "evaluations") : 0;
+    r.best_step = st.contains("best_step") ? state_int(st.at("best_step"), path, "best_step") : 0;
     const auto& e = st.at("early_stopping");
-    stopper_.set_state({e.at(0).get<bool>(), e.at(1).get<double>(), e.at(2).get<int64_t>(), e.at(3).get<int64_t>(),
-                        e.at(4).get<int64_t>()});
+    const EarlyStoppingState es{e.at(0).get<bool>(), e.at(1).get<double>(),
+                                state_int(e.at(2), path, "early_stopping[2]"),
+                                state_int(e.at(3), path, "early_stopping[3]"),
+                                state_int(e.at(4), path, "early_stopping[4]")};
+    try {
+      stopper_.set_state(es);
+    } catch (const Error& err) {  // "early stopping: inconsistent state (...)", with the file named
+      fail(str("checkpoint ", path, ": bad training state in its metadata: ", err.what()));
+    }
     if (st.contains("divergence")) {
       const auto& d = st.at("divergence");
       watch_.has_initial = d.at(0).get<bool>();
       watch_.initial = d.at(1).get<double>();
-      watch_.above = d.at(2).get<int64_t>();
+      watch_.above = state_int(d.at(2), path, "divergence[2]");
     }
   } catch (const nlohmann::json::exception& e) {
     fail(str("checkpoint ", path, ": bad training state in its metadata: ", e.what()));
@@ -300,6 +316,10 @@ void Trainer::load(TrainerResult& r) {
   HH_CHECK(r.steps >= 0 && r.steps <= cfg_.total_steps, "checkpoint ", path, ": its step ", r.steps,
            " is outside this run's [0, ", cfg_.total_steps, "] steps");
   HH_CHECK(loss_count_ >= 0, "checkpoint ", path, ": bad training state in its metadata (loss_count ", loss_count_, ")");
+  HH_CHECK(r.evaluations >= 0 && r.best_step >= 0 && r.best_step <= r.steps && watch_.above >= 0 &&
+               std::isfinite(r.seconds) && r.seconds >= 0,
+           "checkpoint ", path, ": bad training state in its metadata (evaluations ", r.evaluations, ", best_step ",
+           r.best_step, " of ", r.steps, " steps, divergence[2] ", watch_.above, ", seconds ", r.seconds, ")");
   if (cfg_.keep_best) {
     HH_CHECK(!meta.tensors.empty(), "checkpoint ", path, ": it holds no best weights");
     best_ = meta.tensors;
