@@ -15,6 +15,7 @@
 
 #include "autograd/ops.h"
 #include "core/error.h"
+#include "core/json_read.h"
 #include "train/checkpoint.h"
 
 namespace hh::train {
@@ -47,10 +48,7 @@ constexpr const char* kStateKey = "trainer.state";
 // A count of the saved loop state (`key` names it in the error): a JSON integer within int64. A
 // float is refused, not cast: nlohmann casts 1e300 to int64 with undefined behaviour and 1.5 to 1.
 int64_t state_int(const nlohmann::json& v, const std::string& path, const std::string& key) {
-  HH_CHECK(v.is_number_integer() && (!v.is_number_unsigned() || v.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX)),
-           "checkpoint ", path, ": bad training state in its metadata: \"", key, "\" must be an integer, got ",
-           v.is_number() ? v.dump() : std::string(v.type_name()));
-  return v.get<int64_t>();
+  return json_int(v, str("checkpoint ", path, ": bad training state in its metadata: \"", key, "\""));
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "core/json_read.h"
 #include "core/progress.h"
 #include "data/batching.h"
 #include "nn/diagnostics.h"
@@ -164,7 +165,7 @@ nlohmann::json load_legacy_ar_state(const std::map<std::string, std::string>& ex
   r.val_acc = st.at("val_acc").get<std::vector<double>>();
   r.val_loss = st.at("val_loss").get<std::vector<double>>();
   r.val_accuracy = st.at("val_accuracy").get<double>();
-  r.epochs_run = st.at("epochs_run").get<int64_t>();
+  r.epochs_run = json_int(st.at("epochs_run"), "ar_probe checkpoint: ar.state: \"epochs_run\"");
   return {{"loss_sum", st.at("epoch_loss_sum")}, {"loss_count", st.at("epoch_batches")},
           {"finished", st.at("finished")},       {"seconds", st.at("seconds")},
           {"early_stopping", st.at("early_stopping")}, {"divergence", st.at("divergence")}};
@@ -277,7 +278,7 @@ ArRunResult run_associative_recall(const ArDataset& data, const ArRunConfig& cfg
     r.val_acc = st.at("val_acc").get<std::vector<double>>();
     r.val_loss = st.at("val_loss").get<std::vector<double>>();
     r.val_accuracy = st.at("val_accuracy").get<double>();
-    r.epochs_run = st.at("epochs_run").get<int64_t>();
+    r.epochs_run = json_int(st.at("epochs_run"), "ar_probe checkpoint: ar.state: \"epochs_run\"");
   };
   hooks.load_legacy = [&](const std::map<std::string, std::string>& extra) {
     return JsonText{load_legacy_ar_state(extra, r).dump()};

@@ -14,6 +14,7 @@
 #include "autograd/ops/nn.h"
 #include "autograd/ops/shape.h"
 #include "core/error.h"
+#include "core/json_read.h"
 #include "core/progress.h"
 #include "core/safetensors.h"
 #include "data/text_corpus.h"
@@ -83,8 +84,8 @@ json evals_json(const std::vector<LmEval>& evals) {
 std::vector<LmEval> evals_from_json(const json& a) {
   std::vector<LmEval> evals;
   for (const auto& e : a)
-    evals.push_back({e.at(0).get<int64_t>(), e.at(1).get<double>(), std::exp(e.at(1).get<double>()),
-                     e.at(2).get<int64_t>()});
+    evals.push_back({json_int(e.at(0), "train_lm checkpoint: an evaluation's step"), e.at(1).get<double>(),
+                     std::exp(e.at(1).get<double>()), json_int(e.at(2), "train_lm checkpoint: an evaluation's tokens")});
   return evals;
 }
 

@@ -8,6 +8,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "core/json_read.h"
 #include "core/progress.h"
 #include "data/batching.h"
 #include "train/early_stopping.h"
@@ -148,11 +149,11 @@ nlohmann::json run_state(const LraRunResult& r) {
           {"val_accuracy", r.val_accuracy}, {"best_step", r.best_step}};
 }
 void load_run_state(const nlohmann::json& st, LraRunResult& r) {
-  r.eval_steps = st.at("eval_steps").get<std::vector<int64_t>>();
+  r.eval_steps = json_ints(st.at("eval_steps"), "lra checkpoint: \"eval_steps\"");
   r.train_loss = st.at("train_loss").get<std::vector<double>>();
   r.val_acc = st.at("val_acc").get<std::vector<double>>();
   r.val_accuracy = st.at("val_accuracy").get<double>();
-  r.best_step = st.at("best_step").get<int64_t>();
+  r.best_step = json_int(st.at("best_step"), "lra checkpoint: \"best_step\"");
 }
 
 // A checkpoint of the LRA loop before train/trainer.h: the loop state it held, in the Trainer's
