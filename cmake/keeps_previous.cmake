@@ -1,8 +1,9 @@
 # A failed run into an existing --out leaves the previous results as they were (train/run_dir.h):
 # runs APP with ARGS into OUT (a complete run), copies FILES, runs it again with ARGS2 and a full
-# disk injected at every checkpoint write (HH_TEST_WRITE_FAULT, core/atomic_file.h), and checks that
-# the second run failed and that every file of FILES is byte for byte what the first run left.
-#   cmake -DAPP=<exe> -DOUT=<dir> -DARGS="..." -DARGS2="..." -DFILES="a;b/c" -P keeps_previous.cmake
+# disk injected at every write whose path contains FAULT (default: checkpoint; HH_TEST_WRITE_FAULT,
+# core/atomic_file.h), and checks that the second run failed and that every file of FILES is byte
+# for byte what the first run left.
+#   cmake -DAPP=<exe> -DOUT=<dir> -DARGS="..." -DARGS2="..." -DFILES="a;b/c" [-DFAULT=name] -P keeps_previous.cmake
 separate_arguments(args UNIX_COMMAND "${ARGS}")
 separate_arguments(args2 UNIX_COMMAND "${ARGS2}")
 file(REMOVE_RECURSE "${OUT}")
@@ -16,7 +17,10 @@ foreach(f ${FILES})
   endif()
   file(READ "${OUT}/${f}" before_${f})
 endforeach()
-set(ENV{HH_TEST_WRITE_FAULT} "checkpoint")
+if(NOT DEFINED FAULT)
+  set(FAULT checkpoint)
+endif()
+set(ENV{HH_TEST_WRITE_FAULT} "${FAULT}")
 execute_process(COMMAND ${APP} ${args2} --out ${OUT} RESULT_VARIABLE rc OUTPUT_VARIABLE o ERROR_VARIABLE e)
 unset(ENV{HH_TEST_WRITE_FAULT})
 if(rc EQUAL 0)

@@ -40,5 +40,13 @@ add_test(NAME lra_keeps_previous_results COMMAND ${CMAKE_COMMAND} -DAPP=$<TARGET
          "-DARGS2=--preset tiny --generate --quiet --tasks listops --attentions elu --steps 21 --eval-every 10"
          "-DFILES=config.json;table6.csv;results.json;report.html;listops/elu/result.json"
          -P ${CMAKE_CURRENT_SOURCE_DIR}/cmake/keeps_previous.cmake)
-set_tests_properties(ar_probe_keeps_previous_results lra_keeps_previous_results PROPERTIES
-                     PASS_REGULAR_EXPRESSION "previous results kept")
+# lra --generate: the data folder is built beside the previous one and swapped in when complete
+# (core/replace_dir.h): a full disk at the last file the generator writes (another seed, so every
+# file would differ) leaves the previous data as it was, the two files written before it included.
+add_test(NAME lra_generate_keeps_previous_data COMMAND ${CMAKE_COMMAND} -DAPP=$<TARGET_FILE:lra> -DOUT=${RD_OUT}/lra_gen
+         "-DARGS=--preset tiny --generate --quiet --tasks listops --attentions elu --steps 2 --eval-every 1"
+         "-DARGS2=--preset tiny --generate --quiet --tasks listops --attentions elu --steps 2 --eval-every 1 --seed 5"
+         "-DFILES=data/listops/basic_train.tsv;data/listops/basic_val.tsv;data/listops/basic_test.tsv"
+         -DFAULT=basic_test.tsv -P ${CMAKE_CURRENT_SOURCE_DIR}/cmake/keeps_previous.cmake)
+set_tests_properties(ar_probe_keeps_previous_results lra_keeps_previous_results lra_generate_keeps_previous_data
+                     PROPERTIES PASS_REGULAR_EXPRESSION "previous results kept")
