@@ -353,3 +353,20 @@ TEST_CASE("convert: a feature map given twice is refused (its rows would train i
   for (const char* list : {"elu,elu", "hedgehog,elu,hedgehog", "t2r,t2r-hh"})  // t2r is distilled: T2R-HH
     CHECK_THROWS_WITH_AS(train::parse_conversion_rows(list), doctest::Contains("is given twice"), hh::Error);
 }
+
+TEST_CASE("convert: patience that runs out on the stage's last epoch reports 'epochs', earlier 'early stop'") {
+  // lr 1e-12: the validation accuracy cannot change, so patience 1 is spent at epoch 2.
+  TinyAr t;
+  auto teacher = t.task("softmax", nullptr, 1);
+  for (int64_t epochs : {2, 3}) {
+    CAPTURE(epochs);
+    auto student = t.task("elu", &teacher->model());
+    train::ConvertConfig cfg = quiet_config();
+    cfg.finetune.epochs = epochs;
+    cfg.finetune.lr = 1e-12;
+    cfg.finetune.patience = 1;
+    const train::ConvertResult r = train::convert(*student, cfg);
+    CHECK(r.finetune.val.size() == 2);  // epoch 3 never runs
+    CHECK(r.finetune.stopped == (epochs == 2 ? std::string("epochs") : std::string("early stop after epoch 2")));
+  }
+}
