@@ -66,13 +66,17 @@ std::string lm_table(const std::vector<LmRunSummary>& runs) {
       std::snprintf(g, sizeof g, "%+.2f", r.val_ppl - base->val_ppl);
       gap = g;
     }
-    if (std::isfinite(r.val_ppl))
-      std::snprintf(line, sizeof line, "%-14s %10.2f %9.4f %10s %10lld %8lld %9.0f  ", name.c_str(), r.val_ppl,
-                    r.val_loss, gap.c_str(), static_cast<long long>(r.params), static_cast<long long>(r.steps),
-                    r.tokens_per_second);
-    else
-      std::snprintf(line, sizeof line, "%-14s %10s %9s %10s %10lld %8lld %9s  ", name.c_str(), "-", "-", "-",
-                    static_cast<long long>(r.params), static_cast<long long>(r.steps), "-");
+    // A finite loss whose exp overflows (a run that learned nothing, lr far too high) still shows
+    // its loss; only a run without a finite loss shows dashes.
+    char ppl[32] = "-", loss[32] = "-", tps[32] = "-";
+    if (std::isfinite(r.val_ppl)) std::snprintf(ppl, sizeof ppl, "%.2f", r.val_ppl);
+    else if (std::isfinite(r.val_loss)) std::snprintf(ppl, sizeof ppl, "overflow");
+    if (std::isfinite(r.val_loss)) {
+      std::snprintf(loss, sizeof loss, "%.4f", r.val_loss);
+      std::snprintf(tps, sizeof tps, "%.0f", r.tokens_per_second);
+    }
+    std::snprintf(line, sizeof line, "%-14s %10s %9s %10s %10lld %8lld %9s  ", name.c_str(), ppl, loss, gap.c_str(),
+                  static_cast<long long>(r.params), static_cast<long long>(r.steps), tps);
     os << line << r.status << "\n";
   }
   return os.str();

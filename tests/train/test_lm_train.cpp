@@ -11,6 +11,7 @@
 
 #include "autograd/grad_mode.h"
 #include "autograd/ops/nn.h"
+#include "experiments/lm/lm_report.h"
 #include "autograd/ops/reduce.h"
 #include "autograd/ops/shape.h"
 #include "core/generator.h"
@@ -376,4 +377,18 @@ TEST_CASE("train_lm: a checkpoint of the loop before the Trainer resumes to the 
   b.resume = true;
   CHECK_THROWS_WITH_AS(train::train_language_model(b, d.train, d.valid, *comm),
                        doctest::Contains("metadata lacks 'lm.state' and 'trainer.state'"), Error);
+}
+
+TEST_CASE("lm table: a finite loss whose perplexity overflows shows its loss; no finite loss shows dashes") {
+  hh::train::LmRunSummary big, none;
+  big.attention = hh::nn::Mixer::softmax();
+  big.status = "ok";
+  big.val_loss = 994.4717;
+  big.val_ppl = std::exp(994.4717);  // inf
+  big.tokens_per_second = 1000;
+  none.attention = hh::nn::parse_mixer("hedgehog", "test");
+  none.status = "diverged at step 3";
+  const std::string t = hh::train::lm_table({big, none});
+  CHECK(t.find("overflow  994.4717") != std::string::npos);
+  CHECK(t.find("hedgehog                -         -") != std::string::npos);
 }
