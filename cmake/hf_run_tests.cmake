@@ -42,6 +42,13 @@ set_tests_properties(hf_run_embed_file PROPERTIES PASS_REGULAR_EXPRESSION
 add_test(NAME hf_run_hidden_states COMMAND hf_run --model ${HF}/gpt2-tiny --ids 5,17,99 --max-new-tokens 1
          --hidden-states)
 set_tests_properties(hf_run_hidden_states PROPERTIES PASS_REGULAR_EXPRESSION "last hidden state \\(1, 3, 40\\)")
+add_test(NAME hf_run_hidden_states_bert COMMAND hf_run --model ${HF}/bert-tiny-tok --text "A gripping, well-made film."
+         --hidden-states)
+set_tests_properties(hf_run_hidden_states_bert PROPERTIES PASS_REGULAR_EXPRESSION
+                     "POSITIVE.*last hidden state \\(1, [0-9]+, 16\\)")
+add_test(NAME hf_run_hidden_states_vit COMMAND hf_run --model ${HF}/vit-tiny --image ${HF}/vit-tiny/image.png
+         --hidden-states)
+set_tests_properties(hf_run_hidden_states_vit PROPERTIES PASS_REGULAR_EXPRESSION "last hidden state \\(1, 26, [0-9]+\\)")
 # Pairs: the arguments (one string, split like a shell line) and a fragment of the expected error.
 set(HF_RUN_BAD
     "--ids 1" "no model folder"
