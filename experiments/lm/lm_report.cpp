@@ -69,7 +69,7 @@ std::string lm_table(const std::vector<LmRunSummary>& runs) {
     // A finite loss whose exp overflows (a run that learned nothing, lr far too high) still shows
     // its loss; only a run without a finite loss shows dashes.
     char ppl[32] = "-", loss[32] = "-", tps[32] = "-";
-    if (std::isfinite(r.val_ppl)) std::snprintf(ppl, sizeof ppl, "%.2f", r.val_ppl);
+    if (std::isfinite(r.val_ppl)) std::snprintf(ppl, sizeof ppl, r.val_ppl < 1e6 ? "%.2f" : "%.3e", r.val_ppl);
     else if (std::isfinite(r.val_loss)) std::snprintf(ppl, sizeof ppl, "overflow");
     if (std::isfinite(r.val_loss)) {
       std::snprintf(loss, sizeof loss, "%.4f", r.val_loss);

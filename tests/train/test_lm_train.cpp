@@ -391,4 +391,7 @@ TEST_CASE("lm table: a finite loss whose perplexity overflows shows its loss; no
   const std::string t = hh::train::lm_table({big, none});
   CHECK(t.find("overflow  994.4717") != std::string::npos);
   CHECK(t.find("hedgehog                -         -") != std::string::npos);
+  big.val_loss = 554.7083;  // exp is finite but has 31 digits: shown in scientific notation
+  big.val_ppl = std::exp(554.7083);
+  CHECK(hh::train::lm_table({big}).find(" 8.068e+240  554.7083") != std::string::npos);
 }
