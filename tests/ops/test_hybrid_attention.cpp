@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/memory.h"
@@ -232,12 +233,17 @@ std::vector<Tensor> leaves(const std::vector<Tensor>& base) {
 }  // namespace
 
 TEST_CASE("hybrid attention: chunked and recurrent equal the quadratic reference (f64, values and gradients)") {
-  const int64_t B = 2, H = 2, L = 37, D = 4, Dv = 3, F = 5;
+  // L = 37 is a multiple of no chunk but 1; L = 32 of 1, 2, 8, 16. W = L and W = 100 > L leave no
+  // linear key.
+  const int64_t B = 2, H = 2, D = 4, Dv = 3, F = 5;
   double worst_chunked = 0, worst_step = 0;
   std::vector<double> worst_grad(7, 0.0);  // per input: q, k, v, pq, pk, wf, lf
-  for (int64_t W : {int64_t{1}, int64_t{3}, int64_t{16}, int64_t{37}, int64_t{100}})
+  const std::vector<std::pair<int64_t, int64_t>> cases{{37, 1}, {37, 3}, {37, 16}, {37, 37}, {37, 100},
+                                                      {32, 1}, {32, 3}, {32, 16}, {32, 32}, {32, 100}};
+  for (const auto& lw : cases)
     for (bool masked : {false, true}) {
-      Generator g(static_cast<uint64_t>(100 + W));
+      const int64_t L = lw.first, W = lw.second;
+      Generator g(static_cast<uint64_t>(100 * L + W));
       const std::vector<Tensor> base = hybrid_inputs(g, DType::f64, B, H, L, D, Dv, F);
       const Tensor wy = uniform({B, H, L, Dv}, -1, 1, g, {DType::f64});
       const Tensor mask = masked ? test_mask(B, L) : Tensor();
@@ -247,12 +253,12 @@ TEST_CASE("hybrid attention: chunked and recurrent equal the quadratic reference
       if (!masked) {
         NoGradGuard ng;
         const double e = rel_err(run_steps(base, W), yq);
-        INFO("recurrent, W = " << W);
+        INFO("recurrent, L = " << L << ", W = " << W);
         CHECK(e <= 1e-10);
         worst_step = std::max(worst_step, e);
       }
       for (int64_t chunk : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{5}, int64_t{8}, int64_t{16}, int64_t{64}}) {
-        INFO("W = " << W << ", chunk = " << chunk << std::string(masked ? ", key mask" : ""));
+        INFO("L = " << L << ", W = " << W << ", chunk = " << chunk << std::string(masked ? ", key mask" : ""));
         std::vector<Tensor> xc = leaves(base);
         Tensor yc = hybrid_attention_chunked(xc[0], xc[1], xc[2], xc[3], xc[4], xc[5], xc[6], W, -1, mask, chunk);
         const double e = rel_err(yc, yq);
