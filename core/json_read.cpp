@@ -1,4 +1,4 @@
-#include "core/json_read.h"
+#include "core/internal/json_read.h"
 
 #include "core/error.h"
 

@@ -3,7 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/json_read.h"
+#include "core/internal/json_read.h"
 #include "tests/op_table.h"
 
 namespace hh::test {

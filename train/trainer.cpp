@@ -15,7 +15,7 @@
 
 #include "autograd/ops.h"
 #include "core/error.h"
-#include "core/json_read.h"
+#include "core/internal/json_read.h"
 #include "train/checkpoint.h"
 
 namespace hh::train {

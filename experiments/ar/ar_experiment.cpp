@@ -8,7 +8,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "core/json_read.h"
+#include "core/internal/json_read.h"
 #include "core/progress.h"
 #include "data/batching.h"
 #include "nn/diagnostics.h"

@@ -14,7 +14,7 @@
 #include "autograd/ops/nn.h"
 #include "autograd/ops/shape.h"
 #include "core/error.h"
-#include "core/json_read.h"
+#include "core/internal/json_read.h"
 #include "core/progress.h"
 #include "core/safetensors.h"
 #include "data/text_corpus.h"

@@ -1,6 +1,7 @@
 // Integers read from JSON that came from a file (checkpoint metadata, results.json): nlohmann's
 // get<int64_t>() casts a float (1e300: undefined behaviour; 1.5: silently 1), so a count or a step
-// is checked to be a JSON integer within int64 first.
+// is checked to be a JSON integer within int64 first. Private to the library (core/internal/ is not
+// installed): installed headers carry no nlohmann dependency.
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>
