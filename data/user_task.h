@@ -9,6 +9,7 @@
 // (integers in numeric order, names in sorted order; accuracy, plus F1 when there are two). A dev
 // label train never had is an error. Every error names the file and the 1-based line.
 #pragma once
+#include <cstdint>
 #include <string>
 #include <vector>
 
