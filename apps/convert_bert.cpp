@@ -85,6 +85,19 @@ void declare_app_flags(apps::Flags& f) {
   f.add("skip-malformed", "false", "skip malformed TSV rows (counted) instead of failing", true);
 }
 
+// The threads, the output folder and --model checked; the options every model of the run loads with.
+nn::HFModelOptions start_run(const apps::ConversionRun& opts, const train::ConvertConfig& cfg,
+                             const std::string& model_dir) {
+  set_num_threads(opts.threads);
+  train::check_output_folder(opts.out);
+  std::error_code ec;
+  HH_CHECK(std::filesystem::is_directory(model_dir, ec), "--model: ", model_dir, " is not a folder");
+  nn::HFModelOptions mo;
+  mo.device = opts.device;
+  mo.seed = cfg.seed;
+  return mo;
+}
+
 // --task embed: the teacher's pooled embeddings on raw text are the targets (convert_embed.h).
 int run_embed(const apps::Flags& f, const std::string& model_dir, const std::string& data_path) {
   const train::ConvertConfig cfg = apps::conversion_config(f);
@@ -101,13 +114,7 @@ int run_embed(const apps::Flags& f, const std::string& model_dir, const std::str
   tc.batch = opts.batch;
   tc.seed = cfg.seed;
   tc.device = opts.device;
-  set_num_threads(opts.threads);
-  nn::HFModelOptions mo;
-  mo.device = opts.device;
-  mo.seed = cfg.seed;
-  train::check_output_folder(out);
-  std::error_code ec;
-  HH_CHECK(std::filesystem::is_directory(model_dir, ec), "--model: ", model_dir, " is not a folder");
+  nn::HFModelOptions mo = start_run(opts, cfg, model_dir);
   check_regular_file(data_path, "--data");
 
   std::shared_ptr<nn::HFModel> teacher_model = nn::load_hf_model(model_dir, mo);
@@ -202,15 +209,10 @@ int run(int argc, char** argv) {
   dc.seed = cfg.seed;
   const int64_t teacher_epochs = f.integer("teacher-epochs", 1, 1000);
   const double teacher_lr = f.number("teacher-lr", 1e-9, 1.0);
-  set_num_threads(opts.threads);
-  nn::HFModelOptions mo;
-  mo.device = opts.device;
-  mo.seed = cfg.seed;
-  train::check_output_folder(out);
+  nn::HFModelOptions mo = start_run(opts, cfg, model_dir);
 
   // ---- the model, tokenizer and data, read and checked before any training ----
   std::error_code ec;
-  HH_CHECK(std::filesystem::is_directory(model_dir, ec), "--model: ", model_dir, " is not a folder");
   HH_CHECK(std::filesystem::is_directory(data_dir, ec), "--data: ", data_dir, " is not a folder");
   mo.mixer = nn::Mixer::softmax();
   std::shared_ptr<nn::HFModel> base = nn::load_hf_model(model_dir, mo);
