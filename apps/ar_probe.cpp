@@ -84,7 +84,8 @@ int64_t feature_cost(const train::ArRunConfig& c, int64_t seq_len) {
   fc.heads = c.model.heads;
   fc.head_dim = c.model.head_dim;
   Generator gen(0);
-  return nn::make_feature_map(fc, {gen, Device::cpu()})->feature_dim();
+  const int64_t F = nn::make_feature_map(fc, {gen, Device::cpu()})->feature_dim();
+  return c.mixer.is_hybrid() ? F + std::min(c.model.attention.window, seq_len) : F;  // the window's scores too
 }
 
 // Bytes of memory this process can still use: MemAvailable of /proc/meminfo (sysconf's free pages
@@ -193,6 +194,7 @@ int run(int argc, char** argv) {
         "                       (default: false; paper preset: true)", true);
   f.add("temperature", "1", "temperature for exp / hedgehog-exp when not given as exp:T");
   f.add("chunk", "64", "chunk size of the chunked causal linear form");
+  f.add("window", "64", "sliding-window size of the hybrid-<map> mixers");
   apps::CommonFlagSpec common;
   common.seed_help = "seed for data and initialization";
   common.threads_default = "";
@@ -252,6 +254,7 @@ int run(int argc, char** argv) {
   m.pre_ln = true;
   m.max_len = data_cfg.seq_len;
   m.attention.chunk = f.integer("chunk", 1, 1 << 20);
+  m.attention.window = f.integer("window", 1, 1 << 30);
   m.attention.form = nn::LinearForm::chunked;
   m.attention.feature_map.feature_dim = f.integer("feature-dim", 0, 1 << 20);
   m.attention.feature_map.untied = f.boolean("untied");

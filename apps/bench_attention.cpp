@@ -290,6 +290,8 @@ int run_attention(const apps::Flags& f, Device device, json& out) {
   for (const nn::Mixer& map : maps) {
     std::shared_ptr<nn::FeatureMap> fm;
     std::vector<std::string> map_forms{"softmax"};
+    HH_CHECK(!map.is_hybrid(), "--maps: '", nn::name(map), "': the form benchmark times softmax and the linear forms; ",
+             "a hybrid mixer is not one of them");
     if (map.is_linear()) {
       nn::FeatureMapConfig fc;
       fc.name = map.feature_map();

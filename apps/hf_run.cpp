@@ -391,8 +391,10 @@ int run(int argc, char** argv) {
   f.add("normalize", "folder", "embed: folder (a Normalize module in modules.json), true or false");
   f.add("batch", "32", "embed: texts per forward");
   f.add("hidden-states", "false", "also the last hidden state of the one input (hidden_states.npy with --out)", true);
-  f.add("mixer", "softmax", "attention of every layer: softmax, or a feature map (hedgehog, taylor, ...)");
+  f.add("mixer", "softmax", "attention of every layer: softmax, a feature map (hedgehog, taylor, ...), or\n"
+        "                       hybrid-<map> (sliding softmax window + linear attention, causal models)");
   f.add("form", "chunked", "linear mixers: chunked, quadratic, noncausal or recurrent");
+  f.add("window", "64", "hybrid-<map> mixers: the sliding window size");
   apps::CommonFlagSpec common;
   common.seed_help = "decoders: sampling seed";
   common.out = true;
@@ -413,6 +415,7 @@ int run(int argc, char** argv) {
   nn::HFModelOptions opt;
   opt.mixer = nn::parse_mixer(f.str("mixer"), "--mixer");
   opt.form = nn::parse_linear_form(f.str("form"));
+  opt.window = f.integer("window", 1, 1 << 30);
   const apps::CommonFlags c = apps::read_common_flags(f, common);
   opt.device = c.device;
   const Precision precision = c.precision;

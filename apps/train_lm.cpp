@@ -153,6 +153,7 @@ void add_train_flags(apps::Flags& f, const TrainPreset& p) {
   f.add("context", std::to_string(p.context), "training window in tokens");
   f.add("form", "chunked", "linear attention form: chunked, recurrent or quadratic");
   f.add("chunk", "64", "chunk size of the chunked form");
+  f.add("window", "64", "sliding-window size of the hybrid-<map> mixers");
   f.add("feature-dim", "0", "feature dimension of hedgehog / t2r (0 = head dim) or performer (0 = 256)");
   f.add("map-temperature", "1", "exp / hedgehog temperature");
   f.add("batch", std::to_string(p.batch), "sequences per optimizer step (over every rank and micro-batch)");
@@ -254,6 +255,7 @@ int train_cmd(int argc, char** argv) {
                                                 : std::max(base.context, base.eval_context);
   base.attention.form = nn::parse_linear_form(f.str("form"));
   base.attention.chunk = f.integer("chunk", 1, 1 << 16);
+  base.attention.window = f.integer("window", 1, 1 << 30);
   base.attention.feature_map.feature_dim = f.integer("feature-dim", 0, 1 << 16);
   base.attention.feature_map.temperature = f.number("map-temperature", 1e-6, 1e6);
   base.batch = f.integer("batch", 1, 1 << 20);

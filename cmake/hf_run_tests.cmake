@@ -13,6 +13,11 @@ set_tests_properties(hf_run_llama_greedy PROPERTIES PASS_REGULAR_EXPRESSION
 add_test(NAME hf_run_llama_linear COMMAND hf_run --model ${HF}/llama-tiny-f16 --ids 1,15,27 --mixer hedgehog
          --form recurrent --max-new-tokens 5 --top-k 10 --top-p 0.9 --seed 3)
 set_tests_properties(hf_run_llama_linear PROPERTIES PASS_REGULAR_EXPRESSION "generated ids: \\[[0-9]+,[0-9]+,[0-9]+,[0-9]+,[0-9]+\\]")
+# LoLCATs' hybrid (sliding window of 4 + hedgehog linear attention) on GPT-2: forward and greedy decoding.
+add_test(NAME hf_run_gpt2_hybrid COMMAND hf_run --model ${HF}/gpt2-tiny --ids 5,17,99,42,8,3 --mixer hybrid-hedgehog
+         --window 4 --temperature 0 --max-new-tokens 6)
+set_tests_properties(hf_run_gpt2_hybrid PROPERTIES PASS_REGULAR_EXPRESSION
+                     "generated ids: \\[[0-9]+,[0-9]+,[0-9]+,[0-9]+,[0-9]+,[0-9]+\\]")
 add_test(NAME hf_run_vit_image COMMAND hf_run --model ${HF}/vit-tiny --image ${HF}/vit-tiny/image.png
          --out ${CMAKE_CURRENT_BINARY_DIR}/hf_run_vit)
 set_tests_properties(hf_run_vit_image PROPERTIES PASS_REGULAR_EXPRESSION "LABEL_4 +\\+0\\.5074")
@@ -54,6 +59,8 @@ set(HF_RUN_BAD
     "--ids 1" "no model folder"
     "--model /nonexistent/hh --ids 1" "/nonexistent/hh"
     "--model ${HF}/gpt2-tiny --ids 1 --mixer nope" "--mixer: unknown attention 'nope'"
+    "--model ${HF}/gpt2-tiny --ids 1 --mixer hybrid-hedgehog --window 0" "--window"
+    "--model ${HF}/bert-tiny --ids 2,17,3 --mixer hybrid-elu" "mixer 'hybrid-elu' is causal only"
     "--model ${HF}/gpt2-tiny --ids 1,x" "'x' is not a token id"
     "--model ${HF}/gpt2-tiny --ids 1 --max-new-tokens 40" "exceeds the model's 32 positions"
     "--model ${HF}/gpt2-tiny --ids 500" "outside the model's vocabulary of 101"

@@ -125,6 +125,11 @@ AttentionMixer::AttentionMixer(MixerConfig c, std::shared_ptr<FeatureMap> fm) : 
   HH_CHECK(cfg.chunk > 0, "attention: chunk must be positive, got ", cfg.chunk);
   HH_CHECK(cfg.mixer.is_softmax() == (feature_map == nullptr), "attention: mixer '", name(cfg.mixer),
            "' needs ", feature_map ? "no feature map" : "a feature map");
+  if (cfg.mixer.is_hybrid()) {
+    HH_CHECK(cfg.window >= 1, "attention: mixer '", name(cfg.mixer), "': window must be >= 1, got ", cfg.window);
+    HH_CHECK(std::dynamic_pointer_cast<HybridFeatureMap>(feature_map) != nullptr, "attention: mixer '",
+             name(cfg.mixer), "' needs a hybrid feature map (make_mixer_feature_map), got '", feature_map->name(), "'");
+  }
 }
 
 std::shared_ptr<FeatureMap> make_mixer_feature_map(const Mixer& mixer, FeatureMapConfig fc, int64_t heads,
@@ -134,7 +139,9 @@ std::shared_ptr<FeatureMap> make_mixer_feature_map(const Mixer& mixer, FeatureMa
   fc.name = mixer.feature_map();
   fc.heads = heads;
   fc.head_dim = head_dim;
-  return make_feature_map(fc, init);
+  std::shared_ptr<FeatureMap> map = make_feature_map(fc, init);
+  if (mixer.is_hybrid()) return std::make_shared<HybridFeatureMap>(std::move(map), heads, init);
+  return map;
 }
 
 Tensor AttentionMixer::forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
@@ -144,6 +151,17 @@ Tensor AttentionMixer::forward(const Tensor& q, const Tensor& k, const Tensor& v
   Tensor y;  // (B,H,L,Dv)
   if (!feature_map) {
     y = softmax_attention(q, k, v, cfg.causal, key_mask, trace && trace->weights ? &tr.weights : nullptr);
+  } else if (cfg.mixer.is_hybrid()) {
+    HH_CHECK(cfg.causal, "attention: mixer '", name(cfg.mixer), "' is causal only (a sliding window over past keys)");
+    const auto& hm = static_cast<const HybridFeatureMap&>(*feature_map);
+    FeatureContext ctx{0, L, key_mask};
+    const DType dt = q.dtype();
+    Tensor pq = feature_map->forward(q, true, ctx).to(dt), pk = feature_map->forward(k, false, ctx).to(dt);
+    Tensor wf = hm.window_weight(dt), lf = hm.linear_weight(dt);
+    if (trace && (trace->weights || trace->teacher))
+      y = hybrid_attention_quadratic(q, k, v, pq, pk, wf, lf, cfg.window, -1, key_mask, &tr.weights);
+    else
+      y = hybrid_attention_chunked(q, k, v, pq, pk, wf, lf, cfg.window, -1, key_mask, cfg.chunk);
   } else {
     FeatureContext ctx{0, L, key_mask};  // padded keys: see FeatureContext::key_mask
     Tensor pq = feature_map->forward(q, true, ctx), pk = feature_map->forward(k, false, ctx);
@@ -179,6 +197,8 @@ Tensor AttentionMixer::forward(const Tensor& q, const Tensor& k, const Tensor& v
 
 Tensor AttentionMixer::linear_step(const Tensor& q, const Tensor& k, const Tensor& v, RecurrentState& state) const {
   HH_CHECK(feature_map != nullptr, "attention: recurrent decoding needs a linear (feature-map) mixer, not softmax");
+  HH_CHECK(!cfg.mixer.is_hybrid(), "attention: mixer '", name(cfg.mixer),
+           "' decodes with AttentionMixer::step and a DecodeCache, not the linear recurrent state");
   HH_CHECK(cfg.causal, "attention: recurrent decoding needs a causal model");
   FeatureContext ctx{state.pos, 0};
   Tensor pq = feature_map->forward(q, true, ctx), pk = feature_map->forward(k, false, ctx);
@@ -188,6 +208,17 @@ Tensor AttentionMixer::linear_step(const Tensor& q, const Tensor& k, const Tenso
 Tensor AttentionMixer::step(const Tensor& q, const Tensor& k, const Tensor& v, DecodeCache& cache) const {
   HH_CHECK(q.dim() == 4 && q.size(2) == 1 && k.size(2) == 1 && v.size(2) == 1,
            "attention step: expected one token q, k, v (B,H,1,D), got ", q.shape(), ", ", k.shape(), ", ", v.shape());
+  if (cfg.mixer.is_hybrid()) {
+    HH_CHECK(cfg.causal, "attention step: mixer '", name(cfg.mixer), "' is causal only");
+    if (cache.hybrid.tokens == 0) cache.hybrid = HybridDecodeState(cfg.window);
+    HH_CHECK(cache.hybrid.window == cfg.window, "attention step: the cache's window ", cache.hybrid.window,
+             " is not the mixer's ", cfg.window);
+    const auto& hm = static_cast<const HybridFeatureMap&>(*feature_map);
+    FeatureContext ctx{cache.hybrid.tokens, 0};
+    const DType dt = q.dtype();
+    Tensor pq = feature_map->forward(q, true, ctx).to(dt), pk = feature_map->forward(k, false, ctx).to(dt);
+    return hybrid_attention_step(cache.hybrid, q, k, v, pq, pk, hm.window_weight(dt), hm.linear_weight(dt));
+  }
   if (feature_map) return linear_step(q, k, v, cache.linear);
   HH_CHECK(cfg.causal, "attention step: decoding needs a causal model");
   cache.k = cache.k.defined() ? cat({cache.k, k}, 2) : k;  // (B,H,T,D)
@@ -207,7 +238,7 @@ Attention::Attention(const AttentionConfig& c, Init init) : cfg(c) {
   o_proj = register_module("o_proj", std::make_shared<Linear>(inner, c.dim, c.bias, init));
   if (c.mixer.is_linear())
     feature_map = register_module("feature_map", make_mixer_feature_map(c.mixer, c.feature_map, c.heads, c.head_dim, init));
-  mixer = AttentionMixer(MixerConfig{c.mixer, c.causal, c.form, c.chunk, c.eps}, feature_map);
+  mixer = AttentionMixer(MixerConfig{c.mixer, c.causal, c.form, c.chunk, c.eps, c.window}, feature_map);
 }
 
 void Attention::project(const Tensor& x, int64_t pos_offset, Tensor& q, Tensor& k, Tensor& v) const {

@@ -1,12 +1,14 @@
-// Attention with a pluggable mixer: softmax (causal or bidirectional, padding mask) or linear
+// Attention with a pluggable mixer: softmax (causal or bidirectional, padding mask), linear
 // attention with a FeatureMap in one of four forms: quadratic (weights materialized), chunked
-// causal (fused op, the training path), non-causal, and recurrent (O(1) state per step).
+// causal (fused op, the training path), non-causal, and recurrent (O(1) state per step), or the
+// causal hybrid of a sliding softmax window and linear attention (autograd/ops/hybrid_attention.h).
 #pragma once
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "autograd/ops/hybrid_attention.h"
 #include "nn/feature_maps.h"
 #include "nn/layers.h"
 #include "nn/mixer.h"
@@ -25,6 +27,7 @@ struct AttentionConfig {
   LinearForm form = LinearForm::chunked;  // for linear mixers; causal=false forces noncausal/quadratic
   int64_t chunk = 64;
   double eps = 1e-6;
+  int64_t window = 64;  // hybrid mixers: the sliding window W
   bool rope = false;
   double rope_theta = 10000.0;
   bool bias = false;
@@ -81,20 +84,27 @@ struct MixerConfig {
   LinearForm form = LinearForm::chunked;  // linear mixers; causal=false uses noncausal/quadratic
   int64_t chunk = 64;
   double eps = 1e-6;
+  // Hybrid mixers (causal only): softmax over the last `window` keys, linear attention with the
+  // feature map over the keys before them; the chunked op (chunk = `chunk`) unless weights are asked.
+  int64_t window = 64;
 };
 
 // Decoding state of one layer: softmax keeps its keys/values (a KV cache), a linear mixer its O(1)
-// recurrent state.
+// recurrent state, a hybrid its window ring plus the linear state of the keys that left it.
 struct DecodeCache {
-  Tensor k, v;           // (B,H,T,D) softmax: every key/value so far
-  RecurrentState linear; // linear mixers
-  int64_t pos() const { return k.defined() ? k.size(2) : linear.pos; }  // tokens seen
+  Tensor k, v;               // (B,H,T,D) softmax: every key/value so far
+  RecurrentState linear;     // linear mixers
+  HybridDecodeState hybrid;  // hybrid mixers (its window is set by the first step)
+  int64_t pos() const {      // tokens seen
+    return k.defined() ? k.size(2) : (hybrid.tokens > 0 ? hybrid.tokens : linear.pos);
+  }
 };
 
 class AttentionMixer {
  public:
   AttentionMixer() = default;
-  // feature_map: null for softmax; for a linear mixer, built with make_mixer_feature_map.
+  // feature_map: null for softmax; for a linear or hybrid mixer, built with make_mixer_feature_map
+  // (a HybridFeatureMap for a hybrid).
   AttentionMixer(MixerConfig cfg, std::shared_ptr<FeatureMap> feature_map);
   // q, k (B,H,L,D), v (B,H,L,Dv) -> (B,H,L,Dv). key_mask (B,L) bool (true = real token) or undefined.
   // trace (may be null) gets this layer's AttentionTrace appended.
@@ -104,13 +114,16 @@ class AttentionMixer {
   Tensor step(const Tensor& q, const Tensor& k, const Tensor& v, DecodeCache& cache) const;
   // The linear recurrent step alone (what nn::Attention::step uses).
   Tensor linear_step(const Tensor& q, const Tensor& k, const Tensor& v, RecurrentState& state) const;
+  // Has a feature map (linear or hybrid; see Mixer::is_linear).
   bool is_linear() const { return feature_map != nullptr; }
+  bool is_hybrid() const { return cfg.mixer.is_hybrid(); }
 
   MixerConfig cfg;
   std::shared_ptr<FeatureMap> feature_map;
 };
 
-// The feature map of a mixer (null for softmax): fc with name/heads/head_dim set from the arguments.
+// The feature map of a mixer (null for softmax): fc with name/heads/head_dim set from the arguments;
+// for a hybrid, a HybridFeatureMap around that map (window factors init 0).
 std::shared_ptr<FeatureMap> make_mixer_feature_map(const Mixer& mixer, FeatureMapConfig fc, int64_t heads,
                                                    int64_t head_dim, Init init);
 
@@ -119,7 +132,8 @@ class Attention : public Module {
   Attention(const AttentionConfig& cfg, Init init);
   // x (B,L,C) -> (B,L,C). key_mask (B,L) bool (true = real token) or undefined.
   Tensor forward(const Tensor& x, const Tensor& key_mask = Tensor(), TraceRequest* trace = nullptr);
-  // Decoding: x (B,1,C), state carried across calls (linear mixers only).
+  // Decoding: x (B,1,C), state carried across calls (linear mixers only; a hybrid decodes through
+  // AttentionMixer::step with a DecodeCache).
   Tensor step(const Tensor& x, RecurrentState& state);
   bool is_linear() const { return feature_map != nullptr; }
   void on_optimizer_step() {

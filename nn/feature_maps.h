@@ -57,6 +57,27 @@ class FeatureMap : public Module {
 };
 
 std::shared_ptr<FeatureMap> make_feature_map(const FeatureMapConfig& cfg, Init init);
+
+// The feature map of a hybrid mixer (LoLCATs' sliding window + linear attention): the linear
+// part's map as child "map" and the per-head window factor p ("window_factor", (H), init 0),
+// whose sigmoid weighs the window's softmax terms (wf = sigmoid(p), lf = 1). Both sit under the
+// attention's "feature_map" child, so they are the new weights of a converted model. forward is
+// the inner map's.
+class HybridFeatureMap : public FeatureMap {
+ public:
+  HybridFeatureMap(std::shared_ptr<FeatureMap> map, int64_t heads, Init init);
+  Tensor forward(const Tensor& x, bool is_query, const FeatureContext& ctx) override {
+    return map->forward(x, is_query, ctx);
+  }
+  int64_t feature_dim() const override { return map->feature_dim(); }
+  void on_step() override { map->on_step(); }
+  // wf = sigmoid(window_factor) and lf = 1, (H) each, as `dtype`.
+  Tensor window_weight(DType dtype) const;
+  Tensor linear_weight(DType dtype) const;
+
+  std::shared_ptr<FeatureMap> map;
+  Tensor window_factor;  // (H)
+};
 // Every accepted name, in the order of REFERENCE.md §2 (softmax excluded).
 const std::vector<std::string>& feature_map_names();
 bool is_feature_map_name(const std::string& name);

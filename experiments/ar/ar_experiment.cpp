@@ -81,7 +81,7 @@ ArEval ar_evaluate(nn::DecoderLM& model, const ArSplit& split, int64_t batch, De
 std::string ar_label(const nn::Mixer& mixer, double t) {
   if (mixer.feature_map() != "exp") return nn::name(mixer);  // only exp takes a temperature (REFERENCE.md §2)
   char buf[64];
-  std::snprintf(buf, sizeof buf, "%s (t=%g)", mixer.feature_map().c_str(), t);
+  std::snprintf(buf, sizeof buf, "%s (t=%g)", nn::name(mixer).c_str(), t);
   return buf;
 }
 
@@ -107,6 +107,7 @@ std::string ar_run_fingerprint(const ArDataset& data, const ArRunConfig& cfg) {
       {"seed", cfg.seed}, {"device", cfg.device.str()}, {"diverge_factor", cfg.diverge_factor},
       {"diverge_steps", cfg.diverge_steps}};
   if (cfg.precision != Precision::f32) j["precision"] = precision_name(cfg.precision);  // f32 runs keep their fingerprint
+  if (cfg.mixer.is_hybrid()) j["model"]["window"] = a.window;  // only hybrids: other runs keep their fingerprint
   return j.dump();
 }
 

@@ -205,6 +205,7 @@ std::string lm_run_fingerprint(const LmTrainConfig& c) {
             {"weight_decay", c.weight_decay}, {"betas", {c.beta1, c.beta2}}, {"adam_eps", c.adam_eps},
             {"grad_clip", c.grad_clip}, {"seed", c.seed}, {"data", c.data_fingerprint}};
   if (c.precision != Precision::f32) j["precision"] = precision_name(c.precision);  // f32 runs keep their fingerprint
+  if (c.attention.mixer.is_hybrid()) j["attention"]["window"] = c.attention.window;  // only hybrids: others unchanged
   return j.dump();
 }
 

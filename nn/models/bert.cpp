@@ -87,7 +87,7 @@ EncoderSelfAttention::EncoderSelfAttention(int64_t hidden, int64_t h, bool bias,
                                                                          Init{init.gen, init.device, init.dtype}));
   // (The feature map's new weights are always drawn, also when the HF ones are not.)
   // Bidirectional: a linear mixer runs its non-causal form (or the quadratic one when asked).
-  mixer = AttentionMixer(MixerConfig{opts.mixer, false, opts.form, opts.chunk, opts.eps}, feature_map);
+  mixer = AttentionMixer(MixerConfig{opts.mixer, false, opts.form, opts.chunk, opts.eps, opts.window}, feature_map);
 }
 
 Tensor EncoderSelfAttention::forward(const Tensor& x, const Tensor& key_mask, TraceRequest* trace) const {

@@ -58,7 +58,9 @@ GPT2Config GPT2Config::from_hf(const HFConfig& config) {
 }
 
 namespace {
-MixerConfig mixer_config(const HFModelOptions& o) { return MixerConfig{o.mixer, true, o.form, o.chunk, o.eps}; }
+MixerConfig mixer_config(const HFModelOptions& o) {
+  return MixerConfig{o.mixer, true, o.form, o.chunk, o.eps, o.window};
+}
 }  // namespace
 
 GPT2Attention::GPT2Attention(const GPT2Config& c, const HFModelOptions& o, Init init)

@@ -59,6 +59,7 @@ std::string config_with_hedgehog_section(const std::string& config_json, const s
                             {"taylor_packed", f.taylor_packed},
                             {"cosformer_length", f.cosformer_length},
                             {"seed", f.seed}}}};
+    if (o.mixer.is_hybrid()) config["hedgehog"]["window"] = o.window;  // only hybrids: other sections unchanged
   }
   return config.dump(2) + "\n";
 }
@@ -197,6 +198,8 @@ void apply_hedgehog_section(const HFConfig& config, HFModelOptions& options) {
   options.chunk = h.get_int("chunk", options.chunk);
   HH_CHECK(options.chunk >= 1, "hf: ", h.origin(), ": chunk must be >= 1");
   options.eps = h.get_double("eps", options.eps);
+  options.window = h.get_int("window", options.window);
+  HH_CHECK(options.window >= 1, "hf: ", h.origin(), ": window must be >= 1");
   if (h.has("feature_map")) {
     const HFConfig f = h.child("feature_map");
     FeatureMapConfig& fm = options.feature_map;

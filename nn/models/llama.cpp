@@ -98,7 +98,7 @@ LlamaAttention::LlamaAttention(const LlamaConfig& c, const HFModelOptions& o, In
   if (o.mixer.is_linear())
     feature_map =
         register_module("feature_map", make_mixer_feature_map(o.mixer, o.feature_map, heads_, head_dim_, init));
-  mixer = AttentionMixer(MixerConfig{o.mixer, true, o.form, o.chunk, o.eps}, feature_map);
+  mixer = AttentionMixer(MixerConfig{o.mixer, true, o.form, o.chunk, o.eps, o.window}, feature_map);
 }
 
 void LlamaAttention::project(const Tensor& x, int64_t pos, Tensor& q, Tensor& k, Tensor& v) const {
