@@ -119,8 +119,8 @@ const nn::BertConfig* bert_config(const nn::HFModel& m) {
   return nullptr;
 }
 
-Tensor read_pixels(const nn::HFModel& m, const Inputs& in, int64_t size) {
-  (void)m;
+// The --image file as the model folder's preprocessor reads it: (1,3,size,size).
+Tensor read_pixels(const Inputs& in, int64_t size) {
   const std::string pre = in.model_dir + "/preprocessor_config.json";
   ImagePreprocess p = std::filesystem::exists(pre) ? ImagePreprocess::load(pre, size) : ImagePreprocess::defaults(size);
   return unsqueeze(image_to_pixels(read_image(in.image), p), 0);  // (1,3,H,W)
@@ -147,7 +147,7 @@ json run_embed(const nn::HFModel& m, const apps::Flags& f, const Inputs& in, Dev
   NoGradGuard ng;
   if (image) {
     HH_CHECK(!in.image.empty(), m.architecture(), " embeds images: give --image");
-    rows.push_back(nn::pool_hidden(nn::image_encoder_hidden(m, read_pixels(m, in, vit_image_size(m)).to(device)), Tensor(),
+    rows.push_back(nn::pool_hidden(nn::image_encoder_hidden(m, read_pixels(in, vit_image_size(m)).to(device)), Tensor(),
                                    ec.pooling));
   } else {
     const nn::BertConfig* bc = bert_config(m);
@@ -339,7 +339,7 @@ json run_hidden(nn::HFModel& m, const apps::Flags& f, const Inputs& in, Device d
     const BertInputs b = bert_inputs(f, in);
     h = nn::text_encoder_hidden(m, b.ids.to(device), b.types.to(device), b.mask.to(device));
   } else if (vit_image_size(m) > 0) {
-    h = nn::image_encoder_hidden(m, read_pixels(m, in, vit_image_size(m)).to(device));
+    h = nn::image_encoder_hidden(m, read_pixels(in, vit_image_size(m)).to(device));
   }
   HH_CHECK(h.defined(), m.architecture(), ": no hidden states for this architecture");
   h = h.to(DType::f32).to(Device::cpu());
@@ -353,7 +353,7 @@ json run_hidden(nn::HFModel& m, const apps::Flags& f, const Inputs& in, Device d
 }
 
 json run_vit(nn::ViTForImageClassification& vit, const Inputs& in, Device device) {
-  Tensor pixels = read_pixels(vit, in, vit.vit->cfg.image_size);  // (1,3,H,W)
+  Tensor pixels = read_pixels(in, vit.vit->cfg.image_size);  // (1,3,H,W)
   NoGradGuard ng;
   auto t0 = std::chrono::steady_clock::now();
   Tensor logits = vit.forward(pixels.to(device));

@@ -3,6 +3,7 @@
 
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <vector>
 
 #include "autograd/ops.h"
@@ -136,12 +137,14 @@ EmbeddingConfig read_embedding_config(const std::string& folder) {
   }
   const std::string sbert = (fs::path(folder) / "sentence_bert_config.json").string();
   const std::string tok = (fs::path(folder) / "tokenizer_config.json").string();
-  if (fs::exists(sbert) && HFConfig::load(sbert).has("max_seq_length")) {
-    e.max_seq_length = HFConfig::load(sbert).get_positive_int("max_seq_length");
-  } else if (e.from_folder && fs::exists(tok) && HFConfig::load(tok).has("model_max_length")) {
-    // sentence-transformers 5+ keeps the Transformer's max_seq_length here; the transformers
-    // "no limit" sentinel (1e30) is not a length.
-    const double v = HFConfig::load(tok).get_double("model_max_length");
+  const std::optional<HFConfig> sb = fs::exists(sbert) ? std::optional<HFConfig>(HFConfig::load(sbert)) : std::nullopt;
+  if (sb && sb->has("max_seq_length")) {
+    e.max_seq_length = sb->get_positive_int("max_seq_length");
+  } else if (e.from_folder && fs::exists(tok)) {
+    // sentence-transformers 5+ keeps the Transformer's max_seq_length as model_max_length; the
+    // transformers "no limit" sentinel (1e30) is not a length.
+    const HFConfig t = HFConfig::load(tok);
+    const double v = t.has("model_max_length") ? t.get_double("model_max_length") : 0.0;
     if (v >= 1 && v < 1e9) e.max_seq_length = static_cast<int64_t>(v);
   }
   return e;
