@@ -93,9 +93,11 @@ void hybrid_errors(const std::string& op, const std::function<Tensor(const std::
   check_throws([&] { call(x, 0); }, {op, "window", "0"});
 }
 
-OpSpec quadratic_spec(const std::string& variant, Shape dims, int64_t W, bool masked, double scale = -1) {
+// The parts every hybrid spec shares: op and variant, the inputs (a padding mask appended when
+// `masked`) and the plain-loop reference.
+OpSpec base_spec(const char* op, const std::string& variant, Shape dims, int64_t W, bool masked, double scale) {
   OpSpec s;
-  s.op = "hybrid_attention_quadratic";
+  s.op = op;
   s.variant = variant;
   const int64_t B = dims[0], H = dims[1], L = dims[2], D = dims[3], Dv = dims[4], F = dims[5];
   s.inputs = [=](Generator& g, DType t) {
@@ -103,11 +105,16 @@ OpSpec quadratic_spec(const std::string& variant, Shape dims, int64_t W, bool ma
     if (masked) x.push_back(test_mask(B, L));
     return x;
   };
+  s.reference = [=](const std::vector<Host>& in) { return hybrid_ref(in, W, scale); };
+  return s;
+}
+
+OpSpec quadratic_spec(const std::string& variant, Shape dims, int64_t W, bool masked, double scale = -1) {
+  OpSpec s = base_spec("hybrid_attention_quadratic", variant, dims, W, masked, scale);
   s.fn = [=](const std::vector<Tensor>& x) {
     return hybrid_attention_quadratic(x[0], x[1], x[2], x[3], x[4], x[5], x[6], W, scale,
                                       x.size() > 7 ? x[7] : Tensor());
   };
-  s.reference = [=](const std::vector<Host>& in) { return hybrid_ref(in, W, scale); };
   s.errors = [] {
     const char* op = "hybrid_attention_quadratic";
     hybrid_errors(op, [](const std::vector<Tensor>& x, int64_t W) {
@@ -124,20 +131,11 @@ OpSpec quadratic_spec(const std::string& variant, Shape dims, int64_t W, bool ma
 }
 
 OpSpec chunked_spec(const std::string& variant, Shape dims, int64_t W, int64_t chunk, bool masked) {
-  OpSpec s;
-  s.op = "hybrid_attention_chunked";
-  s.variant = variant;
-  const int64_t B = dims[0], H = dims[1], L = dims[2], D = dims[3], Dv = dims[4], F = dims[5];
-  s.inputs = [=](Generator& g, DType t) {
-    std::vector<Tensor> x = hybrid_inputs(g, t, B, H, L, D, Dv, F);
-    if (masked) x.push_back(test_mask(B, L));
-    return x;
-  };
+  OpSpec s = base_spec("hybrid_attention_chunked", variant, dims, W, masked, -1);
   s.fn = [=](const std::vector<Tensor>& x) {
     return hybrid_attention_chunked(x[0], x[1], x[2], x[3], x[4], x[5], x[6], W, -1, x.size() > 7 ? x[7] : Tensor(),
                                     chunk);
   };
-  s.reference = [=](const std::vector<Host>& in) { return hybrid_ref(in, W, -1); };
   s.errors = [] {
     const char* op = "hybrid_attention_chunked";
     hybrid_errors(op, [](const std::vector<Tensor>& x, int64_t W) {
@@ -165,13 +163,8 @@ Tensor run_steps(const std::vector<Tensor>& x, int64_t W, double scale = -1) {
 }
 
 OpSpec step_spec(const std::string& variant, Shape dims, int64_t W) {
-  OpSpec s;
-  s.op = "hybrid_attention_step";
-  s.variant = variant;
-  const int64_t B = dims[0], H = dims[1], L = dims[2], D = dims[3], Dv = dims[4], F = dims[5];
-  s.inputs = [=](Generator& g, DType t) { return hybrid_inputs(g, t, B, H, L, D, Dv, F); };
+  OpSpec s = base_spec("hybrid_attention_step", variant, dims, W, false, -1);
   s.fn = [=](const std::vector<Tensor>& x) { return run_steps(x, W); };
-  s.reference = [=](const std::vector<Host>& in) { return hybrid_ref(in, W, -1); };
   s.differentiable = false;
   s.no_grad_reason = "decoding: runs under NoGradGuard (the chunked and quadratic forms train)";
   s.errors = [] {
