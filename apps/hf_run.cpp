@@ -113,12 +113,6 @@ std::vector<std::string> embed_texts(const Inputs& in) {
   return texts;
 }
 
-const nn::BertConfig* bert_config(const nn::HFModel& m) {
-  if (auto* b = dynamic_cast<const nn::BertModel*>(&m)) return &b->cfg;
-  if (auto* c = dynamic_cast<const nn::BertForSequenceClassification*>(&m)) return &c->bert->cfg;
-  return nullptr;
-}
-
 // The --image file as the model folder's preprocessor reads it: (1,3,size,size).
 Tensor read_pixels(const Inputs& in, int64_t size) {
   const std::string pre = in.model_dir + "/preprocessor_config.json";
@@ -150,15 +144,14 @@ json run_embed(const nn::HFModel& m, const apps::Flags& f, const Inputs& in, Dev
     rows.push_back(nn::pool_hidden(nn::image_encoder_hidden(m, read_pixels(in, vit_image_size(m)).to(device)), Tensor(),
                                    ec.pooling));
   } else {
-    const nn::BertConfig* bc = bert_config(m);
-    HH_CHECK(bc, m.architecture(), ": hf_run embeds with BERT- and ViT-family models");
+    const int64_t positions = nn::text_encoder_max_positions(m);  // 0: not a BERT-family model
+    HH_CHECK(positions > 0, m.architecture(), ": hf_run embeds with BERT- and ViT-family models");
     HH_CHECK(in.ids.empty(), "--task embed takes text (--text, --text-pair, --input), not --ids");
     texts = embed_texts(in);
     auto tok = data::load_tokenizer(in.tokenizer_dir);
     data::BatchOptions bo;
     bo.truncation = true;
-    bo.max_length = ec.max_seq_length > 0 ? std::min(ec.max_seq_length, bc->max_position_embeddings)
-                                          : bc->max_position_embeddings;
+    bo.max_length = ec.max_seq_length > 0 ? std::min(ec.max_seq_length, positions) : positions;
     ProgressOptions po;
     po.label = "embed";
     po.total = static_cast<int64_t>(texts.size());
@@ -335,7 +328,7 @@ json run_hidden(nn::HFModel& m, const apps::Flags& f, const Inputs& in, Device d
     std::unique_ptr<data::Tokenizer> tok;
     const std::vector<int64_t> prompt = decoder_prompt(*lm, in, tok);
     h = lm->hidden(from_vector(prompt, {1, static_cast<int64_t>(prompt.size())}, {DType::i64}).to(device));
-  } else if (bert_config(m)) {
+  } else if (nn::text_encoder_max_positions(m) > 0) {
     const BertInputs b = bert_inputs(f, in);
     h = nn::text_encoder_hidden(m, b.ids.to(device), b.types.to(device), b.mask.to(device));
   } else if (vit_image_size(m) > 0) {
@@ -447,7 +440,7 @@ int run(int argc, char** argv) {
   auto* lm = dynamic_cast<nn::CausalLM*>(model.get());
   auto* bert = dynamic_cast<nn::BertForSequenceClassification*>(model.get());
   auto* vit = dynamic_cast<nn::ViTForImageClassification*>(model.get());
-  const bool encoder = bert_config(*model) || vit_image_size(*model) > 0;
+  const bool encoder = nn::text_encoder_max_positions(*model) > 0 || vit_image_size(*model) > 0;
   Task run_task = task;
   if (run_task == Task::automatic)
     run_task = lm ? Task::generate : (bert || vit) && in.input_file.empty() ? Task::classify : Task::embed;
