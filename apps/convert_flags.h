@@ -113,6 +113,11 @@ inline void add_conversion_flags(Flags& f, const ConversionDefaults& d) {
   f.add("loss", d.loss, "distillation loss: xent (soft cross-entropy; soft-ce is the same) or kl");
   f.add("mean-heads", "false", "average the distillation loss over layers and heads instead of summing", true);
   f.add("output-mse", "0", "weight of the attention-output MSE term in the distillation loss");
+  f.add("transfer", "xent",
+        "stage 1 loss per layer: xent (the weights term of --loss), mse (LoLCATs: the attention outputs' MSE, "
+        "weight --output-mse or 1; no (L,L) matrix) or both");
+  f.add("softmax-layers", "0", "after stage 1, keep this many layers of highest transfer error as softmax");
+  f.add("softmax-layer-list", "", "or keep exactly these layers (0-based comma list) as softmax");
   f.add("finetune-epochs", integer(d.finetune_epochs), "stage 2: maximum epochs of finetuning (0 = none)");
   f.add("lr", num(d.lr), "stage 2: AdamW learning rate");
   f.add("weight-decay", num(d.weight_decay), "stage 2: AdamW weight decay");
@@ -201,9 +206,35 @@ inline train::ConvertConfig conversion_config(const Flags& f) {
   const std::string loss = f.str("loss");
   HH_CHECK(loss == "xent" || loss == "soft-ce" || loss == "kl", "--loss: expected xent (or soft-ce) or kl, got '",
            loss, "'");
+  nn::Transfer transfer = nn::Transfer::xent;
+  try {
+    transfer = nn::parse_transfer(f.str("transfer"));
+  } catch (const Error& e) {
+    fail(str("--transfer: ", e.what()));
+  }
+  const double mse = f.number("output-mse", 0, 1e6);
+  if (transfer == nn::Transfer::xent) {  // --output-mse > 0 adds the MSE term, as before --transfer
+    c.distill.loss.output_mse = mse;
+  } else {
+    c.distill.loss = nn::transfer_options(transfer, mse > 0 ? mse : 1.0);
+  }
   c.distill.loss.kl = loss == "kl";
   c.distill.loss.mean_over_heads = f.boolean("mean-heads");
-  c.distill.loss.output_mse = f.number("output-mse", 0, 1e6);
+  c.distill.softmax_layers = f.integer("softmax-layers", 0, 1 << 20);
+  for (const std::string& s : Flags::split_list(f.str("softmax-layer-list"))) {
+    int64_t l = -1;
+    try {
+      size_t used = 0;
+      l = std::stoll(s, &used);
+      HH_CHECK(used == s.size(), "");
+    } catch (...) {
+      fail(str("--softmax-layer-list: '", s, "' is not a layer number"));
+    }
+    HH_CHECK(l >= 0, "--softmax-layer-list: layer ", l, " is negative");
+    c.distill.softmax_layer_list.push_back(l);
+  }
+  HH_CHECK(c.distill.softmax_layers == 0 || c.distill.softmax_layer_list.empty(),
+           "--softmax-layers and --softmax-layer-list: give one of them");
   c.finetune.epochs = f.integer("finetune-epochs", 0, 100000);
   c.finetune.lr = f.number("lr", 1e-12, 10);
   c.finetune.weight_decay = f.number("weight-decay", 0, 10);
@@ -267,7 +298,7 @@ inline int64_t row_limit(const Flags& f, const std::string& name) {
 // "config" of results and the base of each row's checkpoint fingerprint. An app adds its own
 // (model, data, split sizes). Threads, device, output and reporting flags are not in it.
 inline nlohmann::json conversion_settings(const Flags& f, const train::ConvertConfig& c, const ConversionRun& r) {
-  return {{"preset", f.str("preset")},
+  nlohmann::json s = {{"preset", f.str("preset")},
           {"distill_epochs", c.distill.epochs},
           {"distill_lr", c.distill.lr},
           {"distill_wd", c.distill.weight_decay},
@@ -289,6 +320,11 @@ inline nlohmann::json conversion_settings(const Flags& f, const train::ConvertCo
           {"batch", r.batch},
           {"precision", precision_name(r.precision)},
           {"seed", c.seed}};
+  // Settings added later are written only when set, so earlier runs' fingerprints still match.
+  if (!c.distill.loss.weights) s["transfer"] = "mse";
+  if (c.distill.softmax_layers > 0) s["softmax_layers"] = c.distill.softmax_layers;
+  if (!c.distill.softmax_layer_list.empty()) s["softmax_layer_list"] = c.distill.softmax_layer_list;
+  return s;
 }
 
 // "Hedgehog (untrained)" -> "hedgehog-untrained", "1+ELU" -> "1pluselu": a row's folder name.

@@ -181,13 +181,14 @@ Tensor AttentionMixer::forward(const Tensor& q, const Tensor& k, const Tensor& v
   }
   if (trace) {
     NoGradGuard ng;
-    if (trace->teacher) {  // the softmax teacher sees the same q, k the student maps
+    if (trace->teacher)  // the softmax teacher sees the same q, k the student maps
       tr.teacher = softmax_attention_weights(q.detach(), k.detach(), cfg.causal, key_mask);
-      if (trace->outputs) {
-        tr.teacher_output = matmul(tr.teacher, v.detach());
-        tr.output = y;  // keeps its graph: the output-MSE term trains through it
-      }
+    if (trace->outputs || trace->teacher_forward) {  // without the weights, the fused softmax: no (L,L) matrix
+      tr.teacher_output = tr.teacher.defined() ? matmul(tr.teacher, v.detach())
+                                               : softmax_attention(q.detach(), k.detach(), v.detach(), cfg.causal, key_mask);
+      tr.output = y;  // keeps its graph: the output-MSE term trains through it
     }
+    if (trace->teacher_forward) y = tr.teacher_output;
     if (trace->scores)
       tr.scores = mul(matmul(q.detach(), transpose(k.detach(), -1, -2)), 1.0 / std::sqrt(double(q.size(-1))));
     trace->layers.push_back(tr);

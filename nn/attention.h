@@ -45,8 +45,13 @@ struct AttentionTrace {
 struct TraceRequest {
   bool weights = false;   // fill weights (forces the quadratic form for linear mixers)
   bool teacher = false;   // fill teacher
-  bool outputs = false;   // with teacher: also output and teacher_output (the output-MSE term)
+  bool outputs = false;   // output and teacher_output (the output-MSE term); with weights off the
+                          // student runs its efficient form and the teacher the fused softmax
   bool scores = false;
+  // The layer returns the teacher's (softmax) output, so the residual stream carries the teacher's
+  // hidden states (LoLCATs' attention transfer); the student's output is traced (output), and
+  // teacher_output is filled.
+  bool teacher_forward = false;
   std::vector<AttentionTrace> layers;  // appended in layer order by each Attention::forward
 };
 

@@ -21,11 +21,47 @@ Tensor soft_cross_entropy_per_head(const Tensor& teacher, const Tensor& student)
   return mean(row_cross_entropy(teacher.detach(), student), {0, 2});  // (H)
 }
 
-Tensor distillation_loss(const TraceRequest& trace, const DistillOptions& o) {
-  HH_CHECK(!trace.layers.empty(), "distillation_loss: no traced attention layers");
-  Tensor total;
-  int64_t heads = 0;
-  for (const AttentionTrace& t : trace.layers) {
+Transfer parse_transfer(const std::string& s) {
+  if (s == "xent") return Transfer::xent;
+  if (s == "mse") return Transfer::mse;
+  if (s == "both") return Transfer::both;
+  fail(str("unknown transfer loss '", s, "' (xent, mse or both)"));
+}
+
+const char* transfer_name(Transfer t) {
+  switch (t) {
+    case Transfer::xent: return "xent";
+    case Transfer::mse: return "mse";
+    case Transfer::both: return "both";
+  }
+  return "?";
+}
+
+DistillOptions transfer_options(Transfer t, double mse_weight, bool kl, bool mean_over_heads) {
+  DistillOptions o;
+  o.kl = kl;
+  o.mean_over_heads = mean_over_heads;
+  o.weights = t != Transfer::mse;
+  if (t != Transfer::xent) {
+    HH_CHECK(mse_weight > 0, "transfer '", transfer_name(t), "': the output-MSE weight must be > 0, got ", mse_weight);
+    o.output_mse = mse_weight;
+  }
+  return o;
+}
+
+TraceRequest distill_trace_request(const DistillOptions& o) {
+  HH_CHECK(o.weights || o.output_mse > 0, "distillation: no loss term (neither the weights term nor an output MSE)");
+  TraceRequest tr;
+  tr.weights = tr.teacher = o.weights;
+  tr.outputs = o.output_mse > 0;
+  return tr;
+}
+
+namespace {
+// One layer's loss (summed over heads) and its head count.
+Tensor layer_distillation_loss(const AttentionTrace& t, const DistillOptions& o, int64_t& heads) {
+  Tensor layer;
+  if (o.weights) {
     Tensor per_head = soft_cross_entropy_per_head(t.teacher, t.weights);
     if (o.kl) {  // KL = soft CE - the teacher's entropy (a constant; the subtraction keeps the graph)
       Tensor entropy;
@@ -36,15 +72,41 @@ Tensor distillation_loss(const TraceRequest& trace, const DistillOptions& o) {
       }
       per_head = sub(per_head, entropy);
     }
-    Tensor layer = sum(per_head);
-    if (o.output_mse > 0) {
-      HH_CHECK(t.output.defined() && t.teacher_output.defined(), "distillation_loss: outputs missing from the trace (TraceRequest::outputs)");
-      layer = add(layer, mul(mse_loss(t.output, t.teacher_output.detach()), o.output_mse));
-    }
-    heads += t.teacher.size(1);
+    layer = sum(per_head);
+  }
+  if (o.output_mse > 0) {
+    HH_CHECK(t.output.defined() && t.teacher_output.defined(),
+             "distillation_loss: outputs missing from the trace (TraceRequest::outputs)");
+    Tensor mse = mul(mse_loss(t.output, t.teacher_output.detach()), o.output_mse);
+    layer = layer.defined() ? add(layer, mse) : mse;
+  }
+  HH_CHECK(layer.defined(), "distillation_loss: no loss term (neither the weights term nor an output MSE)");
+  heads = o.weights ? t.teacher.size(1) : t.teacher_output.size(1);
+  return layer;
+}
+}  // namespace
+
+Tensor distillation_loss(const TraceRequest& trace, const DistillOptions& o) {
+  HH_CHECK(!trace.layers.empty(), "distillation_loss: no traced attention layers");
+  Tensor total;
+  int64_t heads = 0;
+  for (const AttentionTrace& t : trace.layers) {
+    int64_t h = 0;
+    Tensor layer = layer_distillation_loss(t, o, h);
+    heads += h;
     total = total.defined() ? add(total, layer) : layer;
   }
   return o.mean_over_heads ? div(total, static_cast<double>(heads)) : total;
+}
+
+std::vector<double> distillation_loss_per_layer(const TraceRequest& trace, const DistillOptions& o) {
+  NoGradGuard ng;
+  std::vector<double> out;
+  for (const AttentionTrace& t : trace.layers) {
+    int64_t h = 0;
+    out.push_back(layer_distillation_loss(t, o, h).to(DType::f64).item<double>());
+  }
+  return out;
 }
 
 double attention_entropy(const Tensor& weights) {

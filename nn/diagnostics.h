@@ -8,17 +8,34 @@
 
 namespace hh::nn {
 
+// The attention-transfer loss of each layer: the paper's term on the weights (soft cross-entropy or
+// KL), LoLCATs' MSE between the attention outputs, or both added. Without the weights term no
+// (L,L) matrix is built: the student runs its efficient form and the teacher the fused softmax.
+enum class Transfer { xent, mse, both };
+Transfer parse_transfer(const std::string& s);  // "xent" | "mse" | "both"; an error names the others
+const char* transfer_name(Transfer t);
+
 struct DistillOptions {
   bool kl = false;            // subtract the teacher entropy (KL instead of soft cross-entropy)
   bool mean_over_heads = false;  // mean over layers·heads instead of the sum
   double output_mse = 0.0;    // weight of the MSE between student and teacher attention outputs
+  bool weights = true;        // the term on the attention weights (soft cross-entropy, or KL)
 };
+// The options of a transfer choice: xent = weights term only; mse = the output MSE only (weight
+// mse_weight); both = the sum. mse_weight must be > 0 for mse and both.
+DistillOptions transfer_options(Transfer t, double mse_weight, bool kl = false, bool mean_over_heads = false);
+// What a layer must trace for these options (weights + teacher for the weights term, outputs for
+// the MSE); an error when neither term is on.
+TraceRequest distill_trace_request(const DistillOptions& o);
 
 // One head-batched term: P, Q (B,H,L,L) -> (H) soft CE per head, −(1/rows)Σ_ij P log max(Q,1e-12),
 // averaged over the batch and query rows.
 Tensor soft_cross_entropy_per_head(const Tensor& teacher, const Tensor& student);
-// Total loss over every traced layer (needs TraceRequest{teacher=true}).
+// Total loss over every traced layer (trace made by distill_trace_request(o)).
 Tensor distillation_loss(const TraceRequest& trace, const DistillOptions& o = {});
+// The same loss of each traced layer alone (no mean over heads), as doubles: the per-layer transfer
+// error that picks the layers kept as softmax.
+std::vector<double> distillation_loss_per_layer(const TraceRequest& trace, const DistillOptions& o = {});
 
 // Mean over batch, heads and rows of −Σ_j a_ij log a_ij; weights (B,H,L,L).
 double attention_entropy(const Tensor& weights);

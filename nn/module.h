@@ -51,6 +51,9 @@ class Module {
   void to(DType t);
 
   Tensor& parameter(const std::string& dotted_name);  // lookup by full name; throws listing nearby names
+  // Removes a registered submodule (and with it its parameters from state_dict), as `del
+  // module.child` in PyTorch; throws when absent.
+  void unregister_module(const std::string& name);
 
  protected:
   // Registers a member tensor as a parameter (requires_grad on); returns it.
@@ -61,8 +64,6 @@ class Module {
     add_child(name, m);
     return m;
   }
-  // Removes a registered submodule (and with it its parameters from state_dict); throws when absent.
-  void unregister_module(const std::string& name);
   virtual void on_train(bool) {}
 
  private:

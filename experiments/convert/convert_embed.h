@@ -73,6 +73,7 @@ class EmbeddingConversionTask : public ConversionTask {
   EmbeddingConversionTask(std::shared_ptr<nn::HFModel> student, std::shared_ptr<const EmbedData> data,
                           EmbedTaskConfig cfg);
   nn::Module& model() override { return *model_; }
+  void keep_softmax(const std::vector<int64_t>& layers) override { model_->keep_softmax(layers); }
   int64_t batches(Split s) const override { return batches_of(s).size(); }
   void shuffle(int64_t epoch) override { train_batches_.set_epoch(epoch); }
   // The student's pooled embeddings of batch i against the teacher's (cfg.loss), mean over the batch.

@@ -95,6 +95,7 @@ class GlueConversionTask : public ConversionTask {
   GlueConversionTask(std::shared_ptr<nn::BertForSequenceClassification> model, std::shared_ptr<const GlueData> data,
                      GlueTaskConfig cfg);
   nn::Module& model() override { return *model_; }
+  void keep_softmax(const std::vector<int64_t>& layers) override { model_->keep_softmax(layers); }
   nn::BertForSequenceClassification& bert() { return *model_; }
   int64_t batches(Split s) const override { return batches_of(s).size(); }
   void shuffle(int64_t epoch) override { train_batches_.set_epoch(epoch); }

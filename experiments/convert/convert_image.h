@@ -64,6 +64,7 @@ class ImageConversionTask : public ConversionTask {
   ImageConversionTask(std::shared_ptr<nn::ViTForImageClassification> model, ImageSplit train, ImageSplit val,
                       ImageSplit test, ImageTaskConfig cfg);
   nn::Module& model() override { return *model_; }
+  void keep_softmax(const std::vector<int64_t>& layers) override { model_->keep_softmax(layers); }
   nn::ViTForImageClassification& vit() { return *model_; }
   std::shared_ptr<nn::ViTForImageClassification> vit_ptr() const { return model_; }
   int64_t batches(Split s) const override { return batches_of(s).size(); }

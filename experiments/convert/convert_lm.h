@@ -31,6 +31,7 @@ class LmConversionTask : public ConversionTask {
   // exceed the model's positions.
   LmConversionTask(std::shared_ptr<nn::CausalLM> model, Windows train, Windows val, Windows test, LmTaskConfig cfg);
   nn::Module& model() override { return *model_; }
+  void keep_softmax(const std::vector<int64_t>& layers) override { model_->keep_softmax(layers); }
   nn::CausalLM& lm() { return *model_; }
   int64_t batches(Split s) const override { return batches_of(s).size(); }
   void shuffle(int64_t epoch) override { train_batches_.set_epoch(epoch); }

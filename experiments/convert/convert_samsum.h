@@ -65,6 +65,7 @@ class SamsumConversionTask : public ConversionTask {
   SamsumConversionTask(std::shared_ptr<nn::CausalLM> model, std::shared_ptr<const data::Tokenizer> tok,
                        std::shared_ptr<const SamsumData> data, SamsumTaskConfig cfg);
   nn::Module& model() override { return *model_; }
+  void keep_softmax(const std::vector<int64_t>& layers) override { model_->keep_softmax(layers); }
   nn::CausalLM& lm() { return *model_; }
   int64_t batches(Split s) const override { return batches_of(s).size(); }
   void shuffle(int64_t epoch) override { train_batches_.set_epoch(epoch); }

@@ -151,7 +151,9 @@ BertModel::BertModel(const BertConfig& c, const HFConfig& config, bool with_pool
     : HFModel("bert", "BertModel", config, opts), cfg(c) {
   embeddings = register_module("embeddings", std::make_shared<BertEmbeddings>(cfg, init));
   encoder = register_module("encoder", std::make_shared<LayerStack<BertLayer>>());
-  for (int64_t i = 0; i < cfg.num_hidden_layers; ++i) encoder->layer->push_back(std::make_shared<BertLayer>(cfg, opts, init));
+  check_softmax_layers(opts, cfg.num_hidden_layers, "bert");
+  for (int64_t i = 0; i < cfg.num_hidden_layers; ++i)
+    encoder->layer->push_back(std::make_shared<BertLayer>(cfg, layer_options(opts, i), init));
   if (with_pooler)
     pooler = register_module("pooler", std::make_shared<DenseBlock>(cfg.hidden_size, cfg.hidden_size, false, 0.0, init));
 }

@@ -59,6 +59,15 @@ template <typename L>
 class LayerStack : public Module {
  public:
   LayerStack() { layer = register_module("layer", std::make_shared<ModuleList<L>>()); }
+  // Each layer's self-attention ("attention.self" in BERT, "attention.attention" in ViT).
+  std::vector<AttentionSite> attention_sites() {
+    std::vector<AttentionSite> out;
+    for (const auto& l : *layer) {
+      EncoderSelfAttention& a = *l->attention->self;
+      out.push_back({&a, &a.mixer, &a.feature_map});
+    }
+    return out;
+  }
   std::shared_ptr<ModuleList<L>> layer;
 };
 
@@ -104,6 +113,7 @@ class BertModel : public HFModel {
                  TraceRequest* trace = nullptr) const;
   // tanh(pooler.dense(hidden[:, 0])) -> (B,C); needs the pooler.
   Tensor pool(const Tensor& last_hidden_state) const;
+  std::vector<AttentionSite> attention_sites() override { return encoder->attention_sites(); }
   BertConfig cfg;
   std::shared_ptr<BertEmbeddings> embeddings;
   std::shared_ptr<LayerStack<BertLayer>> encoder;
@@ -117,6 +127,7 @@ class BertForSequenceClassification : public HFModel {
   // -> logits (B,num_labels); last_hidden_state (B,L,C) is written when asked.
   Tensor forward(const Tensor& input_ids, const Tensor& token_type_ids, const Tensor& attention_mask,
                  TraceRequest* trace = nullptr, Tensor* last_hidden_state = nullptr) const;
+  std::vector<AttentionSite> attention_sites() override { return bert->attention_sites(); }
   std::shared_ptr<BertModel> bert;
   std::shared_ptr<Linear> classifier;
 };

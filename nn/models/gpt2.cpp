@@ -150,7 +150,8 @@ GPT2Model::GPT2Model(const GPT2Config& c, const HFModelOptions& o, Init init) {
   wte = register_module("wte", std::make_shared<Embedding>(c.vocab_size, c.n_embd, init, 0.02));
   wpe = register_module("wpe", std::make_shared<Embedding>(c.n_positions, c.n_embd, init, 0.01));
   h = register_module("h", std::make_shared<ModuleList<GPT2Block>>());
-  for (int64_t i = 0; i < c.n_layer; ++i) h->push_back(std::make_shared<GPT2Block>(c, o, init));
+  check_softmax_layers(o, c.n_layer, "gpt2");
+  for (int64_t i = 0; i < c.n_layer; ++i) h->push_back(std::make_shared<GPT2Block>(c, layer_options(o, i), init));
   ln_f = register_module("ln_f", std::make_shared<LayerNorm>(c.n_embd, c.layer_norm_epsilon, true, init));
 }
 
@@ -172,6 +173,25 @@ Tensor GPT2LMHeadModel::hidden(const Tensor& ids, TraceRequest* trace) {
   Tensor x = transformer->embed(ids, 0);
   for (const auto& block : *transformer->h) x = block->forward(x, trace);
   return transformer->ln_f->forward(x);
+}
+
+Tensor GPT2LMHeadModel::embed(const Tensor& ids) const {
+  check_token_ids(ids, 0, cfg.n_positions, "gpt2");
+  return transformer->embed(ids, 0);
+}
+
+Tensor GPT2LMHeadModel::layer_forward(int64_t layer, const Tensor& x, TraceRequest* trace) const {
+  HH_CHECK(layer >= 0 && layer < num_layers(), "gpt2: layer ", layer, " of ", num_layers());
+  return (*transformer->h)[static_cast<size_t>(layer)]->forward(x, trace);
+}
+
+std::vector<AttentionSite> GPT2LMHeadModel::attention_sites() {
+  std::vector<AttentionSite> out;
+  for (const auto& block : *transformer->h) {
+    GPT2Attention& a = *block->attn;
+    out.push_back({&a, &a.mixer, &a.feature_map});
+  }
+  return out;
 }
 
 Tensor GPT2LMHeadModel::head(const Tensor& h) const { return linear(h, transformer->wte->weight); }

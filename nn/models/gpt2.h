@@ -77,6 +77,10 @@ class GPT2LMHeadModel : public CausalLM {
   Tensor step(const Tensor& ids, DecodeState& state) override;
   int64_t vocab_size() const override { return cfg.vocab_size; }
   int64_t max_positions() const override { return cfg.n_positions; }
+  int64_t num_layers() const override { return cfg.n_layer; }
+  Tensor embed(const Tensor& ids) const override;  // token + position embeddings from position 0
+  Tensor layer_forward(int64_t layer, const Tensor& x, TraceRequest* trace) const override;
+  std::vector<AttentionSite> attention_sites() override;
   NamedTensors hf_state_dict() const override;  // Conv1D weights back to (in, out)
 
   GPT2Config cfg;

@@ -101,6 +101,17 @@ std::vector<std::string> HFConfig::get_strings(const std::string& key) const {
   }
   return out;
 }
+std::vector<int64_t> HFConfig::get_ints(const std::string& key) const {
+  const nlohmann::json& v = required(impl_->j, key, origin_);
+  HH_CHECK(v.is_array(), "config: ", origin_, ": \"", key, "\" must be a list of integers, got ", type_name(v));
+  std::vector<int64_t> out;
+  for (const auto& e : v) {
+    HH_CHECK(e.is_number_integer() && (!e.is_number_unsigned() || e.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX)),
+             "config: ", origin_, ": \"", key, "\" must be a list of 64-bit integers, has ", e.dump());
+    out.push_back(e.get<int64_t>());
+  }
+  return out;
+}
 HFConfig HFConfig::child(const std::string& key) const {
   const nlohmann::json& v = required(impl_->j, key, origin_);
   HH_CHECK(v.is_object(), "config: ", origin_, ": \"", key, "\" must be an object, got ", type_name(v));

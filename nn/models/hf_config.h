@@ -21,6 +21,7 @@ class HFConfig {
   std::string get_string(const std::string& key) const;
   bool get_bool(const std::string& key) const;
   std::vector<std::string> get_strings(const std::string& key) const;
+  std::vector<int64_t> get_ints(const std::string& key) const;  // a list of integers
   int64_t get_positive_int(const std::string& key) const;  // a size or count: an integer > 0
   // With a default for a key that is not given.
   int64_t get_int(const std::string& key, int64_t def) const;

@@ -1,5 +1,6 @@
 #include "nn/models/hf_model.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <functional>
 #include <utility>
@@ -96,6 +97,23 @@ std::shared_ptr<HFModel> load_hf_model(const std::string& folder, const HFModelO
   model->to(options.dtype);
   model->eval();
   return model;
+}
+
+void HFModel::keep_softmax(const std::vector<int64_t>& layers) {
+  std::vector<AttentionSite> sites = attention_sites();
+  HFModelOptions next = options_;
+  next.softmax_layers.insert(next.softmax_layers.end(), layers.begin(), layers.end());
+  check_softmax_layers(next, static_cast<int64_t>(sites.size()), str(family_, ": keep_softmax"));
+  for (int64_t l : layers) {
+    AttentionSite& s = sites[static_cast<size_t>(l)];
+    s.owner->unregister_module("feature_map");
+    *s.feature_map = nullptr;
+    MixerConfig mc = s.mixer->cfg;
+    mc.mixer = Mixer::softmax();
+    *s.mixer = AttentionMixer(mc, nullptr);
+  }
+  std::sort(next.softmax_layers.begin(), next.softmax_layers.end());
+  options_ = std::move(next);
 }
 
 std::shared_ptr<CausalLM> load_causal_lm(const std::string& folder, const HFModelOptions& options) {

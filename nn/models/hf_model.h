@@ -17,6 +17,13 @@
 
 namespace hh::nn {
 
+// One attention layer of a model, for changes after it is built (layers kept as softmax).
+struct AttentionSite {
+  Module* owner = nullptr;  // the attention module whose child "feature_map" is the map
+  AttentionMixer* mixer = nullptr;
+  std::shared_ptr<FeatureMap>* feature_map = nullptr;  // the owner's member (null for softmax)
+};
+
 class HFModel : public Module {
  public:
   HFModel(std::string family, std::string architecture, HFConfig config, HFModelOptions options)
@@ -33,6 +40,12 @@ class HFModel : public Module {
   // save_hf_model writes. GPT-2 transposes its Conv1D weights back; the other families store their
   // state_dict as is.
   virtual NamedTensors hf_state_dict() const { return state_dict(); }
+  // Every attention layer in order.
+  virtual std::vector<AttentionSite> attention_sites() = 0;
+  // Turns the listed layers (0-based, distinct) of a linear or hybrid model back into softmax
+  // attention: their feature maps (and those parameters) are dropped and options().softmax_layers
+  // records them, so save_hf_model writes them and load_hf_model builds them as softmax again.
+  void keep_softmax(const std::vector<int64_t>& layers);
 
  private:
   std::string family_, architecture_;
@@ -59,6 +72,13 @@ class CausalLM : public HFModel {
   virtual Tensor step(const Tensor& ids, DecodeState& state) = 0;
   virtual int64_t vocab_size() const = 0;
   virtual int64_t max_positions() const = 0;  // longest sequence (forward or decoding); -1 = no limit
+
+  // Layer by layer (attention transfer on the teacher's hidden states, one block of layers at a
+  // time): ids (B,L) i64 -> the hidden state entering layer 0 (B,L,C); layer l on x (B,L,C) -> its
+  // output (B,L,C), traced like forward (TraceRequest::teacher_forward runs it as the teacher).
+  virtual int64_t num_layers() const = 0;
+  virtual Tensor embed(const Tensor& ids) const = 0;
+  virtual Tensor layer_forward(int64_t layer, const Tensor& x, TraceRequest* trace) const = 0;
 };
 
 // Factories, one per family. Each builds its model from `config` (every field that changes the

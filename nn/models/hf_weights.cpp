@@ -13,6 +13,25 @@
 
 namespace hh::nn {
 
+HFModelOptions layer_options(const HFModelOptions& o, int64_t layer) {
+  HFModelOptions lo = o;
+  lo.softmax_layers.clear();
+  for (int64_t l : o.softmax_layers)
+    if (l == layer) lo.mixer = Mixer{};
+  return lo;
+}
+
+void check_softmax_layers(const HFModelOptions& o, int64_t layers, const std::string& where) {
+  if (o.softmax_layers.empty()) return;
+  HH_CHECK(o.mixer.is_linear(), where, ": softmax_layers needs a linear or hybrid mixer (the model is softmax already)");
+  std::set<int64_t> seen;
+  for (int64_t l : o.softmax_layers) {
+    HH_CHECK(l >= 0 && l < layers, where, ": softmax layer ", l, " is not one of the model's ", layers,
+             " layers (0 to ", layers - 1, ")");
+    HH_CHECK(seen.insert(l).second, where, ": softmax layer ", l, " is named twice");
+  }
+}
+
 SafeTensors read_hf_weights(const std::string& folder) {
   namespace fs = std::filesystem;
   const fs::path dir(folder), single = dir / "model.safetensors", index = dir / "model.safetensors.index.json";

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "core/safetensors.h"
 #include "nn/attention.h"
@@ -24,6 +25,9 @@ struct HFModelOptions {
   int64_t chunk = 64;
   double eps = 1e-6;
   int64_t window = 64;  // hybrid mixers: the sliding window W
+  // Layers (0-based) that keep softmax attention under a linear or hybrid mixer (RADLADS / LoLCATs'
+  // kept layers); save_hf_model writes them to config.json's "hedgehog" section.
+  std::vector<int64_t> softmax_layers;
   FeatureMapConfig feature_map;  // name/heads/head_dim are filled in per layer
   Device device = Device::cpu();
   DType dtype = DType::f32;  // parameter dtype after loading (the file may hold bf16/f16)
@@ -37,6 +41,12 @@ struct HFModelOptions {
   // drawn from `seed`, the rest loaded. The model is then the family's classifier.
   int64_t new_head_labels = 0;
 };
+
+// The options layer `layer` is built with: softmax when it is one of softmax_layers.
+HFModelOptions layer_options(const HFModelOptions& o, int64_t layer);
+// softmax_layers must name distinct layers in [0, layers) and needs a linear mixer; errors start
+// with `where`.
+void check_softmax_layers(const HFModelOptions& o, int64_t layers, const std::string& where);
 
 // The weight file(s) of a folder: model.safetensors, else model.safetensors.index.json with shards,
 // else pytorch_model.bin, else pytorch_model.bin.index.json with shards.

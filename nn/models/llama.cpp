@@ -171,7 +171,9 @@ Tensor LlamaDecoderLayer::step(const Tensor& x, DecodeCache& cache) const {
 LlamaModel::LlamaModel(const LlamaConfig& c, const HFModelOptions& o, Init init) {
   embed_tokens = register_module("embed_tokens", std::make_shared<Embedding>(c.vocab_size, c.hidden_size, init, 0.02));
   layers = register_module("layers", std::make_shared<ModuleList<LlamaDecoderLayer>>());
-  for (int64_t i = 0; i < c.num_hidden_layers; ++i) layers->push_back(std::make_shared<LlamaDecoderLayer>(c, o, init));
+  check_softmax_layers(o, c.num_hidden_layers, "llama");
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i)
+    layers->push_back(std::make_shared<LlamaDecoderLayer>(c, layer_options(o, i), init));
   norm = register_module("norm", std::make_shared<RMSNorm>(c.hidden_size, c.rms_norm_eps, init));
 }
 
@@ -197,6 +199,20 @@ Tensor LlamaForCausalLM::hidden(const Tensor& ids, TraceRequest* trace) {
   Tensor x = embed(ids);
   for (const auto& layer : *model->layers) x = layer->forward(x, trace);
   return model->norm->forward(x);
+}
+
+Tensor LlamaForCausalLM::layer_forward(int64_t layer, const Tensor& x, TraceRequest* trace) const {
+  HH_CHECK(layer >= 0 && layer < num_layers(), "llama: layer ", layer, " of ", num_layers());
+  return (*model->layers)[static_cast<size_t>(layer)]->forward(x, trace);
+}
+
+std::vector<AttentionSite> LlamaForCausalLM::attention_sites() {
+  std::vector<AttentionSite> out;
+  for (const auto& layer : *model->layers) {
+    LlamaAttention& a = *layer->self_attn;
+    out.push_back({&a, &a.mixer, &a.feature_map});
+  }
+  return out;
 }
 
 Tensor LlamaForCausalLM::forward(const Tensor& ids, TraceRequest* trace) { return head(hidden(ids, trace)); }

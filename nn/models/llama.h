@@ -80,7 +80,10 @@ class LlamaForCausalLM : public CausalLM {
   Tensor forward(const Tensor& ids, TraceRequest* trace = nullptr) override;
   Tensor hidden(const Tensor& ids, TraceRequest* trace = nullptr) override;
   // ids (B,L) i64 (checked as forward does) -> the hidden state entering layer 0, (B,L,C).
-  Tensor embed(const Tensor& ids) const;
+  Tensor embed(const Tensor& ids) const override;
+  int64_t num_layers() const override { return cfg.num_hidden_layers; }
+  Tensor layer_forward(int64_t layer, const Tensor& x, TraceRequest* trace) const override;
+  std::vector<AttentionSite> attention_sites() override;
   DecodeState start_decoding() const override;
   Tensor step(const Tensor& ids, DecodeState& state) override;
   int64_t vocab_size() const override { return cfg.vocab_size; }

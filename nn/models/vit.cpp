@@ -119,7 +119,9 @@ ViTModel::ViTModel(const ViTConfig& c, const HFConfig& config, bool with_pooler,
     : HFModel("vit", "ViTModel", config, opts), cfg(c) {
   embeddings = register_module("embeddings", std::make_shared<ViTEmbeddings>(cfg, init));
   encoder = register_module("encoder", std::make_shared<LayerStack<ViTLayer>>());
-  for (int64_t i = 0; i < cfg.num_hidden_layers; ++i) encoder->layer->push_back(std::make_shared<ViTLayer>(cfg, opts, init));
+  check_softmax_layers(opts, cfg.num_hidden_layers, "vit");
+  for (int64_t i = 0; i < cfg.num_hidden_layers; ++i)
+    encoder->layer->push_back(std::make_shared<ViTLayer>(cfg, layer_options(opts, i), init));
   layernorm = register_module("layernorm", std::make_shared<LayerNorm>(cfg.hidden_size, cfg.layer_norm_eps, true, init));
   if (with_pooler) {
     const std::string act = config.get_string("pooler_act", "tanh");

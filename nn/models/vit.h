@@ -74,6 +74,7 @@ class ViTModel : public HFModel {
                  Tensor* last_hidden_state_before_norm = nullptr) const;
   // tanh(pooler.dense(hidden[:, 0])) -> (B,pooler_output_size); needs the pooler.
   Tensor pool(const Tensor& last_hidden_state) const;
+  std::vector<AttentionSite> attention_sites() override { return encoder->attention_sites(); }
   ViTConfig cfg;
   std::shared_ptr<ViTEmbeddings> embeddings;
   std::shared_ptr<LayerStack<ViTLayer>> encoder;
@@ -88,6 +89,7 @@ class ViTForImageClassification : public HFModel {
   // -> logits (B,num_labels); the encoder output before vit.layernorm when asked (transformers'
   // hidden_states[-1]).
   Tensor forward(const Tensor& pixel_values, TraceRequest* trace = nullptr, Tensor* last_hidden_state = nullptr) const;
+  std::vector<AttentionSite> attention_sites() override { return vit->attention_sites(); }
   std::shared_ptr<ViTModel> vit;
   std::shared_ptr<Linear> classifier;
 };

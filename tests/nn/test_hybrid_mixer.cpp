@@ -12,6 +12,7 @@
 
 #include "autograd/ops.h"
 #include "nn/attention.h"
+#include "nn/diagnostics.h"
 #include "nn/models/hf_model.h"
 #include "nn/models/hf_save.h"
 
@@ -195,4 +196,53 @@ TEST_CASE("hybrid mixer: GPT-2 tiny as hybrid-hedgehog runs, decodes like its fo
   CHECK(back->options().window == 4);
   CHECK(to_vector<float>(dynamic_cast<CausalLM&>(*back).forward(ids)) == to_vector<float>(logits));
   fs::remove_all(out);
+}
+
+TEST_CASE("attention transfer: the MSE alone traces outputs without any (L,L) matrix; both sums the terms") {
+  Generator g(11);
+  const int64_t B = 2, H = 2, L = 13, D = 4;
+  Tensor q = randn({B, H, L, D}, g, {DType::f64}), k = randn({B, H, L, D}, g, {DType::f64}),
+         v = randn({B, H, L, D}, g, {DType::f64});
+  Tensor key_mask = ones({B, L}, {DType::boolean});
+  {
+    NoGradGuard ng;
+    copy_(slice(select(key_mask, 0, 1), 0, 9, L), zeros({L - 9}, {DType::boolean}));
+  }
+  Tensor teacher = softmax_attention(q, k, v, true, key_mask);
+  for (const std::string map : {"hedgehog", "hybrid-hedgehog"}) {
+    CAPTURE(map);
+    Generator ig(5);
+    MixerConfig mc;
+    mc.mixer = parse_mixer(map, "test");
+    mc.window = 4;
+    mc.chunk = 3;
+    AttentionMixer m(mc, make_mixer_feature_map(mc.mixer, FeatureMapConfig{}, H, D, {ig, Device::cpu(), DType::f64}));
+    const DistillOptions mse = transfer_options(Transfer::mse, 2.0), both = transfer_options(Transfer::both, 2.0);
+    CHECK_FALSE(mse.weights);
+    TraceRequest tm = distill_trace_request(mse), tb = distill_trace_request(both);
+    Tensor ym = m.forward(q, k, v, key_mask, &tm), yb = m.forward(q, k, v, key_mask, &tb);
+    REQUIRE(tm.layers.size() == 1);
+    const AttentionTrace& a = tm.layers[0];
+    CHECK_FALSE(a.weights.defined());  // the efficient forms ran: no weights, no teacher matrix
+    CHECK_FALSE(a.teacher.defined());
+    CHECK(max_diff(a.teacher_output, teacher) < 1e-12);  // the fused softmax of the same q, k, v
+    CHECK(max_diff(tb.layers[0].teacher_output, teacher) < 1e-12);
+    CHECK(max_diff(ym, yb) < 1e-12);  // chunked (mse) and quadratic (both) forms agree
+    const double want_mse = 2.0 * mean(square(sub(ym, teacher))).item<double>();
+    CHECK(distillation_loss(tm, mse).item<double>() == doctest::Approx(want_mse).epsilon(1e-12));
+    const double xent = distillation_loss(tb, transfer_options(Transfer::xent, 0)).item<double>();
+    CHECK(distillation_loss(tb, both).item<double>() == doctest::Approx(xent + want_mse).epsilon(1e-12));
+    CHECK(distillation_loss_per_layer(tm, mse) == std::vector<double>{distillation_loss(tm, mse).item<double>()});
+    // The MSE trains the feature map through the efficient form.
+    distillation_loss(tm, mse).backward();
+    double grad = 0;
+    for (const auto& kv : m.feature_map->named_parameters())
+      if (kv.second.grad().defined()) grad += sum(abs(kv.second.grad())).item<double>();
+    CHECK(grad > 0);
+  }
+  CHECK_THROWS_WITH(parse_transfer("l2"), doctest::Contains("xent, mse or both"));
+  CHECK_THROWS_WITH(transfer_options(Transfer::mse, 0), doctest::Contains("must be > 0"));
+  DistillOptions none;
+  none.weights = false;
+  CHECK_THROWS_WITH(distill_trace_request(none), doctest::Contains("no loss term"));
 }

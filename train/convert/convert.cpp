@@ -72,13 +72,7 @@ int64_t set_trainable(nn::Module& m, Pred train) {
   return n;
 }
 
-nn::TraceRequest distill_trace(const nn::DistillOptions& o) {
-  nn::TraceRequest tr;
-  tr.weights = true;
-  tr.teacher = true;
-  tr.outputs = o.output_mse > 0;
-  return tr;
-}
+nn::TraceRequest distill_trace(const nn::DistillOptions& o) { return nn::distill_trace_request(o); }
 
 // Mean distillation loss over (up to `max_batches`) validation batches, no grad.
 double distill_validation(ConversionTask& task, const nn::DistillOptions& o, int64_t max_batches) {
@@ -94,6 +88,33 @@ double distill_validation(ConversionTask& task, const nn::DistillOptions& o, int
     total += nn::distillation_loss(tr, o).item<double>();
   }
   return total / static_cast<double>(n);
+}
+
+// Each traced layer's distillation loss, averaged over (up to `max_batches`) validation batches.
+std::vector<double> layer_transfer_error(ConversionTask& task, const nn::DistillOptions& o, int64_t max_batches) {
+  NoGradGuard ng;
+  task.model().eval();
+  int64_t n = task.batches(Split::val);
+  if (max_batches > 0) n = std::min(n, max_batches);
+  std::vector<double> total;
+  for (int64_t i = 0; i < n; ++i) {
+    nn::TraceRequest tr = distill_trace(o);
+    task.trace(Split::val, i, tr);
+    const std::vector<double> e = nn::distillation_loss_per_layer(tr, o);
+    if (total.empty()) total.assign(e.size(), 0.0);
+    HH_CHECK(e.size() == total.size(), "convert: the number of traced attention layers changed between batches");
+    for (size_t l = 0; l < e.size(); ++l) total[l] += e[l];
+  }
+  for (double& v : total) v /= static_cast<double>(n);
+  return total;
+}
+
+// The attention layers the task's model traces (one forward of validation batch 0, no weights).
+int64_t traced_layers(ConversionTask& task) {
+  NoGradGuard ng;
+  nn::TraceRequest tr;
+  task.trace(Split::val, 0, tr);
+  return static_cast<int64_t>(tr.layers.size());
 }
 
 // Adds LoRA adapters (their init drawn from `seed`) and returns the names of the adapted Linears.
@@ -139,13 +160,16 @@ StageLog log_from(const nlohmann::json& j) {
 }
 
 nlohmann::json result_json(const ConvertResult& r) {
-  return {{"swapped", metrics_json(r.swapped)},
+  nlohmann::json j = {{"swapped", metrics_json(r.swapped)},
           {"distilled", metrics_json(r.distilled)},
           {"finetuned", metrics_json(r.finetuned)},
           {"distill", log_json(r.distill)},
           {"finetune", log_json(r.finetune)},
           {"trainable", {r.trainable_distill, r.trainable_finetune}},
           {"lora_targets", r.lora_targets}};
+  if (!r.layer_error.empty()) j["layer_error"] = r.layer_error;  // absent before kept layers existed
+  if (!r.softmax_layers.empty()) j["softmax_layers"] = r.softmax_layers;
+  return j;
 }
 void result_from(const nlohmann::json& j, ConvertResult& r) {
   r.swapped = metrics_from(j.at("swapped"));
@@ -156,6 +180,8 @@ void result_from(const nlohmann::json& j, ConvertResult& r) {
   r.trainable_distill = j.at("trainable").at(0).get<int64_t>();
   r.trainable_finetune = j.at("trainable").at(1).get<int64_t>();
   r.lora_targets = j.at("lora_targets").get<std::vector<std::string>>();
+  r.layer_error = j.value("layer_error", std::vector<double>{});
+  r.softmax_layers = j.value("softmax_layers", std::vector<int64_t>{});
 }
 
 // A conversion checkpoint holds, besides the Trainer's own state, "convert.run": the stage whose
@@ -225,6 +251,23 @@ struct Stage {
 
 }  // namespace
 
+void ConversionTask::keep_softmax(const std::vector<int64_t>&) {
+  fail("convert: this task's model cannot keep softmax layers (--softmax-layers)");
+}
+
+std::vector<int64_t> highest_error_layers(const std::vector<double>& error, int64_t n) {
+  HH_CHECK(n >= 0 && n <= static_cast<int64_t>(error.size()), "convert: cannot keep ", n, " of ", error.size(),
+           " layers as softmax");
+  std::vector<int64_t> order(error.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    return error[static_cast<size_t>(a)] > error[static_cast<size_t>(b)];
+  });
+  order.resize(static_cast<size_t>(n));
+  std::sort(order.begin(), order.end());
+  return order;
+}
+
 std::optional<std::string> conversion_checkpoint_fingerprint(const std::map<std::string, std::string>& metadata) {
   auto it = metadata.find(kRunKey);
   if (it == metadata.end()) it = metadata.find(kLegacyKey);
@@ -249,6 +292,18 @@ ConvertResult convert(ConversionTask& task, const ConvertConfig& cfg) {
            "convert: stop_after_epochs needs a checkpoint path");
   HH_CHECK(task.batches(Split::train) > 0, "convert: the training split has no batches");
   HH_CHECK(task.batches(Split::val) > 0, "convert: the validation split has no batches");
+  HH_CHECK(d.softmax_layers >= 0, "convert: softmax_layers must be >= 0, got ", d.softmax_layers);
+  HH_CHECK(d.softmax_layers == 0 || d.softmax_layer_list.empty(),
+           "convert: keep either the N layers of highest error or a list of layers, not both");
+  const bool keep = d.softmax_layers > 0 || !d.softmax_layer_list.empty();
+  if (keep) {  // before any work: the model must have the layers
+    const int64_t layers = traced_layers(task);
+    HH_CHECK(d.softmax_layers < layers, "convert: --softmax-layers ", d.softmax_layers, ": the model has ", layers,
+             " attention layers (keep fewer than all)");
+    for (int64_t l : d.softmax_layer_list)
+      HH_CHECK(l >= 0 && l < layers, "convert: softmax layer ", l, " is not one of the model's ", layers,
+               " attention layers (0 to ", layers - 1, ")");
+  }
   nn::Module& model = task.model();
   check_precision(cfg.precision, model.parameters().front().device());
   // bf16 autocast for the whole run (autograd/autocast.h): forward passes, losses, evaluations;
@@ -263,6 +318,8 @@ ConvertResult convert(ConversionTask& task, const ConvertConfig& cfg) {
     r = disk.result;
   else
     r.swapped = task.evaluate(Split::val);
+  // A checkpoint written after the layers were kept holds the model without their feature maps.
+  if (disk.found && !r.softmax_layers.empty()) task.keep_softmax(r.softmax_layers);
   // The weights of a legacy checkpoint written between stages or after both (no optimizer).
   auto load_weights = [&] {
     CheckpointMeta meta;
@@ -407,8 +464,15 @@ ConvertResult convert(ConversionTask& task, const ConvertConfig& cfg) {
         r.interrupted = true;
         return r;
       }
-      r.distilled = task.evaluate(Split::val);
     }
+    if (r.trainable_distill > 0 || keep) r.layer_error = layer_transfer_error(task, d.loss, d.val_batches);
+    if (keep) {
+      r.softmax_layers = d.softmax_layer_list.empty() ? highest_error_layers(r.layer_error, d.softmax_layers)
+                                                      : d.softmax_layer_list;
+      std::sort(r.softmax_layers.begin(), r.softmax_layers.end());
+      task.keep_softmax(r.softmax_layers);
+    }
+    if (r.trainable_distill > 0) r.distilled = task.evaluate(Split::val);
   }
 
   // ---- stage 2: finetuning on the task loss (all weights or LoRA), or the joint variant --------

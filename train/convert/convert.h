@@ -46,6 +46,9 @@ class ConversionTask {
   // The task's metrics on a split, no grad, eval mode; the first is the primary one.
   virtual Metrics evaluate(Split s) = 0;
   virtual bool higher_is_better() const { return true; }  // of the primary metric (false: perplexity)
+  // Turns the listed attention layers (0-based, in trace order) of the student back into softmax
+  // (DistillStage::softmax_layers). The default refuses: the task's model cannot.
+  virtual void keep_softmax(const std::vector<int64_t>& layers);
 };
 
 struct DistillStage {
@@ -56,6 +59,11 @@ struct DistillStage {
   int64_t patience = 1;         // epochs without a lower validation loss before stopping
   int64_t val_batches = 0;      // validation batches per evaluation (0 = all)
   nn::DistillOptions loss;      // soft cross-entropy or KL, sum or mean over heads, output MSE
+  // Kept softmax layers (RADLADS, fla-org's hybrid distillation): after stage 1 the N layers of
+  // highest transfer error on the validation batches (the loss above, per layer) go back to
+  // softmax; or exactly the listed ones (0-based). The per-layer error is in the result either way.
+  int64_t softmax_layers = 0;
+  std::vector<int64_t> softmax_layer_list;
 };
 
 struct FinetuneStage {
@@ -114,6 +122,10 @@ struct ConvertResult {
   StageLog distill, finetune;
   int64_t trainable_distill = 0, trainable_finetune = 0;  // parameters trained in each stage
   std::vector<std::string> lora_targets;  // Linear modules that got adapters
+  // After stage 1: each attention layer's transfer error on the validation batches (empty when
+  // stage 1 did not run and no layer was kept), and the layers kept as softmax (ascending).
+  std::vector<double> layer_error;
+  std::vector<int64_t> softmax_layers;
   bool interrupted = false;               // stop_after_epochs ended the call; resume to go on
 };
 
@@ -128,6 +140,9 @@ std::optional<std::string> conversion_checkpoint_fingerprint(const std::map<std:
 
 // Every feature-map parameter of a model: names containing ".feature_map." (or starting with it).
 bool is_feature_map_param(const std::string& name);
+
+// The n layers of highest error (ties: the lower index first), ascending; n <= error.size().
+std::vector<int64_t> highest_error_layers(const std::vector<double>& error, int64_t n);
 
 // Copies every teacher tensor into the student (same names and shapes), leaving the student's
 // feature-map tensors as they are; any other missing or extra name is an error listing them.

@@ -162,7 +162,7 @@ nlohmann::json stage_json(const StageLog& l) {
 
 nlohmann::json outcome_json(const ConversionOutcome& o) {
   const Fidelity& f = o.fidelity;
-  return {{"label", o.row.label},
+  nlohmann::json j = {{"label", o.row.label},
           {"feature_map", nn::name(o.row.mixer)},
           {"distilled", o.row.distill},
           {"status", o.status},
@@ -186,6 +186,23 @@ nlohmann::json outcome_json(const ConversionOutcome& o) {
             {"entropy_teacher", f.entropy_teacher},
             {"monotonicity_student", f.monotonicity_student},
             {"monotonicity_teacher", f.monotonicity_teacher}}}};
+  if (!o.result.layer_error.empty()) j["layer_error"] = o.result.layer_error;  // after stage 1, validation
+  if (!o.result.softmax_layers.empty()) j["softmax_layers"] = o.result.softmax_layers;
+  return j;
+}
+
+// "<p>Transfer error per layer after stage 1: 0: 0.012, 1: 0.034 (kept as softmax)</p>", or "".
+std::string layer_error_html(const ConvertResult& r) {
+  if (r.layer_error.empty()) return "";
+  std::ostringstream s;
+  s << "<p>Transfer error per layer after stage 1 (validation):";
+  for (size_t l = 0; l < r.layer_error.size(); ++l) {
+    const bool kept = std::find(r.softmax_layers.begin(), r.softmax_layers.end(), static_cast<int64_t>(l)) !=
+                      r.softmax_layers.end();
+    s << (l ? "," : "") << " " << l << ": " << r.layer_error[l] << (kept ? " (kept as softmax)" : "");
+  }
+  s << "</p>\n";
+  return s.str();
 }
 
 std::string csv_field(const std::string& s) {
@@ -260,8 +277,8 @@ void write_conversion_report(const std::string& dir, const ConversionReport& r) 
       ah.title = str(o.row.label, ", layer ", f.pic_layer, " head ", f.pic_head);
       save_svg(dir + "/attn_" + slug + ".svg", heatmap(f.pic_student, f.pic_len, f.pic_len, ah));
     }
-    figs << "<h3>" << xml_escape(o.row.label) << "</h3>\n<img src=\"attn_" << slug << ".svg\"><img src=\"kl_" << slug
-         << ".svg\">\n";
+    figs << "<h3>" << xml_escape(o.row.label) << "</h3>\n" << layer_error_html(o.result) << "<img src=\"attn_" << slug
+         << ".svg\"><img src=\"kl_" << slug << ".svg\">\n";
     auto epochs = [](size_t n) {
       std::vector<double> x(n);
       for (size_t k = 0; k < n; ++k) x[k] = static_cast<double>(k + 1);

@@ -101,9 +101,7 @@ LayerwiseResult distill_layerwise(nn::LlamaForCausalLM& student, const std::vect
           NoGradGuard ng;
           attn.project(layer.input_layernorm->forward(hidden[b].to(device)), 0, q, k, v);
         }
-        nn::TraceRequest tr;
-        tr.weights = true;
-        tr.teacher = true;
+        nn::TraceRequest tr = nn::distill_trace_request(cfg.loss);
         attn.mixer.forward(q, k, v, Tensor(), &tr);
         Tensor loss = nn::distillation_loss(tr, cfg.loss);
         const double lv = loss.item<double>();
