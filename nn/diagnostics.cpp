@@ -109,6 +109,34 @@ std::vector<double> distillation_loss_per_layer(const TraceRequest& trace, const
   return out;
 }
 
+Tensor logit_distillation_loss(const Tensor& teacher_logits, const Tensor& student_logits, double temperature,
+                               const Tensor& mask) {
+  HH_CHECK(temperature > 0, "logit_distillation_loss: temperature must be > 0, got ", temperature);
+  HH_CHECK(teacher_logits.shape() == student_logits.shape() && teacher_logits.dim() >= 1,
+           "logit_distillation_loss: teacher and student logits differ in shape: ", teacher_logits.shape(), " and ",
+           student_logits.shape());
+  Tensor log_q = log_softmax(div(student_logits.to(DType::f32), temperature), -1);
+  Tensor log_p, p;
+  {
+    NoGradGuard ng;
+    log_p = log_softmax(div(teacher_logits.detach().to(DType::f32), temperature), -1);
+    p = exp(log_p);
+  }
+  Tensor kl = sum(mul(p, sub(log_p, log_q)), {-1});  // (...)
+  Tensor mean_kl;
+  if (mask.defined()) {
+    HH_CHECK(mask.shape() == kl.shape(), "logit_distillation_loss: mask ", mask.shape(), " does not match positions ",
+             kl.shape());
+    Tensor m = mask.to(DType::f32);
+    const double n = sum(m).item<double>();
+    HH_CHECK(n > 0, "logit_distillation_loss: the mask keeps no position");
+    mean_kl = div(sum(mul(kl, m)), n);
+  } else {
+    mean_kl = mean(kl);
+  }
+  return mul(mean_kl, temperature * temperature);
+}
+
 double attention_entropy(const Tensor& weights) {
   HH_CHECK(weights.dim() == 4, "attention_entropy: expected weights (B,H,L,L), got ", weights.shape());
   NoGradGuard ng;

@@ -37,6 +37,12 @@ Tensor distillation_loss(const TraceRequest& trace, const DistillOptions& o = {}
 // error that picks the layers kept as softmax.
 std::vector<double> distillation_loss_per_layer(const TraceRequest& trace, const DistillOptions& o = {});
 
+// Logit distillation (RADLADS, MOHAWK; Hinton et al.'s temperature): T² · mean over the positions
+// where mask is true of KL(softmax(teacher/T) ‖ softmax(student/T)), the teacher detached.
+// teacher, student (..., V); mask (...) bool, or undefined = every position.
+Tensor logit_distillation_loss(const Tensor& teacher_logits, const Tensor& student_logits, double temperature,
+                               const Tensor& mask = Tensor());
+
 // Mean over batch, heads and rows of −Σ_j a_ij log a_ij; weights (B,H,L,L).
 double attention_entropy(const Tensor& weights);
 // Mean per-row Spearman rank correlation between scores and weights (B,H,L,L). causal: only keys

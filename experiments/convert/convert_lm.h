@@ -22,6 +22,8 @@ struct LmTaskConfig {
   uint64_t seed = 0;       // training batch order
   int32_t pad_id = 0;      // id written past the end of the stream (never scored)
   Device device = Device::cpu();
+  // The softmax teacher for logit distillation (LogitStage), run without gradients; null = none.
+  std::shared_ptr<nn::CausalLM> teacher;
 };
 
 class LmConversionTask : public ConversionTask {
@@ -36,6 +38,8 @@ class LmConversionTask : public ConversionTask {
   int64_t batches(Split s) const override { return batches_of(s).size(); }
   void shuffle(int64_t epoch) override { train_batches_.set_epoch(epoch); }
   Tensor loss(Split s, int64_t i, nn::TraceRequest* trace) override;
+  // KL(teacher ‖ student) over the positions the loss scores (cfg.teacher).
+  Tensor logit_loss(Split s, int64_t i, double temperature) override;
   // Stage 1 and fidelity need only the attention traces: the last hidden state, no vocabulary head.
   void trace(Split s, int64_t i, nn::TraceRequest& trace) override;
   int64_t tokens(Split s, int64_t i) const override;  // scored predictions in the batch

@@ -58,6 +58,8 @@ struct SamsumTaskConfig {
   int32_t eos_id = -1;
   uint64_t seed = 0;
   Device device = Device::cpu();
+  // The softmax teacher for logit distillation (LogitStage), run without gradients; null = none.
+  std::shared_ptr<nn::CausalLM> teacher;
 };
 
 class SamsumConversionTask : public ConversionTask {
@@ -70,6 +72,8 @@ class SamsumConversionTask : public ConversionTask {
   int64_t batches(Split s) const override { return batches_of(s).size(); }
   void shuffle(int64_t epoch) override { train_batches_.set_epoch(epoch); }
   Tensor loss(Split s, int64_t i, nn::TraceRequest* trace) override;
+  // KL(teacher ‖ student) over the positions the loss scores (cfg.teacher).
+  Tensor logit_loss(Split s, int64_t i, double temperature) override;
   // Stage 1 and fidelity need only the attention traces: the last hidden state, no vocabulary head.
   void trace(Split s, int64_t i, nn::TraceRequest& trace) override;
   int64_t tokens(Split s, int64_t i) const override;  // input tokens of the batch (padding excluded)

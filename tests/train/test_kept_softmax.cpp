@@ -1,7 +1,8 @@
-// Kept softmax layers and LoLCATs' MSE attention transfer in the conversion driver, on the committed
-// gpt2-tiny fixture: the layer of highest transfer error goes back to softmax (its feature map
-// gone, its attention the teacher's), the choice is saved in config.json and rebuilt on load,
-// survives a resume, and bad layer numbers are refused before any work.
+// What the conversion driver does for LLMs beyond the paper, on the committed gpt2-tiny fixture:
+// kept softmax layers (the layer of highest transfer error goes back to softmax, its feature map
+// gone, its attention the teacher's; saved in config.json, rebuilt on load, kept across a resume;
+// bad layer numbers refused before any work), LoLCATs' MSE attention transfer, and logit
+// distillation against the softmax teacher.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -37,7 +38,8 @@ std::shared_ptr<nn::CausalLM> load_student(const std::string& mixer) {
 }
 
 // gpt2-tiny (2 layers, vocab 101, 32 positions) on windows of a fixed pseudo-random id stream.
-std::unique_ptr<train::LmConversionTask> tiny_task(const std::string& mixer) {
+std::unique_ptr<train::LmConversionTask> tiny_task(const std::string& mixer,
+                                                   std::shared_ptr<nn::CausalLM> teacher = nullptr) {
   std::vector<int32_t> ids;
   for (int i = 0; i < 600; ++i) ids.push_back(static_cast<int32_t>((i * 37 + (i / 7) * 11) % 101));
   const std::vector<int32_t> val(ids.begin(), ids.begin() + 120);
@@ -45,6 +47,7 @@ std::unique_ptr<train::LmConversionTask> tiny_task(const std::string& mixer) {
   auto va = std::make_shared<const data::LmWindows>(data::lm_strided(val, 16, 8));
   train::LmTaskConfig c;
   c.batch = 8;
+  c.teacher = std::move(teacher);
   return std::make_unique<train::LmConversionTask>(load_student(mixer), tr, va, va, c);
 }
 
@@ -156,4 +159,60 @@ TEST_CASE("attention transfer by output MSE (LoLCATs) trains a hybrid's maps and
     else CHECK_MESSAGE(same, kv.first);
   }
   CHECK(changed == 6);  // map weight, bias and window factor in each of the 2 layers
+}
+
+TEST_CASE("logit distillation: the loss is T^2 KL over the kept positions, and the stage lowers the validation KL") {
+  Generator g(4);
+  Tensor t = randn({2, 3, 7}, g), st = randn({2, 3, 7}, g);
+  CHECK(nn::logit_distillation_loss(t, t, 2.0).item<double>() == doctest::Approx(0.0).epsilon(1e-7));
+  // By hand, in double: T^2 * mean over kept rows of sum p (log p - log q), p, q at temperature T.
+  const double T = 2.0;
+  const auto tv = to_vector<float>(t), sv = to_vector<float>(st);
+  Tensor mask = ones({2, 3}, {DType::boolean});
+  {
+    NoGradGuard ng;
+    copy_(select(select(mask, 0, 1), 0, 2), zeros({}, {DType::boolean}));
+  }
+  double want = 0;
+  for (int row = 0; row < 6; ++row) {
+    if (row == 5) continue;  // masked
+    double mt = -1e300, ms = -1e300, zt = 0, zs = 0;
+    for (int v = 0; v < 7; ++v) mt = std::max(mt, tv[row * 7 + v] / T), ms = std::max(ms, sv[row * 7 + v] / T);
+    for (int v = 0; v < 7; ++v) zt += std::exp(tv[row * 7 + v] / T - mt), zs += std::exp(sv[row * 7 + v] / T - ms);
+    for (int v = 0; v < 7; ++v) {
+      const double lp = tv[row * 7 + v] / T - mt - std::log(zt), lq = sv[row * 7 + v] / T - ms - std::log(zs);
+      want += std::exp(lp) * (lp - lq);
+    }
+  }
+  want = T * T * want / 5;
+  CHECK(nn::logit_distillation_loss(t, st, T, mask).item<double>() == doctest::Approx(want).epsilon(1e-5));
+  CHECK_THROWS_WITH(nn::logit_distillation_loss(t, st, 0.0), doctest::Contains("temperature must be > 0"));
+
+  auto teacher = load_student("softmax");
+  auto task = tiny_task("hedgehog", teacher);
+  train::ConvertConfig cfg;
+  cfg.quiet = true;
+  cfg.distill.epochs = 1;
+  cfg.logits.tokens = 642;  // 37 windows of 16 in 5 batches: 118.4 tokens a batch, so 6 steps
+  cfg.logits.lr = 3e-4;
+  cfg.finetune.epochs = 0;
+  const train::ConvertResult r = train::convert(*task, cfg);
+  CHECK(r.logits.steps == 6);
+  REQUIRE(r.logits.val.size() == 2);  // at the first epoch's end and after the last step
+  const double kl_before = [&] {
+    auto fresh = tiny_task("hedgehog", teacher);
+    NoGradGuard ng;
+    double total = 0;
+    for (int64_t i = 0; i < fresh->batches(train::Split::val); ++i)
+      total += fresh->logit_loss(train::Split::val, i, 1.0).item<double>();
+    return total / static_cast<double>(fresh->batches(train::Split::val));
+  }();
+  MESSAGE("validation KL: untrained swap ", kl_before, ", after logit distillation ", r.logits.val.back());
+  CHECK(r.logits.val.back() < r.logits.val.front());
+  CHECK(r.logits.val.back() < kl_before);
+  REQUIRE_FALSE(r.logit_distilled.empty());
+  CHECK(std::isfinite(r.logit_distilled[0].second));
+  // A task without a teacher is refused at the stage.
+  cfg.distill.epochs = 0;
+  CHECK_THROWS_WITH(train::convert(*tiny_task("hedgehog"), cfg), doctest::Contains("needs the softmax teacher"));
 }

@@ -168,6 +168,10 @@ nlohmann::json result_json(const ConvertResult& r) {
           {"trainable", {r.trainable_distill, r.trainable_finetune}},
           {"lora_targets", r.lora_targets}};
   if (!r.layer_error.empty()) j["layer_error"] = r.layer_error;  // absent before kept layers existed
+  if (!r.logits.stopped.empty()) {  // absent before logit distillation existed
+    j["logits"] = log_json(r.logits);
+    j["logit_distilled"] = metrics_json(r.logit_distilled);
+  }
   if (!r.softmax_layers.empty()) j["softmax_layers"] = r.softmax_layers;
   return j;
 }
@@ -182,13 +186,18 @@ void result_from(const nlohmann::json& j, ConvertResult& r) {
   r.lora_targets = j.at("lora_targets").get<std::vector<std::string>>();
   r.layer_error = j.value("layer_error", std::vector<double>{});
   r.softmax_layers = j.value("softmax_layers", std::vector<int64_t>{});
+  if (j.contains("logits")) {
+    r.logits = log_from(j.at("logits"));
+    r.logit_distilled = metrics_from(j.at("logit_distilled"));
+  }
 }
 
 // A conversion checkpoint holds, besides the Trainer's own state, "convert.run": the stage whose
 // Trainer wrote it, the caller's fingerprint and the results so far. One written by the driver's
 // own loop before train/trainer.h holds "convert.state" instead (the same results, the stage, its
 // epochs done and the early-stopping state; stage 2 with 0 epochs done is the weights after stage
-// 1, stage 3 the finished conversion).
+// 1, stage 3 the finished conversion). The Trainer's stages: 1 attention transfer, 3 logit
+// distillation, 2 finetuning (numbered in the order they were added).
 constexpr const char* kRunKey = "convert.run";
 constexpr const char* kLegacyKey = "convert.state";
 
@@ -229,8 +238,7 @@ OnDisk read_checkpoint(const std::string& path, const std::string& fingerprint) 
   } catch (const nlohmann::json::exception& e) {
     fail(str("checkpoint ", path, ": bad conversion state in its metadata: ", e.what()));
   }
-  HH_CHECK(d.stage >= 1 && d.stage <= (d.legacy ? 3 : 2) && d.legacy_epochs >= 0, "checkpoint ", path, ": bad stage ",
-           d.stage);
+  HH_CHECK(d.stage >= 1 && d.stage <= 3 && d.legacy_epochs >= 0, "checkpoint ", path, ": bad stage ", d.stage);
   return d;
 }
 
@@ -238,8 +246,8 @@ bool better_or_equal(double v, double target, bool higher) { return higher ? v >
 
 // One stage as a Trainer run: epochs of the training batches, an evaluation at each epoch's end.
 struct Stage {
-  std::string name;  // "distill" or "finetune"
-  int number = 1;    // 1 or 2
+  std::string name;  // "distill", "logits" or "finetune"
+  int number = 1;    // 1 (distill), 3 (logits) or 2 (finetune)
   int64_t epochs = 0, max_steps = 0, patience = 0;
   EarlyStopMode mode = EarlyStopMode::min;
   bool keep_best = true;
@@ -250,6 +258,10 @@ struct Stage {
 };
 
 }  // namespace
+
+Tensor ConversionTask::logit_loss(Split, int64_t, double) {
+  fail("convert: this task has no teacher logits to distill (--logit-distill-tokens)");
+}
 
 void ConversionTask::keep_softmax(const std::vector<int64_t>&) {
   fail("convert: this task's model cannot keep softmax layers (--softmax-layers)");
@@ -287,6 +299,11 @@ ConvertResult convert(ConversionTask& task, const ConvertConfig& cfg) {
   HH_CHECK(f.warmup_fraction >= 0 && f.warmup_fraction < 1, "convert: warmup fraction must be in [0,1), got ",
            f.warmup_fraction);
   HH_CHECK(f.joint_weight >= 0, "convert: joint weight must be >= 0, got ", f.joint_weight);
+  const LogitStage& g = cfg.logits;
+  HH_CHECK(g.tokens >= 0 && g.lr > 0 && g.temperature > 0 && g.grad_clip >= 0,
+           "convert: logit distillation needs tokens >= 0, lr > 0, temperature > 0, grad_clip >= 0");
+  HH_CHECK(g.mode == "full" || g.mode == "lora", "convert: logit distillation mode must be full or lora, got '", g.mode,
+           "'");
   HH_CHECK(!cfg.resume || !cfg.checkpoint_path.empty(), "convert: --resume needs a checkpoint path");
   HH_CHECK(cfg.stop_after_epochs == 0 || !cfg.checkpoint_path.empty(),
            "convert: stop_after_epochs needs a checkpoint path");
@@ -352,7 +369,7 @@ ConvertResult convert(ConversionTask& task, const ConvertConfig& cfg) {
     tc.resume = s.resume;
     if (epochs_left > 0) tc.stop_after_steps = (s.resume ? log.steps : 0) + epochs_left * nb;
     tc.label = s.name;
-    tc.metric_name = s.number == 1 ? "val_distill" : "val";
+    tc.metric_name = s.number == 1 ? "val_distill" : s.number == 3 ? "val_kl" : "val";
     tc.quiet = cfg.quiet;
     TrainerHooks hooks;
     int64_t shuffled = -1;  // the epoch the task's batches are ordered for
@@ -473,6 +490,54 @@ ConvertResult convert(ConversionTask& task, const ConvertConfig& cfg) {
       task.keep_softmax(r.softmax_layers);
     }
     if (r.trainable_distill > 0) r.distilled = task.evaluate(Split::val);
+  }
+
+  // ---- logit distillation: KL(teacher ‖ student) on next tokens, every weight or LoRA -------------
+  if (g.tokens > 0 && (!disk.found || (!disk.legacy && (disk.stage == 1 || disk.stage == 3)))) {
+    double batch_tokens = 0;  // mean training tokens per batch
+    for (int64_t i = 0; i < nb; ++i) batch_tokens += static_cast<double>(task.tokens(Split::train, i));
+    batch_tokens /= static_cast<double>(nb);
+    HH_CHECK(batch_tokens > 0, "convert: the training batches hold no tokens to distill on");
+    const auto steps = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(static_cast<double>(g.tokens) / batch_tokens)));
+    if (g.mode == "lora") {
+      add_lora(model, f, cfg.seed + 202);
+      set_trainable(model, [](const std::string& n) { return n.find(".lora_") != std::string::npos; });
+    } else {
+      set_trainable(model, [](const std::string&) { return true; });
+    }
+    AdamW opt(decay_groups(model, g.weight_decay), g.lr);
+    ScheduleConfig sc;  // constant
+    sc.base_lr = g.lr;
+    LrSchedule schedule(sc);
+    Stage s;
+    s.name = "logits";
+    s.number = 3;
+    s.epochs = (steps + nb - 1) / nb;
+    s.max_steps = steps;
+    s.mode = EarlyStopMode::min;
+    s.keep_best = false;
+    s.grad_clip = g.grad_clip;
+    s.resume = disk.found && disk.stage == 3;
+    const TrainerResult tr = run_stage(
+        s, r.logits, opt, schedule, [&](int64_t i) { return task.logit_loss(Split::train, i, g.temperature); },
+        [&] {
+          NoGradGuard ng;
+          model.eval();
+          int64_t n = task.batches(Split::val);
+          if (g.val_batches > 0) n = std::min(n, g.val_batches);
+          double total = 0;
+          for (int64_t i = 0; i < n; ++i) total += task.logit_loss(Split::val, i, g.temperature).item<double>();
+          model.train();
+          const double v = total / static_cast<double>(n);
+          return Evaluation{v, {{"val_kl", v}}, false};
+        });
+    if (tr.interrupted() || spent()) {
+      r.interrupted = true;
+      return r;
+    }
+    if (g.mode == "lora") nn::merge_lora(model);
+    set_trainable(model, [](const std::string&) { return true; });
+    r.logit_distilled = task.evaluate(Split::val);
   }
 
   // ---- stage 2: finetuning on the task loss (all weights or LoRA), or the joint variant --------

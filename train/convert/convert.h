@@ -49,6 +49,10 @@ class ConversionTask {
   // Turns the listed attention layers (0-based, in trace order) of the student back into softmax
   // (DistillStage::softmax_layers). The default refuses: the task's model cannot.
   virtual void keep_softmax(const std::vector<int64_t>& layers);
+  // Logit distillation (LogitStage): the student's next-token distributions on batch i of split s
+  // against the softmax teacher's, nn::logit_distillation_loss over the positions the task scores.
+  // The default refuses: the task has no teacher logits.
+  virtual Tensor logit_loss(Split s, int64_t i, double temperature);
 };
 
 struct DistillStage {
@@ -64,6 +68,19 @@ struct DistillStage {
   // softmax; or exactly the listed ones (0-based). The per-layer error is in the result either way.
   int64_t softmax_layers = 0;
   std::vector<int64_t> softmax_layer_list;
+};
+
+// Logit distillation (RADLADS / MOHAWK): the whole student (every weight, or LoRA adapters merged at
+// the end) trained on KL(teacher ‖ student) over next-token distributions, teacher logits computed
+// on the fly, after attention transfer and before (or instead of) the task finetuning.
+struct LogitStage {
+  int64_t tokens = 0;           // training tokens (task.tokens) to distill on; 0 = skip the stage
+  double lr = 1e-4;
+  double weight_decay = 0.0;
+  double temperature = 1.0;
+  double grad_clip = 1.0;       // 0 = off
+  std::string mode = "full";    // "full" or "lora" (FinetuneStage's LoRA settings)
+  int64_t val_batches = 0;      // validation batches per evaluation of the KL (0 = all)
 };
 
 struct FinetuneStage {
@@ -91,6 +108,7 @@ struct FinetuneStage {
 
 struct ConvertConfig {
   DistillStage distill;
+  LogitStage logits;
   FinetuneStage finetune;
   uint64_t seed = 0;            // LoRA init
   bool quiet = false;           // plain progress lines instead of a bar
@@ -118,8 +136,9 @@ struct StageLog {
 struct ConvertResult {
   Metrics swapped;      // the student right after the swap (untrained maps), validation split
   Metrics distilled;    // after stage 1 (empty when skipped)
+  Metrics logit_distilled;  // after logit distillation (empty when skipped)
   Metrics finetuned;    // after stage 2 (empty when skipped)
-  StageLog distill, finetune;
+  StageLog distill, logits, finetune;  // logits.val: the validation KL per evaluation
   int64_t trainable_distill = 0, trainable_finetune = 0;  // parameters trained in each stage
   std::vector<std::string> lora_targets;  // Linear modules that got adapters
   // After stage 1: each attention layer's transfer error on the validation batches (empty when
