@@ -80,7 +80,7 @@ int run(int argc, char** argv) {
   const int64_t stride = stride_flag > 0 ? stride_flag : std::max<int64_t>(1, context / 2);
   const int64_t max_train = f.integer("max-train-tokens", 0), max_eval = f.integer("max-eval-tokens", 0);
   const train::ConvertConfig cfg = apps::lm_conversion_config(f);
-  const apps::ConversionRun opts = apps::conversion_run(f);
+  const apps::ConversionRun opts = apps::lm_conversion_run(f);
   const std::string& out = opts.out;
   set_num_threads(opts.threads);
   const std::string train_path = data::wikitext_split_path(data_dir, "train");
@@ -129,6 +129,8 @@ int run(int argc, char** argv) {
     rep.teacher_entropy = tf.entropy_teacher;
     rep.teacher_monotonicity = tf.monotonicity_teacher;
   }
+  if (cfg.logits.tokens > 0)
+    tc.teacher = teacher.model;  // logit distillation runs it on every batch
   teacher.model.reset();
   rep.config_json = config.dump(2);
   std::cerr << "teacher (softmax) test perplexity " << rep.teacher.front().second << "\n";

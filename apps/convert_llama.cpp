@@ -82,7 +82,7 @@ int run(int argc, char** argv) {
   const int64_t max_eval = f.integer("max-eval", 0);
   const int64_t max_train = f.integer("max-train", 0);
   const train::ConvertConfig cfg = apps::lm_conversion_config(f);
-  const apps::ConversionRun opts = apps::conversion_run(f);
+  const apps::ConversionRun opts = apps::lm_conversion_run(f);
   const std::string& out = opts.out;
   set_num_threads(opts.threads);
   HH_CHECK(std::filesystem::is_directory(data_dir), "--data: ", data_dir, " is not a folder");
@@ -134,6 +134,8 @@ int run(int argc, char** argv) {
     rep.teacher_entropy = tf.entropy_teacher;
     rep.teacher_monotonicity = tf.monotonicity_teacher;
   }
+  if (cfg.logits.tokens > 0)
+    tc.teacher = teacher.model;  // logit distillation runs it on every batch
   teacher.model.reset();
   rep.config_json = config.dump(2);
   std::cerr << "teacher (softmax, zero-shot) test ROUGE-1 " << rep.teacher.front().second << "\n";

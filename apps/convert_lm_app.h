@@ -40,6 +40,31 @@ inline void add_lm_conversion_flags(Flags& f) {
   f.add("finetune-max-steps", "0", "stage 2: stop after this many steps (0 = epochs only)");
   f.add("grad-clip", "1.0", "stage 2: gradient norm clip (0 = off)");
   f.add("lora-train-maps", "true", "LoRA: also train the feature maps in stage 2");
+  f.add("attention", "linear",
+        "linear: each --feature-map row is plain linear attention; hybrid: LoLCATs' sliding window (--window "
+        "softmax keys) + linear attention with the row's map");
+  f.add("window", "64", "hybrid attention: the sliding window W (softmax over the last W keys)");
+  f.add("blocks", "0",
+        "stage 1 as LoLCATs' block-wise transfer, this many layers at a time on the teacher's hidden states "
+        "(0 = the whole model at once)");
+  f.add("hidden-on", "device",
+        "block-wise transfer: hidden states between blocks on the device, in host memory, or on disk "
+        "(memory-mapped shards under <out>/<row>/hidden)");
+  f.add("logit-distill-tokens", "0",
+        "after stage 1, distill the teacher's next-token distributions over this many training tokens (0 = skip)");
+  f.add("logit-lr", "1e-4", "logit distillation: AdamW learning rate");
+  f.add("logit-temperature", "1", "logit distillation: softmax temperature T (the loss is T^2 KL)");
+  f.add("logit-finetune", "full", "logit distillation trains: full (every weight) or lora (merged after)");
+}
+
+// The run's rows, made hybrid with --attention hybrid.
+inline ConversionRun lm_conversion_run(const Flags& f) {
+  ConversionRun r = conversion_run(f);
+  const std::string a = f.str("attention");
+  HH_CHECK(a == "linear" || a == "hybrid", "--attention: expected linear or hybrid, got '", a, "'");
+  if (a == "hybrid")
+    for (train::ConversionRow& row : r.rows) row = train::hybrid_row(row);
+  return r;
 }
 
 // The conversion's stages: the shared flags (conversion_config) and the LM-only ones, checked.
@@ -49,6 +74,22 @@ inline train::ConvertConfig lm_conversion_config(const Flags& f) {
   c.finetune.max_steps = f.integer("finetune-max-steps", 0);
   c.finetune.grad_clip = f.number("grad-clip", 0, 1e6);
   c.finetune.train_feature_maps = f.boolean("lora-train-maps");
+  c.distill.blocks = f.integer("blocks", 0, 1 << 20);
+  try {
+    c.distill.hidden = train::parse_hidden_place(f.str("hidden-on"));
+  } catch (const Error& e) {
+    fail(str("--hidden-on: ", e.what()));
+  }
+  HH_CHECK(c.distill.hidden == train::HiddenPlace::device || c.distill.blocks > 0,
+           "--hidden-on: only block-wise transfer (--blocks N) keeps hidden states between blocks");
+  c.logits.tokens = f.integer("logit-distill-tokens", 0);
+  c.logits.lr = f.number("logit-lr", 1e-12, 10);
+  c.logits.temperature = f.number("logit-temperature", 1e-3, 1e3);
+  c.logits.grad_clip = c.finetune.grad_clip;
+  c.logits.mode = f.str("logit-finetune");
+  HH_CHECK(c.logits.mode == "full" || c.logits.mode == "lora", "--logit-finetune: expected full or lora, got '",
+           c.logits.mode, "'");
+  f.integer("window", 1, 1 << 20);  // checked here, before any work; used by load_lm_student
   return c;
 }
 
@@ -66,6 +107,14 @@ inline nlohmann::json lm_conversion_settings(const std::string& app, const Flags
             {"tokenizer", f.str("tokenizer")},
             {"data", f.str("data")},
             {"chunk", f.integer("chunk", 1, 1 << 20)}});
+  // Settings added later are written only when set, so earlier runs' fingerprints still match.
+  if (f.str("attention") != "linear") s.update({{"attention", f.str("attention")}, {"window", f.integer("window", 1, 1 << 20)}});
+  if (c.distill.blocks > 0) s.update({{"blocks", c.distill.blocks}, {"hidden_on", train::hidden_place_name(c.distill.hidden)}});
+  if (c.logits.tokens > 0)
+    s.update({{"logit_distill_tokens", c.logits.tokens},
+              {"logit_lr", c.logits.lr},
+              {"logit_temperature", c.logits.temperature},
+              {"logit_finetune", c.logits.mode}});
   return s;
 }
 
@@ -94,6 +143,14 @@ inline LmTeacher load_lm_teacher(const Flags& f, const Device& device, const std
   t.tokenizer = std::shared_ptr<const data::Tokenizer>(data::load_tokenizer(tok_dir).release());
   HH_CHECK(t.tokenizer->vocab_size() <= t.model->vocab_size(), "--tokenizer: ", tok_dir, " has ",
            t.tokenizer->vocab_size(), " tokens but the model's vocabulary has ", t.model->vocab_size());
+  // Kept softmax layers must be layers of this model (checked here, before any conversion work).
+  const int64_t layers = t.model->num_layers();
+  const int64_t keep = f.integer("softmax-layers", 0);
+  HH_CHECK(keep < layers, "--softmax-layers: ", keep, ", but ", model_dir, " has ", layers,
+           " layers (keep fewer than all)");
+  for (const std::string& s : Flags::split_list(f.str("softmax-layer-list")))
+    HH_CHECK(std::stoll(s) < layers, "--softmax-layer-list: layer ", s, " is not one of the ", layers, " layers of ",
+             model_dir, " (0 to ", layers - 1, ")");
   return t;
 }
 
@@ -104,6 +161,7 @@ inline std::shared_ptr<nn::CausalLM> load_lm_student(const Flags& f, const nn::M
   o.mixer = mixer;
   o.form = nn::LinearForm::chunked;
   o.chunk = f.integer("chunk", 1, 1 << 20);
+  o.window = f.integer("window", 1, 1 << 20);
   o.seed = seed;
   o.device = device;
   return nn::load_causal_lm(f.str("model"), o);

@@ -73,7 +73,16 @@ set(CONVERT_LM_BAD
     "${G} --patience -1" "--patience: -1 is out of range"
     "${L} --data ${LMFX}/samsum --distill-wd -1" "--distill-wd: -1 is out of range"
     "${G} --weight-decay 11" "--weight-decay: 11 is out of range"
-    "${G} --lr 0" "--lr: 0 is out of range")
+    "${G} --lr 0" "--lr: 0 is out of range"
+    "${G} --attention hybrid --window 0" "--window: 0 is out of range"
+    "${G} --attention mixed" "--attention: expected linear or hybrid"
+    "${G} --softmax-layers 2" "--softmax-layers: 2, but"
+    "${G} --softmax-layer-list 0,7" "--softmax-layer-list: layer 7 is not one of the 2 layers"
+    "${G} --softmax-layers 1 --softmax-layer-list 0" "give one of them"
+    "${G} --transfer l2" "--transfer: unknown transfer loss 'l2'"
+    "${G} --hidden-on disk" "--hidden-on: only block-wise transfer"
+    "${G} --blocks 1 --hidden-on ssd" "--hidden-on: unknown place"
+    "${L} --data ${LMFX}/samsum --logit-finetune half" "--logit-finetune: expected full or lora")
 list(LENGTH CONVERT_LM_BAD n)
 math(EXPR last "${n} / 2 - 1")
 foreach(i RANGE ${last})
@@ -109,3 +118,16 @@ set_tests_properties(convert_gpt2_shared_flags PROPERTIES PASS_REGULAR_EXPRESSIO
 add_test(NAME convert_lm_flags_preset_help COMMAND convert_bert --preset tiny --help)
 set_tests_properties(convert_lm_flags_preset_help PROPERTIES PASS_REGULAR_EXPRESSION
                      "--distill-epochs +[^\n]*\\(default: 1\\).*--lr +[^\n]*\\(default: 0.001\\)")
+
+# LoLCATs-style conversion: hybrid window + Hedgehog, MSE transfer block by block with the hidden
+# states on disk, logit distillation, one layer kept as softmax; the saved folder records it and runs.
+add_test(NAME convert_gpt2_hybrid COMMAND convert_gpt2 ${GPT2_TINY} --attention hybrid --window 8 --transfer mse
+         --blocks 1 --hidden-on disk --logit-distill-tokens 400 --softmax-layers 1 --save
+         --out ${CMAKE_CURRENT_BINARY_DIR}/convert_gpt2_hybrid)
+set_tests_properties(convert_gpt2_hybrid PROPERTIES FIXTURES_SETUP convert_gpt2_hybrid_saved PASS_REGULAR_EXPRESSION
+                     "softmax \\(teacher\\) +[0-9.]+.*\nHybrid 1\\+ELU +[0-9.]+.*ok\nHybrid Hedgehog +[0-9.]+.*ok\n")
+add_test(NAME convert_gpt2_hybrid_saved_runs COMMAND hf_run
+         --model ${CMAKE_CURRENT_BINARY_DIR}/convert_gpt2_hybrid/hybrid-hedgehog/model
+         --prompt "The river" --temperature 0 --max-new-tokens 4)
+set_tests_properties(convert_gpt2_hybrid_saved_runs PROPERTIES FIXTURES_REQUIRED convert_gpt2_hybrid_saved
+                     PASS_REGULAR_EXPRESSION "generated ids: \\[[0-9]+,[0-9]+,[0-9]+,[0-9]+\\]")

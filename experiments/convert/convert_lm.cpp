@@ -53,6 +53,16 @@ Tensor LmConversionTask::loss(Split s, int64_t i, nn::TraceRequest* trace) {
   return cross_entropy(reshape(logits, {-1, logits.size(2)}), reshape(targets, {-1}), data::kLmIgnoreIndex);
 }
 
+std::vector<Tensor> LmConversionTask::transfer_batches() {
+  std::vector<Tensor> out;
+  for (int64_t i = 0; i < batches(Split::train); ++i) {
+    Tensor inputs, targets;
+    batch(Split::train, i, inputs, targets);
+    out.push_back(inputs);
+  }
+  return out;
+}
+
 Tensor LmConversionTask::logit_loss(Split s, int64_t i, double temperature) {
   HH_CHECK(cfg_.teacher != nullptr, "LmConversionTask: logit distillation needs the softmax teacher (no teacher given)");
   Tensor inputs, targets;

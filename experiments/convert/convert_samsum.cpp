@@ -133,6 +133,16 @@ Tensor SamsumConversionTask::loss(Split s, int64_t i, nn::TraceRequest* trace) {
   return cross_entropy(reshape(logits, {-1, logits.size(2)}), reshape(targets, {-1}), -100);
 }
 
+std::vector<Tensor> SamsumConversionTask::transfer_batches() {
+  std::vector<Tensor> out;
+  for (int64_t i = 0; i < batches(Split::train); ++i) {
+    Tensor inputs, targets;
+    batch(Split::train, i, inputs, targets);
+    out.push_back(inputs);
+  }
+  return out;
+}
+
 Tensor SamsumConversionTask::logit_loss(Split s, int64_t i, double temperature) {
   HH_CHECK(cfg_.teacher != nullptr, "SamsumConversionTask: logit distillation needs the softmax teacher (no teacher given)");
   Tensor inputs, targets;

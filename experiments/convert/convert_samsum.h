@@ -74,6 +74,8 @@ class SamsumConversionTask : public ConversionTask {
   Tensor loss(Split s, int64_t i, nn::TraceRequest* trace) override;
   // KL(teacher ‖ student) over the positions the loss scores (cfg.teacher).
   Tensor logit_loss(Split s, int64_t i, double temperature) override;
+  nn::CausalLM* causal_lm() override { return model_.get(); }
+  std::vector<Tensor> transfer_batches() override;  // every training batch's input ids
   // Stage 1 and fidelity need only the attention traces: the last hidden state, no vocabulary head.
   void trace(Split s, int64_t i, nn::TraceRequest& trace) override;
   int64_t tokens(Split s, int64_t i) const override;  // input tokens of the batch (padding excluded)

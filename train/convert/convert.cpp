@@ -12,6 +12,7 @@
 #include "core/safetensors.h"
 #include "nn/attention.h"
 #include "train/checkpoint.h"
+#include "train/convert/layerwise_distill.h"
 #include "train/early_stopping.h"
 #include "train/optim.h"
 #include "train/schedule.h"
@@ -115,6 +116,38 @@ int64_t traced_layers(ConversionTask& task) {
   nn::TraceRequest tr;
   task.trace(Split::val, 0, tr);
   return static_cast<int64_t>(tr.layers.size());
+}
+
+// Stage 1 as LoLCATs' block-wise transfer (train/convert/layerwise_distill.h) over the task's
+// training batches; returns its log (train_loss: per epoch, the sum over layers of each layer's
+// mean loss).
+StageLog blockwise_transfer(ConversionTask& task, const ConvertConfig& cfg, int64_t& trainable) {
+  const DistillStage& d = cfg.distill;
+  nn::CausalLM* lm = task.causal_lm();
+  HH_CHECK(lm != nullptr, "convert: block-wise transfer (--blocks) needs a causal LM task");
+  LayerwiseConfig lc;
+  lc.epochs = d.epochs;
+  lc.block = d.blocks;
+  lc.lr = d.lr;
+  lc.weight_decay = d.weight_decay;
+  lc.loss = d.loss;
+  lc.hidden = d.hidden;
+  lc.hidden_folder = d.hidden_folder;
+  lc.quiet = cfg.quiet;
+  lc.precision = cfg.precision;
+  std::vector<Tensor> batches = task.transfer_batches();
+  if (d.max_steps > 0 && static_cast<int64_t>(batches.size()) > d.max_steps) batches.resize(static_cast<size_t>(d.max_steps));
+  const LayerwiseResult lr = distill_layerwise(*lm, batches, lc);
+  StageLog log;
+  log.train_loss.assign(static_cast<size_t>(d.epochs), 0.0);
+  for (const auto& per_layer : lr.epoch_loss)
+    for (size_t e = 0; e < per_layer.size() && e < log.train_loss.size(); ++e) log.train_loss[e] += per_layer[e];
+  log.steps = lr.steps;
+  log.tokens = lr.tokens;
+  log.seconds = lr.seconds;
+  log.stopped = str("block-wise, ", d.blocks, d.blocks == 1 ? " layer" : " layers", " a block");
+  trainable = lr.trainable;
+  return log;
 }
 
 // Adds LoRA adapters (their init drawn from `seed`) and returns the names of the adapted Linears.
@@ -451,6 +484,9 @@ ConvertResult convert(ConversionTask& task, const ConvertConfig& cfg) {
       r.distill.stopped = "skipped (--distill-epochs 0)";
     } else if (maps == 0) {
       r.distill.stopped = "skipped (the feature map has no trainable weights)";
+    } else if (d.blocks > 0) {
+      r.distill = blockwise_transfer(task, cfg, r.trainable_distill);
+      model.train();
     } else {
       r.trainable_distill = set_trainable(model, is_feature_map_param);
       AdamW opt(single_group(model, d.weight_decay), d.lr);

@@ -20,7 +20,9 @@
 #include "autograd/autocast.h"
 #include "nn/diagnostics.h"
 #include "nn/lora.h"
+#include "nn/models/hf_model.h"
 #include "nn/module.h"
+#include "train/convert/hidden_store.h"
 
 namespace hh::train {
 
@@ -53,6 +55,10 @@ class ConversionTask {
   // against the softmax teacher's, nn::logit_distillation_loss over the positions the task scores.
   // The default refuses: the task has no teacher logits.
   virtual Tensor logit_loss(Split s, int64_t i, double temperature);
+  // Block-wise attention transfer (DistillStage::blocks): the student as a causal LM and the input
+  // ids (B,L) of every training batch. The defaults: none (the driver refuses block-wise transfer).
+  virtual nn::CausalLM* causal_lm() { return nullptr; }
+  virtual std::vector<Tensor> transfer_batches() { return {}; }
 };
 
 struct DistillStage {
@@ -68,6 +74,12 @@ struct DistillStage {
   // softmax; or exactly the listed ones (0-based). The per-layer error is in the result either way.
   int64_t softmax_layers = 0;
   std::vector<int64_t> softmax_layer_list;
+  // > 0: LoLCATs' block-wise transfer instead of the whole-model stage (train/convert/
+  // layerwise_distill.h): this many layers at a time on the teacher's hidden states, `epochs`
+  // passes over the training batches per block (no validation, early stop or resume inside it).
+  int64_t blocks = 0;
+  HiddenPlace hidden = HiddenPlace::device;  // where the hidden states wait between blocks
+  std::string hidden_folder;                 // HiddenPlace::disk: the shard folder
 };
 
 // Logit distillation (RADLADS / MOHAWK): the whole student (every weight, or LoRA adapters merged at

@@ -36,6 +36,11 @@ bool evaluated(const ConversionOutcome& o) { return o.status == "ok"; }
 double primary(const Metrics& m) { return m.empty() ? std::nan("") : m.front().second; }
 }  // namespace
 
+ConversionRow hybrid_row(const ConversionRow& row) {
+  if (row.mixer.is_hybrid()) return row;
+  return {"Hybrid " + row.label, nn::parse_mixer("hybrid-" + row.mixer.feature_map(), "conversion row"), true};
+}
+
 std::vector<ConversionRow> paper_conversion_rows() {
   return {map_row("elu", false), map_row("t2r", false), map_row("hedgehog-untrained", false), map_row("t2r", true),
           map_row("hedgehog", true)};
@@ -48,6 +53,13 @@ std::vector<ConversionRow> parse_conversion_rows(const std::string& list) {
   std::string name;
   while (std::getline(ss, name, ',')) {
     if (name.empty()) continue;
+    if (name.rfind("hybrid-", 0) == 0) {  // LoLCATs' hybrid: its window factors always train
+      const ConversionRow row = hybrid_row(map_row(name.substr(7) == "t2r-hh" ? "t2r" : name.substr(7), true));
+      for (const ConversionRow& r : rows)
+        HH_CHECK(r.label != row.label, "feature map '", name, "' is given twice");
+      rows.push_back(row);
+      continue;
+    }
     if (!nn::is_feature_map_name(name)) {
       std::string valid;
       for (const auto& n : nn::feature_map_names()) valid += (valid.empty() ? "" : ", ") + n;

@@ -26,7 +26,11 @@ struct ConversionRow {
 std::vector<ConversionRow> paper_conversion_rows();
 // Rows from a comma list of feature-map names (each distilled when its map has weights to train);
 // "paper" gives paper_conversion_rows(). An unknown name is an error listing the valid ones.
+// "hybrid-<map>" gives the hybrid row of that map (hybrid_row).
 std::vector<ConversionRow> parse_conversion_rows(const std::string& list);
+// The row's map as LoLCATs' hybrid (sliding window + linear): "Hybrid <label>", always distilled
+// (the window factors train even when the map has no weights). A hybrid row is returned as is.
+ConversionRow hybrid_row(const ConversionRow& row);
 
 struct ConversionOutcome {
   ConversionRow row;
