@@ -16,6 +16,7 @@
 // each choice; ChoiceOptions::target_delimiter does the same here (acc_norm / acc_bytes then count
 // the choice without it, as lm-eval does).
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <string>
