@@ -4,9 +4,11 @@
 //                   acc_norm, acc_bytes) on a JSONL file of {context, choices, gold[, id]};
 //   --task passkey  passkey retrieval (Mohtashami & Jaggi 2023), generated from --seed;
 //   --task needle   needle in a haystack, generated from --seed;
-// the last two by context length x depth, decoded greedily through the model's decode path.
+//   --task perplexity  of a text file on strided windows (experiments/lm's evaluate_lm);
+// passkey and needle by context length x depth, decoded greedily through the model's decode path.
 // Results go to stdout and, with --out, to results.json, choice_scores.jsonl or table.md and
 // heatmap.svg, and index.html (train/run_dir: a failed run keeps the previous result).
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -16,11 +18,15 @@
 
 #include "apps/kit/app.h"
 #include "apps/kit/flags.h"
+#include "core/atomic_file.h"
+#include "core/communicator.h"
 #include "core/progress.h"
+#include "core/regular_file.h"
 #include "data/tokenizer.h"
 #include "experiments/eval/choice_eval.h"
 #include "experiments/eval/eval_report.h"
 #include "experiments/eval/retrieval_eval.h"
+#include "experiments/lm/lm_train.h"
 #include "nn/models/hf_model.h"
 #include "train/run_dir.h"
 
@@ -65,7 +71,37 @@ std::vector<double> parse_depths(const std::string& s) {
   return v;
 }
 
-enum class Task { choice, retrieval };
+enum class Task { choice, retrieval, perplexity };
+
+Task parse_task(const std::string& s) {
+  HH_CHECK(!s.empty(), "--task is required: choice, passkey, needle or perplexity");
+  if (s == "choice") return Task::choice;
+  if (s == "passkey" || s == "needle") return Task::retrieval;
+  if (s == "perplexity") return Task::perplexity;
+  fail(str("--task: unknown '", s, "' (choice, passkey, needle or perplexity)"));
+}
+
+// The flags that only some tasks take: given to another task, an error naming the flag.
+void check_task_flags(const apps::Flags& f, Task task) {
+  struct Only {
+    const char* flag;
+    std::vector<Task> tasks;
+    const char* which;
+  };
+  const std::vector<Only> only = {
+      {"data", {Task::choice, Task::perplexity}, "choice or perplexity"},
+      {"target-delimiter", {Task::choice}, "choice"},
+      {"lengths", {Task::retrieval}, "passkey or needle"},
+      {"depths", {Task::retrieval}, "passkey or needle"},
+      {"trials", {Task::retrieval}, "passkey or needle"},
+      {"context", {Task::perplexity}, "perplexity"},
+      {"stride", {Task::perplexity}, "perplexity"},
+      {"batch", {Task::perplexity}, "perplexity"},
+  };
+  for (const Only& o : only)
+    HH_CHECK(!f.given(o.flag) || std::find(o.tasks.begin(), o.tasks.end(), task) != o.tasks.end(), "--", o.flag,
+             " is for --task ", o.which);
+}
 
 Progress make_progress(const char* label, int64_t total) {
   ProgressOptions po;
@@ -74,20 +110,57 @@ Progress make_progress(const char* label, int64_t total) {
   return Progress(po);
 }
 
+// Perplexity of --data's text (its ids with the tokenizer's specials) on strided windows.
+void run_perplexity(nn::CausalLM& lm, const data::Tokenizer& tok, const std::string& text, const apps::Flags& f,
+                    train::EvalRunInfo& info, train::PerplexityReport& pr, const train::RunDir* out) {
+  const int64_t P = lm.max_positions();
+  if (pr.context == 0) {
+    HH_CHECK(P > 0, "--context: the model has no position limit, give the window size");
+    pr.context = P;
+  }
+  HH_CHECK(P < 0 || pr.context <= P, "--context ", pr.context, " is more than the model's ", P, " positions");
+  HH_CHECK(pr.stride <= pr.context, "--stride ", pr.stride, " is more than --context ", pr.context);
+  const std::vector<int32_t> ids = tok.encode(text, true);
+  pr.text_tokens = static_cast<int64_t>(ids.size());
+  const auto t0 = std::chrono::steady_clock::now();
+  std::shared_ptr<Communicator> one = make_communicator("none");
+  const train::LmEval e = train::evaluate_lm(lm, ids, pr.context, pr.stride, 0, f.integer("batch", 1), *one);
+  info.eval_seconds = seconds_since(t0);
+  pr.scored_tokens = e.tokens;
+  pr.loss = e.loss;
+  pr.ppl = e.ppl;
+  std::printf(
+      "perplexity %.4f (loss %.6f nats per token) over %lld of %lld tokens, context %lld, stride %lld, in %.2f s\n",
+      pr.ppl, pr.loss, static_cast<long long>(pr.scored_tokens), static_cast<long long>(pr.text_tokens),
+      static_cast<long long>(pr.context), static_cast<long long>(pr.stride), info.eval_seconds);
+  if (out) {
+    out->write(out->at("results.json"), train::perplexity_results_json(info, pr));
+    out->write(out->at("index.html"), train::perplexity_report_html(info, pr));
+  }
+}
+
 int run(int argc, char** argv) {
   apps::Flags f("eval_lm",
                 "eval_lm: evaluates a causal LM folder (GPT-2, Llama; HF or converted): multiple choice by\n"
-                "log-likelihood as lm-evaluation-harness scores it, passkey retrieval, needle in a haystack.");
+                "log-likelihood as lm-evaluation-harness scores it, passkey retrieval, needle in a haystack,\n"
+                "perplexity of a text.");
   f.add("model", "", "the model folder (config.json + weights; a converted folder runs its own attention)");
   f.add("tokenizer", "", "folder with the tokenizer files (default: the model folder)");
-  f.add("task", "", "choice, passkey or needle");
-  f.add("data", "", "choice: a JSONL file, one {\"context\", \"choices\", \"gold\", \"id\"?} per line");
+  f.add("task", "", "choice, passkey, needle or perplexity");
+  f.add("data", "",
+        "choice: a JSONL file, one {\"context\", \"choices\", \"gold\", \"id\"?} per line;\n"
+        "                       perplexity: a UTF-8 text file");
   f.add("target-delimiter", "",
         "choice: text put before every choice (lm-eval's tasks use \" \" with choices\n"
         "                       stored without it); \"\" scores the choices as given");
   f.add("lengths", "512,1024,2048", "passkey/needle: context lengths in tokens (prompt + the answer's decode budget)");
   f.add("depths", "0,0.25,0.5,0.75,1", "passkey/needle: where the key goes, fractions of the filler in [0, 1]");
   f.add("trials", "5", "passkey/needle: trials per (length, depth), each its own key");
+  f.add("context", "0", "perplexity: tokens the model reads per window (0 = the model's positions)");
+  f.add("stride", "0",
+        "perplexity: windows every N tokens, each token scored once (HF's strided perplexity);\n"
+        "                       0 = non-overlapping blocks");
+  f.add("batch", "8", "perplexity: windows per forward");
   f.add("mixer", "softmax",
         "attention of every layer when the folder does not set one: softmax, a feature map,\n"
         "                       or hybrid-<map>");
@@ -102,10 +175,8 @@ int run(int argc, char** argv) {
 
   // Everything checkable is checked before the model is read.
   const std::string task_name = f.str("task");
-  HH_CHECK(!task_name.empty(), "--task is required: choice, passkey or needle");
-  HH_CHECK(task_name == "choice" || task_name == "passkey" || task_name == "needle", "--task: unknown '", task_name,
-           "' (choice, passkey or needle)");
-  const Task task = task_name == "choice" ? Task::choice : Task::retrieval;
+  const Task task = parse_task(task_name);
+  check_task_flags(f, task);
   const apps::CommonFlags c = apps::read_common_flags(f, common);
   if (c.threads > 0) set_num_threads(static_cast<int>(c.threads));
   const std::string model_dir = f.str("model");
@@ -120,14 +191,22 @@ int run(int argc, char** argv) {
   std::vector<train::ChoiceExample> examples;
   train::ChoiceOptions co;
   train::RetrievalOptions ro;
+  train::PerplexityReport pr;
+  std::string text;  // perplexity: --data's text
   if (task == Task::choice) {
-    for (const char* k : {"lengths", "depths", "trials"})
-      HH_CHECK(!f.given(k), "--", k, " is for --task passkey or needle");
     HH_CHECK(f.given("data"), "--task choice needs --data FILE.jsonl");
     co.target_delimiter = f.str("target-delimiter");
     examples = train::read_choice_examples(f.str("data"));
+  } else if (task == Task::perplexity) {
+    HH_CHECK(f.given("data"), "--task perplexity needs --data FILE (a text file)");
+    check_regular_file(f.str("data"), "--data");
+    text = read_file(f.str("data"));
+    pr.context = f.integer("context", 0, 1 << 30);
+    pr.stride = f.integer("stride", 0, 1 << 30);
+    HH_CHECK(pr.context == 0 || pr.stride <= pr.context, "--stride ", pr.stride, " is more than --context ",
+             pr.context);
+    f.integer("batch", 1, 1 << 16);
   } else {
-    for (const char* k : {"data", "target-delimiter"}) HH_CHECK(!f.given(k), "--", k, " is for --task choice");
     ro.task = train::parse_retrieval_task(task_name);
     ro.lengths = parse_lengths(f.str("lengths"));
     ro.depths = parse_depths(f.str("depths"));
@@ -160,6 +239,10 @@ int run(int argc, char** argv) {
   if (task == Task::choice) {
     settings["data"] = info.data;
     settings["target_delimiter"] = co.target_delimiter;
+  } else if (task == Task::perplexity) {
+    settings["data"] = info.data;
+    settings["context"] = pr.context;
+    settings["stride"] = pr.stride;
   } else {
     settings["lengths"] = ro.lengths;
     settings["depths"] = ro.depths;
@@ -167,8 +250,9 @@ int run(int argc, char** argv) {
     settings["seed"] = ro.seed;
   }
   const std::vector<std::string> files =
-      task == Task::choice ? std::vector<std::string>{"results.json", "choice_scores.jsonl", "index.html"}
-                           : std::vector<std::string>{"results.json", "table.md", "heatmap.svg", "index.html"};
+      task == Task::choice       ? std::vector<std::string>{"results.json", "choice_scores.jsonl", "index.html"}
+      : task == Task::perplexity ? std::vector<std::string>{"results.json", "index.html"}
+                                 : std::vector<std::string>{"results.json", "table.md", "heatmap.svg", "index.html"};
   if (out) out->start(settings.dump(), false, files);
 
   PrecisionGuard autocast(c.precision);
@@ -188,6 +272,8 @@ int run(int argc, char** argv) {
       out->write(out->at("choice_scores.jsonl"), train::choice_scores_jsonl(examples, r));
       out->write(out->at("index.html"), train::choice_report_html(info, r));
     }
+  } else if (task == Task::perplexity) {
+    run_perplexity(*lm, *tok, text, f, info, pr, out.get());
   } else {
     const int64_t total = static_cast<int64_t>(ro.lengths.size() * ro.depths.size()) * ro.trials;
     Progress bar = make_progress(task_name.c_str(), total);

@@ -1,7 +1,7 @@
 # eval_lm end to end on the tiny decoders of tests/fixtures/eval (tools/make_eval_fixtures.py): the
 # choice task must print transformers' accuracies under lm-eval's rules (choice_expected.json) and
 # write its files; passkey and needle (random models: accuracy near 0) must write the table, heat
-# map and page; bad flags and bad input must give "error: " before the model is read.
+# map and page; perplexity must be transformers' on strided windows; bad flags and bad input must give "error: " before the model is read.
 set(EVAL ${CMAKE_CURRENT_SOURCE_DIR}/tests/fixtures/eval)
 add_test(NAME eval_lm_choice
          COMMAND sh -c "d=$(mktemp -d) && \"$1\" --model '${EVAL}/gpt2-tok' --task choice --data '${EVAL}/choice.jsonl' --out \"$d/out\" && test -s \"$d/out/index.html\" && test $(wc -l < \"$d/out/choice_scores.jsonl\") -eq 7 && grep -q '\"acc_norm\": 0.14285714' \"$d/out/results.json\" && echo CHOICE_FILES_OK; rc=$?; rm -rf \"$d\"; exit $rc"
@@ -23,6 +23,13 @@ add_test(NAME eval_lm_needle_hybrid COMMAND eval_lm --model ${EVAL}/gpt2-tok --t
          --depths 0.25,0.75 --trials 1 --mixer hybrid-hedgehog --window 16)
 set_tests_properties(eval_lm_needle_hybrid PROPERTIES PASS_REGULAR_EXPRESSION
                      "attention: hybrid-hedgehog.*needle: 2 trials in [^\n]*\n\\| length \\\\ depth \\| 0\\.25 \\| 0\\.75 \\|\n\\|---\\|---\\|---\\|\n\\| 200 \\|")
+# Perplexity on strided windows: transformers' value (perplexity_expected.json: gpt2-tok, context 64,
+# stride 32: ppl 2453.6966, loss 7.805351 over 200 tokens).
+add_test(NAME eval_lm_perplexity
+         COMMAND sh -c "d=$(mktemp -d) && \"$1\" --model '${EVAL}/gpt2-tok' --task perplexity --data '${EVAL}/text.txt' --context 64 --stride 32 --batch 3 --out \"$d/out\" && grep -q '\"scored_tokens\": 200' \"$d/out/results.json\" && test -s \"$d/out/index.html\" && echo PPL_FILES_OK; rc=$?; rm -rf \"$d\"; exit $rc"
+                 sh $<TARGET_FILE:eval_lm>)
+set_tests_properties(eval_lm_perplexity PROPERTIES PASS_REGULAR_EXPRESSION
+                     "perplexity 2453\\.69[0-9]* \\(loss 7\\.80535[0-9]* nats per token\\) over 200 of 201 tokens.*PPL_FILES_OK")
 # Pairs: the arguments (one string, split like a shell line) and a fragment of the expected error.
 # The model folder does not exist in the flag cases: the error must come before it is read.
 set(EVAL_LM_BAD
@@ -37,7 +44,12 @@ set(EVAL_LM_BAD
     "--model /nonexistent/hh --task needle --depths nan" "is outside [0, 1]"
     "--model /nonexistent/hh --task needle --depths 0.5,0.5" "--depths: 0.5 is given twice"
     "--model /nonexistent/hh --task passkey --trials 0" "--trials"
-    "--model /nonexistent/hh --task passkey --data ${EVAL}/choice.jsonl" "--data is for --task choice"
+    "--model /nonexistent/hh --task passkey --data ${EVAL}/choice.jsonl" "--data is for --task choice or perplexity"
+    "--model /nonexistent/hh --task choice --data ${EVAL}/choice.jsonl --stride 4" "--stride is for --task perplexity"
+    "--model /nonexistent/hh --task perplexity" "--task perplexity needs --data"
+    "--model /nonexistent/hh --task perplexity --data /nonexistent/t.txt" "/nonexistent/t.txt"
+    "--model /nonexistent/hh --task perplexity --data ${EVAL}/text.txt --context 8 --stride 9" "--stride 9 is more than --context 8"
+    "--model ${EVAL}/gpt2-tok --task perplexity --data ${EVAL}/text.txt --context 600" "--context 600 is more than the model's 512 positions"
     "--model /nonexistent/hh --task choice" "--task choice needs --data"
     "--model /nonexistent/hh --task choice --data ${EVAL}/choice.jsonl --lengths 128" "--lengths is for --task passkey or needle"
     "--model /nonexistent/hh --task choice --data /nonexistent/x.jsonl" "/nonexistent/x.jsonl"

@@ -9,6 +9,8 @@ the log-likelihoods lm-evaluation-harness would compute for a small multiple-cho
   tests/fixtures/eval/choice_expected.json per model: every choice's context and continuation
                                            tokens, its summed log-probability and is_greedy, and
                                            acc / acc_norm / acc_bytes
+  tests/fixtures/eval/text.txt             a short text, and in perplexity_expected.json its
+                                           perplexity per model on strided windows (below)
 
 The scoring follows lm-evaluation-harness (EleutherAI, lm_eval/api/model.py loglikelihood and
 _encode_pair, lm_eval/models/huggingface.py tok_encode and _loglikelihood_tokens, lm_eval/api/task.py
@@ -25,6 +27,12 @@ process_results for multiple_choice), re-stated here because lm_eval is not inst
     acc_bytes = argmax(ll / len(choice.encode("utf-8"))); numpy's argmax takes the first maximum.
 The choices here are the continuations exactly as scored (the target delimiter, a space, included):
 eval_lm's default --target-delimiter "" takes them as given.
+
+Perplexity (eval_lm --task perplexity, experiments/lm's evaluate_lm): the text's ids (the tokenizer's
+specials included) in windows of `context` + 1 tokens every `stride` tokens; the model reads the
+first `context` of a window and predicts the rest; the first window scores every prediction, each
+later one only those of tokens no earlier window scored (stride 0: non-overlapping blocks, the
+incomplete tail dropped). ppl = exp(mean negative log-likelihood of the scored tokens).
 
 Run from the repository root: python3 tools/make_eval_fixtures.py
 """
@@ -139,12 +147,44 @@ def score(model, tok):
     return {"examples": rows, "acc": acc / n, "acc_norm": acc_norm / n, "acc_bytes": acc_bytes / n}
 
 
+TEXT = ("The hedgehog is a small mammal with a coat of spines. It sleeps through the winter under a hedge or a "
+        "pile of leaves, and wakes in spring, hungry. Les hérissons mangent des insectes, des vers et des limaces. "
+        "At night it walks a long way, snuffling and grunting, looking for beetles and snails. In the morning it "
+        "curls up in its nest again.\n\nGardeners like hedgehogs because they eat the slugs that eat the lettuce.\n")
+
+
+def perplexity(model, ids, context, stride):
+    n = len(ids)
+    nll, count, scored_to = 0.0, 0, 0  # scored_to: the last token index predicted so far
+    begin = 0
+    while True:
+        if stride == 0 and begin + context > n - 1:
+            break  # blocks: the incomplete tail is dropped
+        end = min(begin + context, n - 1)  # predicts ids[begin + 1 .. end]
+        with torch.no_grad():
+            logp = torch.log_softmax(model(torch.tensor([ids[begin:end]])).logits.double(), dim=-1)[0]
+        for j in range(end - begin):
+            t = begin + 1 + j
+            if t > scored_to:
+                nll -= float(logp[j, ids[t]])
+                count += 1
+        scored_to = end
+        if stride > 0 and end == n - 1:
+            break
+        begin += stride if stride > 0 else context
+    return {"context": context, "stride": stride, "tokens": count, "loss": nll / count,
+            "ppl": float(np.exp(nll / count))}
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     with open(os.path.join(OUT, "choice.jsonl"), "w", encoding="utf-8") as f:
         for ex in EXAMPLES:
             f.write(json.dumps(ex, ensure_ascii=False) + "\n")
     expected = {"transformers": tf.__version__, "torch": torch.__version__}
+    ppl = dict(expected)
+    with open(os.path.join(OUT, "text.txt"), "w", encoding="utf-8") as f:
+        f.write(TEXT)
     for name, make in (("llama-tok", llama), ("gpt2-tok", gpt2)):
         model, tok, tok_file = make()
         path = os.path.join(OUT, name)
@@ -152,9 +192,14 @@ def main():
         model.save_pretrained(path, safe_serialization=True)
         shutil.copy(tok_file, path)
         expected[name] = score(model, tok)
+        ids = tok.encode(TEXT)
+        ppl[name] = {"ids": len(ids), "windows": [perplexity(model, ids, c, st) for c, st in ((64, 32), (64, 0), (48, 7))]}
         print(name, {k: v for k, v in expected[name].items() if k != "examples"})
     with open(os.path.join(OUT, "choice_expected.json"), "w", encoding="utf-8") as f:
         json.dump(expected, f, indent=1, ensure_ascii=False)
+        f.write("\n")
+    with open(os.path.join(OUT, "perplexity_expected.json"), "w", encoding="utf-8") as f:
+        json.dump(ppl, f, indent=1)
         f.write("\n")
 
 

@@ -110,6 +110,30 @@ std::string choice_report_html(const EvalRunInfo& info, const ChoiceResult& r) {
   return html_page("eval_lm: " + info.model, h + "\n", page);
 }
 
+std::string perplexity_results_json(const EvalRunInfo& info, const PerplexityReport& p) {
+  json j = info_json(info);
+  j["context"] = p.context;
+  j["stride"] = p.stride;
+  j["text_tokens"] = p.text_tokens;
+  j["scored_tokens"] = p.scored_tokens;
+  j["loss"] = p.loss;
+  j["ppl"] = p.ppl;
+  return j.dump(2) + "\n";
+}
+
+std::string perplexity_report_html(const EvalRunInfo& info, const PerplexityReport& p) {
+  std::string h =
+      "<h1>eval_lm: perplexity</h1>" + info_table(info) + "<h2>Perplexity " + fmt("%.4f", p.ppl) + "</h2><table>";
+  h += "<tr><td>loss (nats per token)</td><td>" + fmt("%.6f", p.loss) + "</td></tr>";
+  h += "<tr><td>tokens scored / in the text</td><td>" + std::to_string(p.scored_tokens) + " / " +
+       std::to_string(p.text_tokens) + "</td></tr>";
+  h += "<tr><td>context</td><td>" + std::to_string(p.context) + "</td></tr><tr><td>stride</td><td>" +
+       (p.stride > 0 ? std::to_string(p.stride) : std::string("0 (non-overlapping blocks)")) + "</td></tr></table>";
+  HtmlPageOptions page;
+  page.max_width = 900;
+  return html_page("eval_lm: " + info.model, h + "\n", page);
+}
+
 std::string retrieval_results_json(const EvalRunInfo& info, const RetrievalOptions& o, const RetrievalResult& r) {
   json j = info_json(info);
   j["lengths"] = o.lengths;

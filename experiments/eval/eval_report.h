@@ -1,9 +1,10 @@
 // What eval_lm writes into its output folder, built from the evaluators' results: results.json
 // (settings, metrics, per-cell or per-example numbers), the per-example scores of the choice task
-// (choice_scores.jsonl), the retrieval table (table.md: accuracy by context length and depth), its
-// heat map (heatmap.svg) and index.html (train/report's page shell). JSON goes in and out as text:
+// (choice_scores.jsonl), the perplexity of a text, the retrieval table (table.md: accuracy by context length and
+// depth), its heat map (heatmap.svg) and index.html (train/report's page shell). JSON goes in and out as text:
 // installed headers carry no nlohmann/json.
 #pragma once
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,16 @@ std::string choice_results_json(const EvalRunInfo& info, const ChoiceOptions& o,
 // is_greedy and token counts.
 std::string choice_scores_jsonl(const std::vector<ChoiceExample>& examples, const ChoiceResult& r);
 std::string choice_report_html(const EvalRunInfo& info, const ChoiceResult& r);
+
+// Perplexity over a text file (the app computes it with experiments/lm's evaluate_lm).
+struct PerplexityReport {
+  int64_t context = 0, stride = 0;  // stride 0: non-overlapping blocks
+  int64_t text_tokens = 0;          // the file's ids
+  int64_t scored_tokens = 0;        // predictions scored
+  double loss = 0.0, ppl = 0.0;     // mean negative log-likelihood (nats per token), exp(loss)
+};
+std::string perplexity_results_json(const EvalRunInfo& info, const PerplexityReport& p);
+std::string perplexity_report_html(const EvalRunInfo& info, const PerplexityReport& p);
 
 // results.json of passkey / needle: the info, the options, overall accuracy, every cell and trial.
 std::string retrieval_results_json(const EvalRunInfo& info, const RetrievalOptions& o, const RetrievalResult& r);

@@ -1,21 +1,25 @@
 // experiments/eval: the multiple-choice scorer against transformers' log-likelihoods under
 // lm-evaluation-harness's conventions (tests/fixtures/eval, tools/make_eval_fixtures.py), its
-// normalizations and input checks, and the passkey / needle generators and runner.
+// normalizations and input checks, the passkey / needle generators and runner, and experiments/lm's
+// strided perplexity (what eval_lm --task perplexity runs) against transformers.
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "core/atomic_file.h"
+#include "core/communicator.h"
 #include "core/error.h"
 #include "data/tokenizer.h"
 #include "experiments/eval/choice_eval.h"
 #include "experiments/eval/eval_report.h"
 #include "experiments/eval/retrieval_eval.h"
+#include "experiments/lm/lm_train.h"
 #include "nn/models/hf_model.h"
 #include "tests/temp_dir.h"
 
@@ -348,6 +352,25 @@ TEST_CASE("eval retrieval: a trial is correct when the decoded number is the key
       CHECK(r.trials[0].correct == right);
       CHECK(r.cells[0].accuracy == (right ? 1.0 : 0.0));
       CHECK(r.accuracy == (right ? 1.0 : 0.0));
+    }
+  }
+}
+
+TEST_CASE("eval perplexity: evaluate_lm on strided windows and blocks equals transformers") {
+  const nlohmann::json expected = nlohmann::json::parse(read_file(kEval + "/perplexity_expected.json"));
+  const std::string text = read_file(kEval + "/text.txt");
+  std::shared_ptr<Communicator> one = make_communicator("none");
+  for (const char* name : {"llama-tok", "gpt2-tok"}) {
+    CAPTURE(std::string(name));
+    auto lm = nn::load_causal_lm(kEval + "/" + name);
+    const std::vector<int32_t> ids = data::load_tokenizer(kEval + "/" + name)->encode(text, true);
+    CHECK(static_cast<int64_t>(ids.size()) == expected[name]["ids"].get<int64_t>());
+    for (const nlohmann::json& w : expected[name]["windows"]) {
+      CAPTURE(w.dump());
+      const train::LmEval e =
+          train::evaluate_lm(*lm, ids, w["context"].get<int64_t>(), w["stride"].get<int64_t>(), 0, 3, *one);
+      CHECK(e.tokens == w["tokens"].get<int64_t>());
+      CHECK(std::fabs(e.loss - w["loss"].get<double>()) <= 1e-5 * w["loss"].get<double>());
     }
   }
 }
