@@ -76,6 +76,7 @@ std::vector<ChoiceExample> read_choice_examples(const std::string& path) {
              j.contains("gold") ? "must be an integer, got " + j["gold"].dump() : std::string("is missing"));
     ChoiceExample e;
     e.line = n;
+    e.file = path;
     e.context = j["context"].get<std::string>();
     HH_CHECK(!j["choices"].empty(), at, ": \"choices\" is empty");
     for (size_t i = 0; i < j["choices"].size(); ++i) {
@@ -104,13 +105,10 @@ EncodedPair encode_pair(const data::Tokenizer& tok, const std::string& context, 
   if (context.empty()) {
     const int32_t prefix = tok.bos_id() >= 0 ? tok.bos_id() : tok.eos_id();
     HH_CHECK(prefix >= 0, "an empty context is scored after the BOS (or EOS) token, and the tokenizer has neither");
+    p.context = {prefix};
     p.continuation = tok.encode(continuation, false);
-    if (!p.continuation.empty() && p.continuation.front() == prefix) {
-      p.context.push_back(prefix);
-      p.continuation.erase(p.continuation.begin());
-    } else {
-      p.context.push_back(prefix);
-    }
+    // A continuation that starts with the prefix token has it as its context instead.
+    if (!p.continuation.empty() && p.continuation.front() == prefix) p.continuation.erase(p.continuation.begin());
     return p;
   }
   const size_t spaces = trailing_whitespace_bytes(context);
@@ -150,9 +148,6 @@ void score_one(nn::CausalLM& lm, Device dev, const EncodedPair& pair, ChoiceScor
   if (P >= 0 && static_cast<int64_t>(seq.size()) > P + 1) seq.erase(seq.begin(), seq.end() - (P + 1));
   seq.pop_back();
   const auto L = static_cast<int64_t>(seq.size()), n = static_cast<int64_t>(pair.continuation.size());
-  for (int64_t id : seq)
-    HH_CHECK(id >= 0 && id < lm.vocab_size(), "token id ", id, " is outside the model's vocabulary of ",
-             lm.vocab_size());
   Tensor logits = lm.forward(from_vector(seq, {1, L}, {DType::i64}).to(dev));  // (1,L,V)
   logits = slice(logits, 1, L - n, L).to(DType::f32).to(Device::cpu()).contiguous();
   const std::vector<float> v = to_vector<float>(logits);
@@ -183,11 +178,16 @@ ChoiceResult score_choices(nn::CausalLM& lm, const data::Tokenizer& tok, const s
   std::vector<std::vector<EncodedPair>> pairs;
   for (const ChoiceExample& e : examples) {
     pairs.emplace_back();
+    const std::string at = e.file.empty() ? str("example at line ", e.line) : str(e.file, ":", e.line);
     for (size_t i = 0; i < e.choices.size(); ++i) {
       EncodedPair p = encode_pair(tok, e.context, o.target_delimiter + e.choices[i]);
-      HH_CHECK(!p.continuation.empty(), "line ", e.line, ": choice ", i, " adds no token to the context");
-      HH_CHECK(P < 0 || static_cast<int64_t>(p.continuation.size()) <= P, "line ", e.line, ": choice ", i, " has ",
+      HH_CHECK(!p.continuation.empty(), at, ": choice ", i, " adds no token to the context");
+      HH_CHECK(P < 0 || static_cast<int64_t>(p.continuation.size()) <= P, at, ": choice ", i, " has ",
                p.continuation.size(), " tokens, more than the model's ", P, " positions");
+      for (const std::vector<int32_t>* ids : {&p.context, &p.continuation})
+        for (int32_t id : *ids)
+          HH_CHECK(id >= 0 && id < lm.vocab_size(), at, ": token id ", id, " is outside the model's vocabulary of ",
+                   lm.vocab_size());
       pairs.back().push_back(std::move(p));
     }
   }

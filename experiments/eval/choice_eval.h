@@ -33,6 +33,7 @@ struct ChoiceExample {
   std::string context;
   std::vector<std::string> choices;
   int64_t gold = 0;
+  std::string file;  // the file it was read from ("" when made in code)
   int64_t line = 0;  // 1-based line in the file
 };
 
@@ -80,8 +81,9 @@ struct ChoiceResult {
   double acc = 0.0, acc_norm = 0.0, acc_bytes = 0.0;
 };
 
-// Scores every example with `lm` (one forward per choice, no gradients). A continuation of no
-// tokens, or one longer than the model's positions, is an error naming the example's line.
+// Scores every example with `lm` (one forward per choice, no gradients). Every example is
+// tokenized and checked first: a continuation of no tokens or longer than the model's positions, or
+// a token id outside the model's vocabulary, is an error naming the example's file and line.
 ChoiceResult score_choices(nn::CausalLM& lm, const data::Tokenizer& tok, const std::vector<ChoiceExample>& examples,
                            const ChoiceOptions& options = {});
 

@@ -97,8 +97,8 @@ TEST_CASE("eval choice: log-likelihoods, tokens and accuracies match transformer
 TEST_CASE("eval choice: a target delimiter is scored but not counted by acc_norm") {
   auto lm = nn::load_causal_lm(kEval + "/gpt2-tok");
   auto tok = data::load_tokenizer(kEval + "/gpt2-tok");
-  train::ChoiceExample spaced{"a", "2 + 2 =", {" 4", " four"}, 0, 1};
-  train::ChoiceExample bare{"b", "2 + 2 =", {"4", "four"}, 0, 1};
+  train::ChoiceExample spaced{"a", "2 + 2 =", {" 4", " four"}, 0, "", 1};
+  train::ChoiceExample bare{"b", "2 + 2 =", {"4", "four"}, 0, "", 1};
   train::ChoiceOptions o;
   o.target_delimiter = " ";
   const train::ChoiceResult a = train::score_choices(*lm, *tok, {spaced});
@@ -106,6 +106,19 @@ TEST_CASE("eval choice: a target delimiter is scored but not counted by acc_norm
   CHECK(a.examples[0].loglikelihoods == b.examples[0].loglikelihoods);
   CHECK(b.examples[0].prediction.pred_norm ==
         train::predict_choice(b.examples[0].loglikelihoods, bare.choices).pred_norm);
+}
+
+TEST_CASE("eval choice: a token outside the model's vocabulary is an error naming the line, before scoring") {
+  auto lm = nn::load_causal_lm(kEval + "/gpt2-tok");          // 1200 tokens
+  auto llama_tok = data::load_tokenizer(kEval + "/llama-tok");  // 1756
+  const std::vector<train::ChoiceExample> examples = train::read_choice_examples(kEval + "/choice.jsonl");
+  int64_t scored = 0;
+  train::ChoiceOptions o;
+  o.on_example = [&](int64_t, int64_t) { ++scored; };
+  const std::string msg = error_of([&] { train::score_choices(*lm, *llama_tok, examples, o); });
+  CHECK(msg.find("choice.jsonl:") != std::string::npos);
+  CHECK(msg.find("is outside the model's vocabulary of 1200") != std::string::npos);
+  CHECK(scored == 0);
 }
 
 TEST_CASE("eval choice: acc_norm divides by characters, acc_bytes by UTF-8 bytes, ties go to the first") {
