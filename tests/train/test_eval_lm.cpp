@@ -109,7 +109,7 @@ TEST_CASE("eval choice: a target delimiter is scored but not counted by acc_norm
 }
 
 TEST_CASE("eval choice: a token outside the model's vocabulary is an error naming the line, before scoring") {
-  auto lm = nn::load_causal_lm(kEval + "/gpt2-tok");          // 1200 tokens
+  auto lm = nn::load_causal_lm(kEval + "/gpt2-tok");            // 1200 tokens
   auto llama_tok = data::load_tokenizer(kEval + "/llama-tok");  // 1756
   const std::vector<train::ChoiceExample> examples = train::read_choice_examples(kEval + "/choice.jsonl");
   int64_t scored = 0;
