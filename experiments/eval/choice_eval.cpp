@@ -100,10 +100,26 @@ std::vector<ChoiceExample> read_choice_examples(const std::string& path) {
   return out;
 }
 
+namespace {
+
+// lm-eval's prefix token: BOS, else EOS (-1: neither).
+int32_t prefix_token(const data::Tokenizer& tok) { return tok.bos_id() >= 0 ? tok.bos_id() : tok.eos_id(); }
+
+// lm-eval's tok_encode: the tokenizer's specials, unless the text already starts with the prefix
+// token's text ("<s>...": then none, so that it is not doubled).
+std::vector<int32_t> lm_eval_encode(const data::Tokenizer& tok, const std::string& text) {
+  const int32_t prefix = prefix_token(tok);
+  const std::string prefix_text = prefix >= 0 ? tok.decode({prefix}) : std::string();
+  const bool has_prefix = !prefix_text.empty() && text.compare(0, prefix_text.size(), prefix_text) == 0;
+  return tok.encode(text, !has_prefix);
+}
+
+}  // namespace
+
 EncodedPair encode_pair(const data::Tokenizer& tok, const std::string& context, const std::string& continuation) {
   EncodedPair p;
   if (context.empty()) {
-    const int32_t prefix = tok.bos_id() >= 0 ? tok.bos_id() : tok.eos_id();
+    const int32_t prefix = prefix_token(tok);
     HH_CHECK(prefix >= 0, "an empty context is scored after the BOS (or EOS) token, and the tokenizer has neither");
     p.context = {prefix};
     p.continuation = tok.encode(continuation, false);
@@ -114,8 +130,8 @@ EncodedPair encode_pair(const data::Tokenizer& tok, const std::string& context, 
   const size_t spaces = trailing_whitespace_bytes(context);
   const std::string ctx = context.substr(0, context.size() - spaces);
   const std::string cont = context.substr(ctx.size()) + continuation;
-  const std::vector<int32_t> whole = tok.encode(ctx + cont, true);
-  p.context = tok.encode(ctx, true);
+  const std::vector<int32_t> whole = lm_eval_encode(tok, ctx + cont);
+  p.context = lm_eval_encode(tok, ctx);
   if (whole.size() > p.context.size())
     p.continuation.assign(whole.begin() + static_cast<std::ptrdiff_t>(p.context.size()), whole.end());
   return p;

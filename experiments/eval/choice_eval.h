@@ -10,7 +10,8 @@
 //     continuation starts with that token: then its first token is the context);
 //   - otherwise the context's trailing whitespace (Python's str.rstrip) moves to the start of the
 //     continuation; the continuation's tokens are the tail of encode(context + continuation) after
-//     the encode(context) tokens (encode with the tokenizer's specials: Llama's <s>, GPT-2 none);
+//     the encode(context) tokens (encode with the tokenizer's specials: Llama's <s>, GPT-2 none;
+//     without them when the text already starts with the BOS/EOS token's text);
 //   - the model reads (context + continuation)[-(P + 1):][:-1] (P: its positions; left truncation).
 // The file's choices are scored as given: lm-eval's tasks prepend a target delimiter (a space) to
 // each choice; ChoiceOptions::target_delimiter does the same here (acc_norm / acc_bytes then count

@@ -121,6 +121,29 @@ TEST_CASE("eval choice: a token outside the model's vocabulary is an error namin
   CHECK(scored == 0);
 }
 
+TEST_CASE("eval choice: encode_pair splits as lm-eval does") {
+  auto llama = data::load_tokenizer(kEval + "/llama-tok");
+  // The context's trailing spaces go to the continuation; the continuation is the tail of the whole.
+  const train::EncodedPair a = train::encode_pair(*llama, "The hedgehog  ", "sleeps");
+  CHECK(a.context == llama->encode("The hedgehog", true));
+  std::vector<int32_t> whole = a.context;
+  whole.insert(whole.end(), a.continuation.begin(), a.continuation.end());
+  CHECK(whole == llama->encode("The hedgehog  sleeps", true));
+  // A text that starts with <s> gets no second one (lm-eval's has_bos_prefix).
+  const train::EncodedPair b = train::encode_pair(*llama, "<s>The hedgehog", " sleeps");
+  REQUIRE(b.context.size() >= 2);
+  CHECK(b.context[0] == 1);
+  CHECK(b.context[1] != 1);
+  CHECK(b.context == llama->encode("<s>The hedgehog", false));
+  // An empty context: [BOS] then the continuation without specials.
+  const train::EncodedPair c = train::encode_pair(*llama, "", "The hedgehog");
+  CHECK(c.context == std::vector<int32_t>{1});
+  CHECK(c.continuation == llama->encode("The hedgehog", false));
+  // GPT-2's byte-level tokenizer has no BOS: <|endoftext|> (its EOS) is the prefix.
+  auto gpt2 = data::load_tokenizer(kEval + "/gpt2-tok");
+  CHECK(train::encode_pair(*gpt2, "", " hi").context == std::vector<int32_t>{gpt2->eos_id()});
+}
+
 TEST_CASE("eval choice: acc_norm divides by characters, acc_bytes by UTF-8 bytes, ties go to the first") {
   // "ééé": 3 characters, 6 bytes; "abcd": 4 and 4.
   const train::ChoicePrediction p = train::predict_choice({-3.3, -4.0}, {"\xC3\xA9\xC3\xA9\xC3\xA9", "abcd"});
