@@ -356,6 +356,10 @@ class ScriptedLM : public nn::CausalLM {
   }
   int64_t vocab_size() const override { return vocab_; }
   int64_t max_positions() const override { return -1; }
+  int64_t num_layers() const override { return 0; }
+  Tensor embed(const Tensor&) const override { fail("ScriptedLM: no layers"); }
+  Tensor layer_forward(int64_t, const Tensor&, nn::TraceRequest*) const override { fail("ScriptedLM: no layers"); }
+  std::vector<nn::AttentionSite> attention_sites() override { return {}; }
 
  private:
   int64_t vocab_, prompt_len_;
