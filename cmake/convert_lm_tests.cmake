@@ -131,3 +131,9 @@ add_test(NAME convert_gpt2_hybrid_saved_runs COMMAND hf_run
          --prompt "The river" --temperature 0 --max-new-tokens 4)
 set_tests_properties(convert_gpt2_hybrid_saved_runs PROPERTIES FIXTURES_REQUIRED convert_gpt2_hybrid_saved
                      PASS_REGULAR_EXPRESSION "generated ids: \\[[0-9]+,[0-9]+,[0-9]+,[0-9]+\\]")
+
+# bench_transfer on a tiny random Llama (seconds): block-wise transfer runs and reports its memory.
+add_test(NAME bench_transfer_tiny COMMAND bench_transfer --layers 2 --hidden 64 --heads 4 --kv-heads 2
+         --intermediate 128 --vocab 100 --seq 32 --window 8 --steps 2 --timed-blocks 0)
+set_tests_properties(bench_transfer_tiny PROPERTIES PASS_REGULAR_EXPRESSION
+                     "transfer \\(hybrid-hedgehog, mse, block 1, B=1 L=32, 2 steps a block\\): [0-9.]+ s a block.*peak memory")
