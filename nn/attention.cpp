@@ -264,11 +264,11 @@ Tensor Attention::forward(const Tensor& x, const Tensor& key_mask, TraceRequest*
   return o_proj->forward(merged);
 }
 
-Tensor Attention::step(const Tensor& x, RecurrentState& state) {
+Tensor Attention::step(const Tensor& x, DecodeCache& cache) {
   HH_CHECK(x.dim() == 3 && x.size(1) == 1, "Attention::step: expected x (B,1,C), got ", x.shape());
   Tensor q, k, v;
-  project(x, state.pos, q, k, v);
-  Tensor y = mixer.linear_step(q, k, v, state);
+  project(x, cache.pos(), q, k, v);
+  Tensor y = mixer.step(q, k, v, cache);
   return o_proj->forward(reshape(transpose(y, 1, 2), {x.size(0), 1, cfg.heads * cfg.head_dim}));
 }
 

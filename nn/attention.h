@@ -137,9 +137,9 @@ class Attention : public Module {
   Attention(const AttentionConfig& cfg, Init init);
   // x (B,L,C) -> (B,L,C). key_mask (B,L) bool (true = real token) or undefined.
   Tensor forward(const Tensor& x, const Tensor& key_mask = Tensor(), TraceRequest* trace = nullptr);
-  // Decoding: x (B,1,C), state carried across calls (linear mixers only; a hybrid decodes through
-  // AttentionMixer::step with a DecodeCache).
-  Tensor step(const Tensor& x, RecurrentState& state);
+  // Decoding: x (B,1,C), the cache carried across calls (a KV cache for softmax, the O(1) state of
+  // a linear mixer, the window ring + linear state of a hybrid).
+  Tensor step(const Tensor& x, DecodeCache& cache);
   bool is_linear() const { return feature_map != nullptr; }
   void on_optimizer_step() {
     if (feature_map) feature_map->on_step();

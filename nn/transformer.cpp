@@ -82,7 +82,7 @@ Tensor TransformerBlock::forward(const Tensor& x, const Tensor& key_mask, TraceR
   return add_norm(h, dr(feed_forward(h)), *norm2).y;
 }
 
-Tensor TransformerBlock::step(const Tensor& x, RecurrentState& state) {
+Tensor TransformerBlock::step(const Tensor& x, DecodeCache& state) {
   if (pre_ln) {
     AddNormOut a = add_norm(x, attn->step(norm1->forward(x), state), *norm2);
     return add(a.h, feed_forward(a.y));
@@ -119,14 +119,15 @@ Tensor DecoderLM::forward(const Tensor& ids, TraceRequest* trace) {
   return logits(h);
 }
 
-Tensor DecoderLM::step(const Tensor& ids, std::vector<RecurrentState>& states) {
+Tensor DecoderLM::step(const Tensor& ids, std::vector<DecodeCache>& states) {
   HH_CHECK(ids.dim() == 2 && ids.size(1) == 1, "DecoderLM::step: expected ids (B,1), got ", ids.shape());
   if (states.empty()) states.resize(blocks->size());
   HH_CHECK(states.size() == blocks->size(), "DecoderLM::step: ", states.size(), " states for ", blocks->size(), " layers");
   Tensor h = embed->forward(ids);
+  const int64_t pos = states[0].pos();
   if (pos_embed) {
-    HH_CHECK(states[0].pos < cfg.max_len, "DecoderLM::step: position ", states[0].pos, " exceeds max_len ", cfg.max_len);
-    h = add(h, pos_embed->forward(full({1}, static_cast<double>(states[0].pos), {DType::i64, ids.device()})));
+    HH_CHECK(pos < cfg.max_len, "DecoderLM::step: position ", pos, " exceeds max_len ", cfg.max_len);
+    h = add(h, pos_embed->forward(full({1}, static_cast<double>(pos), {DType::i64, ids.device()})));
   }
   for (size_t i = 0; i < blocks->size(); ++i) h = (*blocks)[i]->step(h, states[i]);
   return logits(h);

@@ -42,7 +42,7 @@ class TransformerBlock : public Module {
  public:
   TransformerBlock(const TransformerConfig& cfg, int64_t index, Init init);
   Tensor forward(const Tensor& x, const Tensor& key_mask, TraceRequest* trace);
-  Tensor step(const Tensor& x, RecurrentState& state);
+  Tensor step(const Tensor& x, DecodeCache& cache);
   std::shared_ptr<Norm> norm1, norm2;
   std::shared_ptr<Attention> attn;
   std::shared_ptr<MLP> mlp;
@@ -60,7 +60,7 @@ class DecoderLM : public Module {
   // ids (B,L) i64 -> logits (B,L,V).
   Tensor forward(const Tensor& ids, TraceRequest* trace = nullptr);
   // Recurrent decoding, one token per call: ids (B,1) -> logits (B,1,V). Linear mixers only.
-  Tensor step(const Tensor& ids, std::vector<RecurrentState>& states);
+  Tensor step(const Tensor& ids, std::vector<DecodeCache>& caches);
   void on_optimizer_step();
   TransformerConfig cfg;
   std::shared_ptr<Embedding> embed;
