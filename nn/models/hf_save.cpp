@@ -177,6 +177,13 @@ void commit_stage(const std::string& out, const std::string& stage) {
     if (::rename(from.c_str(), to.c_str()) != 0)
       fail(str("save_hf_model: cannot move ", from, " to ", to, ": ", std::strerror(errno)));
   }
+  // An export without the transformers module (softmax, BERT, ViT) over one with it: the old
+  // module goes, so the folder holds nothing its config.json does not name.
+  if (std::find(names.begin(), names.end(), kModelingFile) == names.end()) {
+    const std::string old_module = (fs::path(out) / kModelingFile).string();
+    if (::unlink(old_module.c_str()) != 0 && errno != ENOENT)
+      fail(str("save_hf_model: cannot remove the old ", old_module, ": ", std::strerror(errno)));
+  }
   fsync_dir(out);
   const std::string staged_config = (fs::path(stage) / "config.json").string();
   if (::rename(staged_config.c_str(), config.c_str()) != 0)

@@ -10,6 +10,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -138,11 +141,31 @@ TEST_CASE("hf export: a converted decoder folder carries modeling_hedgehog.py an
     CHECK(p["model_type"] == (llama ? "llama" : "gpt2"));
     CHECK_FALSE(p.contains("auto_map"));
     CHECK_FALSE(p.contains("hedgehog"));
+    {  // a softmax model saved over the folder takes the module away with the auto_map
+      const fs::path again = dir.path / (std::string(family) + "-again");
+      save_hf_model(*converted(family, c), again.string(), fixture(family));
+      REQUIRE(fs::exists(again / "modeling_hedgehog.py"));
+      save_hf_model(*load_hf_model(fixture(family)), again.string(), fixture(family));
+      CHECK_FALSE(fs::exists(again / "modeling_hedgehog.py"));
+      CHECK_FALSE(nlohmann::json::parse(read_file((again / "config.json").string())).contains("auto_map"));
+    }
     nlohmann::json no_arch = cfg;
     no_arch.erase("architectures");
     std::ofstream(out / "config.json") << no_arch.dump();
     CHECK(load_hf_model(out.string())->family() == (llama ? "llama" : "gpt2"));
   }
+}
+
+TEST_CASE("hf export: a converted BERT folder stays engine-only (no module, its own model_type)") {
+  test::TempDir dir("hf_export_bert");
+  HFModelOptions o;
+  o.mixer = parse_mixer("hedgehog", "test");
+  save_hf_model(*load_hf_model(fixture("bert-tiny"), o), dir.path.string(), fixture("bert-tiny"));
+  CHECK_FALSE(fs::exists(dir.path / "modeling_hedgehog.py"));
+  nlohmann::json cfg = nlohmann::json::parse(read_file((dir.path / "config.json").string()));
+  CHECK(cfg["model_type"] == "bert");
+  CHECK_FALSE(cfg.contains("auto_map"));
+  CHECK(cfg["hedgehog"]["mixer"] == "hedgehog");
 }
 
 TEST_CASE("hf export: every feature map the engine has is one modeling_hedgehog.py implements") {
