@@ -479,9 +479,9 @@ int run(int argc, char** argv) {
   if (!in.out_dir.empty()) {
     write_file_atomic(in.out_dir + "/results.json", result.dump(2) + "\n");
     write_file_atomic(in.out_dir + "/report.html", apps::hf_run_report_html(result));
-    std::printf("wrote %s/results.json and report.html%s%s\n", in.out_dir.c_str(),
-                result.contains("embeddings_file") ? ", embeddings.npy" : "",
-                result.contains("hidden_states") ? (lm ? ", hidden_states.npy, logits.npy" : ", hidden_states.npy") : "");
+    std::string arrays = result.contains("embeddings_file") ? ", embeddings.npy" : "";
+    if (result.contains("hidden_states")) arrays += lm ? ", hidden_states.npy, logits.npy" : ", hidden_states.npy";
+    std::printf("wrote %s/results.json and report.html%s\n", in.out_dir.c_str(), arrays.c_str());
   }
   return 0;
 }

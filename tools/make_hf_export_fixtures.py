@@ -22,8 +22,9 @@ import check_hf_export  # noqa: E402
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default="build", help="build folder with hh_tests and hf_run")
-    ap.add_argument("--out", default=os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
-                                                  "fixtures", "hf", "export", "logits.safetensors")))
+    here = os.path.dirname(os.path.abspath(__file__))
+    ap.add_argument("--out", default=os.path.normpath(os.path.join(here, "..", "tests", "fixtures", "hf", "export",
+                                                                   "logits.safetensors")))
     a = ap.parse_args()
     import torch
     from safetensors.torch import save_file

@@ -87,7 +87,8 @@ std::shared_ptr<HFModel> converted(const std::string& family, const ExportCase& 
   Generator gen(4);
   NoGradGuard ng;
   for (auto& [name, t] : m->named_parameters())
-    if (name.find(".feature_map.") != std::string::npos) copy_(m->parameter(name), add(t, mul(randn(t.shape(), gen), 0.3)));
+    if (name.find(".feature_map.") != std::string::npos)
+      copy_(m->parameter(name), add(t, mul(randn(t.shape(), gen), 0.3)));
   return m;
 }
 
