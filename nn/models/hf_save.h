@@ -12,7 +12,8 @@
 // model_type becomes "hedgehog_llama" / "hedgehog_gpt2" and its "auto_map" names that module's
 // classes, so AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True) computes the
 // engine's logits. A feature map that module does not implement (its FEATURE_MAPS) is refused.
-// Converted BERT and ViT folders load in the engine only.
+// Converted folders of other families (BERT, ViT, a model_type other than llama / gpt2) load in the
+// engine only.
 #pragma once
 #include <string>
 #include <vector>
