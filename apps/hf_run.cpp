@@ -6,7 +6,8 @@
 //   --task embed (the default for a bare BertModel / ViTModel): sentence embeddings as
 //     sentence-transformers computes them (the folder's modules.json pooling and normalization),
 //     for one text, two (and their cosine similarity) or a file of one text per line.
-//   --hidden-states: the last hidden state of any family for the one input.
+//   --hidden-states: the last hidden state of any family for the one input (decoders: and the
+//     logits of every position, logits.npy with --out).
 // Results go to stdout and, with --out, to results.json, report.html and the .npy arrays (written
 // atomically).
 #include <algorithm>
@@ -320,14 +321,17 @@ json run_bert(nn::BertForSequenceClassification& bert, const apps::Flags& f, con
 }
 
 // --hidden-states: the last hidden state (1,L,C) of the one input (a decoder's prompt, BERT's
-// text or ids, ViT's image), as transformers' hidden_states[-1] (decoders: after the final norm).
+// text or ids, ViT's image), as transformers' hidden_states[-1] (decoders: after the final norm),
+// and a decoder's logits (1,L,V) of every prompt position.
 json run_hidden(nn::HFModel& m, const apps::Flags& f, const Inputs& in, Device device) {
   NoGradGuard ng;
-  Tensor h;
+  Tensor h, logits;
   if (auto* lm = dynamic_cast<nn::CausalLM*>(&m)) {
     std::unique_ptr<data::Tokenizer> tok;
     const std::vector<int64_t> prompt = decoder_prompt(*lm, in, tok);
-    h = lm->hidden(from_vector(prompt, {1, static_cast<int64_t>(prompt.size())}, {DType::i64}).to(device));
+    const Tensor ids = from_vector(prompt, {1, static_cast<int64_t>(prompt.size())}, {DType::i64}).to(device);
+    h = lm->hidden(ids);
+    logits = lm->forward(ids);  // every position's logits (what tools/check_hf_export.py compares)
   } else if (nn::text_encoder_max_positions(m) > 0) {
     const BertInputs b = bert_inputs(f, in);
     h = nn::text_encoder_hidden(m, b.ids.to(device), b.types.to(device), b.mask.to(device));
@@ -342,6 +346,7 @@ json run_hidden(nn::HFModel& m, const apps::Flags& f, const Inputs& in, Device d
   std::printf("\n");
   json r = save_array(in, "hidden_states.npy", h);
   r["token0_head"] = first;
+  if (logits.defined()) r["logits"] = save_array(in, "logits.npy", logits.to(DType::f32).to(Device::cpu()));
   return r;
 }
 
@@ -383,7 +388,8 @@ int run(int argc, char** argv) {
         "                       mean_sqrt_len_tokens or lasttoken");
   f.add("normalize", "folder", "embed: folder (a Normalize module in modules.json), true or false");
   f.add("batch", "32", "embed: texts per forward");
-  f.add("hidden-states", "false", "also the last hidden state of the one input (hidden_states.npy with --out)", true);
+  f.add("hidden-states", "false", "also the last hidden state of the one input (hidden_states.npy with --out;\n"
+        "                       decoders: and the logits of every position, logits.npy)", true);
   f.add("mixer", "softmax", "attention of every layer: softmax, a feature map (hedgehog, taylor, ...), or\n"
         "                       hybrid-<map> (sliding softmax window + linear attention, causal models)");
   f.add("form", "chunked", "linear mixers: chunked, quadratic, noncausal or recurrent");
@@ -473,9 +479,9 @@ int run(int argc, char** argv) {
   if (!in.out_dir.empty()) {
     write_file_atomic(in.out_dir + "/results.json", result.dump(2) + "\n");
     write_file_atomic(in.out_dir + "/report.html", apps::hf_run_report_html(result));
-    std::printf("wrote %s/results.json and report.html%s%s\n", in.out_dir.c_str(),
-                result.contains("embeddings_file") ? ", embeddings.npy" : "",
-                result.contains("hidden_states") ? ", hidden_states.npy" : "");
+    std::string arrays = result.contains("embeddings_file") ? ", embeddings.npy" : "";
+    if (result.contains("hidden_states")) arrays += lm ? ", hidden_states.npy, logits.npy" : ", hidden_states.npy";
+    std::printf("wrote %s/results.json and report.html%s\n", in.out_dir.c_str(), arrays.c_str());
   }
   return 0;
 }

@@ -103,3 +103,13 @@ add_test(NAME hf_run_rejects_billion_layers
                  sh $<TARGET_FILE:hf_run>)
 set_tests_properties(hf_run_rejects_billion_layers PROPERTIES
                      PASS_REGULAR_EXPRESSION "error: llama: [^\n]*config\\.json: .*\"num_hidden_layers\" = 1000000000" TIMEOUT 60)
+# Converted folders load in transformers: hh_tests writes the tiny converted Llama / GPT-2 folders
+# (every exported feature map and two hybrids), tools/check_hf_export.py loads each with
+# AutoModelForCausalLM(trust_remote_code=True) and compares its logits with hf_run's (<= 1e-4).
+# Skipped (77) where python3 cannot import torch and transformers; the doctest "hf export: the
+# engine's logits ... (fixture)" checks the same agreement against committed transformers logits.
+set(HF_EXPORT_DIR ${CMAKE_CURRENT_BINARY_DIR}/hf_export)
+add_test(NAME hf_export_transformers COMMAND sh -c
+         "python3 -c 'import numpy, torch, transformers' 2>/dev/null || { echo 'skipped: python3 with numpy, torch and transformers is not importable'; exit 77; }; rm -rf \"$0\" && HH_HF_EXPORT_DIR=\"$0\" \"$1\" -tc='hf export: write*' --no-skip && python3 \"$2\" --all \"$0\" --hf-run \"$3\""
+         ${HF_EXPORT_DIR} $<TARGET_FILE:hh_tests> ${CMAKE_CURRENT_SOURCE_DIR}/tools/check_hf_export.py $<TARGET_FILE:hf_run>)
+set_tests_properties(hf_export_transformers PROPERTIES SKIP_RETURN_CODE 77)

@@ -69,9 +69,12 @@ std::shared_ptr<HFModel> load_hf_model(const std::string& folder, const HFModelO
     for (const auto& f : families())
       if (arch == f.architecture) chosen = &f;
   } else {
-    arch = "model_type '" + config.get_string("model_type") + "'";
+    std::string type = config.get_string("model_type");
+    arch = "model_type '" + type + "'";
+    // A converted folder's "hedgehog_<family>" (save_hf_model: for transformers' auto_map) is its family.
+    if (type.rfind("hedgehog_", 0) == 0) type = type.substr(9);
     for (const auto& f : families())
-      if (config.get_string("model_type") == f.model_type) chosen = &f;
+      if (type == f.model_type) chosen = &f;
   }
   if (!chosen) {
     std::string list;

@@ -13,6 +13,7 @@
 
 #include "core/atomic_file.h"
 #include "core/safetensors.h"
+#include "nn/models/export/modeling_hedgehog_py.h"  // generated: kModelingHedgehogPy
 
 namespace hh::nn {
 
@@ -31,10 +32,50 @@ const char* form_name(LinearForm f) {
 const char* kCopied[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
                          "merges.txt", "vocab.txt", "tokenizer.model", "generation_config.json",
                          "preprocessor_config.json", "added_tokens.json"};
-}  // namespace
 
-std::string config_with_hedgehog_section(const std::string& config_json, const std::string& config_origin,
-                                        const HFModelOptions& o) {
+// A converted decoder folder loads in transformers through this module (trust_remote_code): its
+// text is nn/models/export/modeling_hedgehog.py, embedded by the build.
+constexpr const char* kModelingFile = "modeling_hedgehog.py";
+constexpr const char* kModelTypePrefix = "hedgehog_";  // "hedgehog_llama": a converted folder's model_type
+
+// The transformers family whose classes modeling_hedgehog.py subclasses for this config ("llama",
+// "gpt2"), by model_type (a converted folder's "hedgehog_<family>" too); "" for the others (BERT,
+// ViT, ...), whose converted folders load in the engine only.
+std::string export_family(const nlohmann::json& config) {
+  const auto it = config.find("model_type");
+  if (it == config.end() || !it->is_string()) return "";
+  std::string type = it->get<std::string>();
+  if (type.rfind(kModelTypePrefix, 0) == 0) type = type.substr(std::string(kModelTypePrefix).size());
+  return type == "llama" || type == "gpt2" ? type : "";
+}
+
+// config.json of a converted folder as transformers needs it to find modeling_hedgehog.py, or
+// without those keys (a softmax model saved from a converted folder's config).
+void set_remote_code_keys(nlohmann::json& config, const std::string& family, bool linear) {
+  const std::string type = config.value("model_type", std::string());
+  if (type.rfind(kModelTypePrefix, 0) == 0) config["model_type"] = type.substr(std::string(kModelTypePrefix).size());
+  const std::string module = std::string(kModelingFile).substr(0, std::string(kModelingFile).find('.'));
+  if (config.contains("auto_map") && config["auto_map"].is_object()) {  // ours only: other entries stay
+    nlohmann::json& map = config["auto_map"];
+    for (const char* key : {"AutoConfig", "AutoModelForCausalLM"})
+      if (map.contains(key) && map[key].is_string() && map[key].get<std::string>().rfind(module + ".", 0) == 0)
+        map.erase(key);
+    if (map.empty()) config.erase("auto_map");
+  }
+  if (!linear || family.empty()) return;
+  const bool llama = family == "llama";
+  config["model_type"] = kModelTypePrefix + family;
+  config["auto_map"]["AutoConfig"] = module + (llama ? ".HedgehogLlamaConfig" : ".HedgehogGPT2Config");
+  config["auto_map"]["AutoModelForCausalLM"] =
+      module + (llama ? ".HedgehogLlamaForCausalLM" : ".HedgehogGPT2LMHeadModel");
+}
+
+struct ExportConfig {
+  std::string text;     // config.json
+  bool python = false;  // the folder carries modeling_hedgehog.py
+};
+
+ExportConfig export_config(const std::string& config_json, const std::string& config_origin, const HFModelOptions& o) {
   nlohmann::json config = nlohmann::json::parse(config_json, nullptr, false);
   HH_CHECK(config.is_object(), "save_hf_model: ", config_origin, " is not a JSON object");
   config.erase("hedgehog");
@@ -44,6 +85,15 @@ std::string config_with_hedgehog_section(const std::string& config_json, const s
     config.erase("id2label");
     config.erase("label2id");
   }
+  const std::string family = export_family(config);
+  const bool python = o.mixer.is_linear() && !family.empty();
+  if (python) {
+    const std::vector<std::string> maps = internal::exported_feature_maps(internal::kModelingHedgehogPy);
+    HH_CHECK(std::find(maps.begin(), maps.end(), o.mixer.feature_map()) != maps.end(), "save_hf_model: mixer '",
+             name(o.mixer), "': feature map '", o.mixer.feature_map(), "' has no transformers implementation in ",
+             kModelingFile, " (its FEATURE_MAPS), so the folder would not load outside the engine");
+  }
+  set_remote_code_keys(config, family, o.mixer.is_linear());
   if (o.mixer.is_linear()) {
     const FeatureMapConfig& f = o.feature_map;
     config["hedgehog"] = {{"mixer", name(o.mixer)},
@@ -62,7 +112,31 @@ std::string config_with_hedgehog_section(const std::string& config_json, const s
     if (o.mixer.is_hybrid()) config["hedgehog"]["window"] = o.window;  // only hybrids: other sections unchanged
     if (!o.softmax_layers.empty()) config["hedgehog"]["softmax_layers"] = o.softmax_layers;
   }
-  return config.dump(2) + "\n";
+  return {config.dump(2) + "\n", python};
+}
+}  // namespace
+
+namespace internal {
+std::vector<std::string> exported_feature_maps(const std::string& module_text) {
+  const std::string key = "\nFEATURE_MAPS = (";
+  const size_t start = module_text.find(key);
+  HH_CHECK(start != std::string::npos, "save_hf_model: ", kModelingFile, " has no FEATURE_MAPS = (...) line");
+  const size_t end = module_text.find(')', start);
+  HH_CHECK(end != std::string::npos, "save_hf_model: ", kModelingFile, ": FEATURE_MAPS is not closed");
+  std::vector<std::string> maps;
+  for (size_t p = module_text.find('"', start); p < end; p = module_text.find('"', p + 1)) {
+    const size_t q = module_text.find('"', p + 1);
+    HH_CHECK(q < end, "save_hf_model: ", kModelingFile, ": FEATURE_MAPS has an unclosed string");
+    maps.push_back(module_text.substr(p + 1, q - p - 1));
+    p = q;
+  }
+  return maps;
+}
+}  // namespace internal
+
+std::string config_with_hedgehog_section(const std::string& config_json, const std::string& config_origin,
+                                         const HFModelOptions& o) {
+  return export_config(config_json, config_origin, o).text;
 }
 
 void save_hf_model(const HFModel& model, const std::string& out_folder, const std::string& source_folder) {
@@ -103,6 +177,13 @@ void commit_stage(const std::string& out, const std::string& stage) {
     const std::string from = (fs::path(stage) / name).string(), to = (fs::path(out) / name).string();
     if (::rename(from.c_str(), to.c_str()) != 0)
       fail(str("save_hf_model: cannot move ", from, " to ", to, ": ", std::strerror(errno)));
+  }
+  // An export without the transformers module (softmax, BERT, ViT) over one with it: the old
+  // module goes, so the folder holds nothing its config.json does not name.
+  if (std::find(names.begin(), names.end(), kModelingFile) == names.end()) {
+    const std::string old_module = (fs::path(out) / kModelingFile).string();
+    if (::unlink(old_module.c_str()) != 0 && errno != ENOENT)
+      fail(str("save_hf_model: cannot remove the old ", old_module, ": ", std::strerror(errno)));
   }
   fsync_dir(out);
   const std::string staged_config = (fs::path(stage) / "config.json").string();
@@ -147,7 +228,7 @@ void save_hf_model(const HFModel& model, const std::string& out_folder, const st
   for (const auto& [name, t] : weights)
     HH_CHECK(name.find(".lora_") == std::string::npos, "save_hf_model: the model still has LoRA adapters ('", name,
              "'); merge them first (merge_lora)");
-  const std::string config = config_with_hedgehog_section(config_json, config_origin, model.options());
+  const ExportConfig config = export_config(config_json, config_origin, model.options());
   ensure_writable_dir(out_folder);
   recover_stages(out_folder);
   // All or nothing: the files are written into a hidden stage folder inside out_folder (the same
@@ -173,8 +254,10 @@ void save_hf_model(const HFModel& model, const std::string& out_folder, const st
     // With a checksum per tensor: hedgehog readers verify it (core/safetensors.h); others ignore it.
     save_safetensors((fs::path(stage) / "model.safetensors").string(), tensors, {{"format", "pt"}},
                      Checksums::xxh3);
+    if (config.python)  // what transformers runs (config.json's auto_map names its classes)
+      write_file_atomic((fs::path(stage) / kModelingFile).string(), internal::kModelingHedgehogPy);
     // config.json last: a folder with a config is a complete one.
-    write_file_atomic((fs::path(stage) / "config.json").string(), config);
+    write_file_atomic((fs::path(stage) / "config.json").string(), config.text);
   } catch (...) {
     fs::remove_all(stage, ec);
     throw;

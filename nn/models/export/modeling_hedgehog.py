@@ -1,0 +1,273 @@
+# modeling_hedgehog.py: the attention of a hedgehog-converted model for transformers.
+#
+# A folder written by the hedgehog engine's save_hf_model for a Llama or GPT-2 model whose attention
+# was swapped for linear attention (a feature map) or the hybrid sliding window + linear attention
+# carries this file and, in config.json, "model_type": "hedgehog_llama" / "hedgehog_gpt2", an
+# "auto_map" naming the classes below and a "hedgehog" section (mixer, eps, window, feature-map
+# settings). Then
+#     transformers.AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)
+# builds transformers' own LlamaForCausalLM / GPT2LMHeadModel with only the attention replaced,
+# loads model.safetensors (the feature maps under "<attention>.feature_map.") and computes the
+# engine's logits. The maps and mixers follow the engine (nn/feature_maps.cpp, nn/attention.cpp,
+# autograd/ops/hybrid_attention.cpp), in the quadratic masked form: exact, O(L^2) memory.
+# Causal, unpadded batches (attention masks with padding are refused); generation with a cache keeps
+# every key and value and recomputes the new rows.
+# This file is part of the hedgehog sources (nn/models/export/); the engine embeds it and writes it
+# into every converted decoder folder, so keep it self-contained (torch + transformers only).
+import math
+
+import torch
+from torch import nn
+from transformers.models.gpt2.configuration_gpt2 import GPT2Config
+from transformers.models.gpt2.modeling_gpt2 import GPT2Attention, GPT2LMHeadModel
+from transformers.models.llama.configuration_llama import LlamaConfig
+from transformers.models.llama.modeling_llama import LlamaAttention, LlamaForCausalLM, apply_rotary_pos_emb
+
+# The maps this file implements: the engine refuses to export any other (nn/models/hf_save.cpp).
+FEATURE_MAPS = ("elu", "relu", "performer", "cosformer", "exp", "taylor", "t2r", "t2r-hh", "hedgehog",
+                "hedgehog-exp", "hedgehog-untrained")
+
+
+def _stabilizer(z, is_query):
+    # exp maps: a per-row max for queries, one max over all keys and features of a sequence for keys.
+    return z.amax(-1, keepdim=True) if is_query else z.amax(dim=(-2, -1), keepdim=True)
+
+
+class FeatureMap(nn.Module):
+    """phi: (B,H,L,D) -> (B,H,L,F), one of FEATURE_MAPS; parameter and buffer names as the engine's."""
+
+    def __init__(self, name, fm, heads, head_dim):
+        super().__init__()
+        if name not in FEATURE_MAPS:
+            raise ValueError(f"hedgehog: feature map '{name}' is not implemented here (known: {FEATURE_MAPS})")
+        self.name, self.heads, self.head_dim = name, heads, head_dim
+        D = head_dim
+        F = int(fm.get("feature_dim", 0))
+        self.temperature = float(fm.get("temperature", 1.0))
+        self.joint = bool(fm.get("joint_softmax", False))
+        self.untied = bool(fm.get("untied", False))
+        self.cosformer_length = int(fm.get("cosformer_length", 0))
+        if name == "performer":
+            self.m = F if F > 0 else 256
+            self.register_buffer("omega", torch.zeros(self.m, D))
+            self.register_buffer("redraw_state", torch.zeros(3, dtype=torch.long))
+        elif name == "taylor":
+            self.packed = bool(fm.get("taylor_packed", False))
+            if self.packed:
+                idx = [i * D + j for i in range(D) for j in range(i, D)]
+                scale = [1.0 if i == j else math.sqrt(2.0) for i in range(D) for j in range(i, D)]
+                self.register_buffer("packed_index", torch.tensor(idx, dtype=torch.long))
+                self.register_buffer("packed_scale", torch.tensor(scale, dtype=torch.float64))
+        elif name in ("t2r", "t2r-hh", "hedgehog", "hedgehog-exp", "hedgehog-untrained"):
+            self.F = F if F > 0 else D
+            if name == "hedgehog-untrained":
+                w = torch.zeros(heads, D, self.F)
+                w[:, : min(D, self.F), : min(D, self.F)] = torch.eye(min(D, self.F))
+                self.register_buffer("weight", w)
+                self.register_buffer("bias", torch.zeros(heads, self.F))
+                self.untied = False
+            else:
+                for prefix in ("q_", "k_") if self.untied else ("",):
+                    self.register_parameter(prefix + "weight", nn.Parameter(torch.zeros(heads, D, self.F)))
+                    self.register_parameter(prefix + "bias", nn.Parameter(torch.zeros(heads, self.F)))
+
+    def _affine(self, x, is_query):
+        p = "k_" if self.untied and not is_query else ("q_" if self.untied else "")
+        w, b = getattr(self, p + "weight"), getattr(self, p + "bias")
+        return torch.matmul(x, w.to(x.dtype).unsqueeze(0)) + b.to(x.dtype)[None, :, None, :]
+
+    def forward(self, x, is_query, pos_offset=0, total_len=0):
+        n = self.name
+        if n == "elu":
+            return nn.functional.elu(x) + 1.0
+        if n == "relu":
+            return torch.relu(x)
+        if n == "exp":
+            z = x * self.temperature
+            return torch.exp(z - _stabilizer(z, is_query))
+        if n == "performer":
+            xs = x * self.head_dim ** -0.25
+            proj = torch.matmul(xs, self.omega.to(x.dtype).t())
+            sq = 0.5 * (xs * xs).sum(-1, keepdim=True)
+            out = torch.exp(proj - sq - _stabilizer(proj, is_query))
+            return out * (1.0 / math.sqrt(self.m)) + 1e-6
+        if n == "cosformer":
+            L = x.shape[2]
+            M = self.cosformer_length if self.cosformer_length > 0 else (total_len if total_len > 0 else L)
+            if pos_offset + L > M:
+                raise ValueError(f"hedgehog: cosformer position {pos_offset + L} exceeds its length M={M}")
+            pos = torch.arange(pos_offset + 1, pos_offset + L + 1, dtype=x.dtype, device=x.device)
+            ang = (pos * (math.pi / (2.0 * M))).view(1, 1, L, 1)
+            r = torch.relu(x)
+            return torch.cat([r * torch.cos(ang), r * torch.sin(ang)], -1)
+        if n == "taylor":
+            B, H, L, D = x.shape
+            one = torch.ones(B, H, L, 1, dtype=x.dtype, device=x.device)
+            lin = x * (1.0 / D ** 0.25)
+            xc = x * (2.0 * D) ** -0.25
+            quad = (xc.unsqueeze(-1) * xc.unsqueeze(-2)).reshape(B, H, L, D * D)
+            if self.packed:
+                quad = quad.index_select(-1, self.packed_index.to(x.device)) * self.packed_scale.to(x.dtype)
+            return torch.cat([one, lin, quad], -1)
+        z = self._affine(x, is_query)
+        if n in ("t2r", "t2r-hh"):
+            return torch.relu(z)
+        if n == "hedgehog-exp":
+            both = torch.cat([z, -z], -1)
+            return torch.exp(both - _stabilizer(both, is_query))
+        if self.joint:  # hedgehog, hedgehog-untrained
+            return torch.softmax(torch.cat([2.0 * z, -2.0 * z], -1), -1)
+        return torch.cat([torch.softmax(z, -1), torch.softmax(-z, -1)], -1)
+
+
+class HybridFeatureMap(nn.Module):
+    """The hybrid mixer's map: the linear part's map as child "map", per-head window factors (H)."""
+
+    def __init__(self, name, fm, heads, head_dim):
+        super().__init__()
+        self.map = FeatureMap(name, fm, heads, head_dim)
+        self.window_factor = nn.Parameter(torch.zeros(heads))
+
+    def forward(self, x, is_query, pos_offset=0, total_len=0):
+        return self.map(x, is_query, pos_offset, total_len)
+
+
+def _section(config):
+    h = getattr(config, "hedgehog", None)
+    if not isinstance(h, dict) or "mixer" not in h:
+        raise ValueError("hedgehog: config.json has no \"hedgehog\" section naming the mixer")
+    return h
+
+
+def make_feature_map(config, heads, head_dim):
+    h = _section(config)
+    mixer = h["mixer"]
+    fm = h.get("feature_map", {})
+    if mixer.startswith("hybrid-"):
+        return HybridFeatureMap(mixer[len("hybrid-"):], fm, heads, head_dim)
+    return FeatureMap(mixer, fm, heads, head_dim)
+
+
+def _visible(Lq, Lk, device):
+    # (Lq,Lk) bool: query i (at position Lk - Lq + i) sees key j <= its position.
+    i = torch.arange(Lk - Lq, Lk, device=device).view(-1, 1)
+    j = torch.arange(Lk, device=device).view(1, -1)
+    return i, j, j <= i
+
+
+def _check_mask(attention_mask, Lq, Lk):
+    # transformers passes the causal mask (4D, additive or bool); padding would change the result.
+    if not isinstance(attention_mask, torch.Tensor) or attention_mask.dim() != 4 or attention_mask.shape[-1] < Lk:
+        return
+    m = attention_mask[..., -Lq:, :Lk]
+    _, _, causal = _visible(Lq, Lk, m.device)
+    blocked = (m == 0) if m.dtype == torch.bool else (m < -1.0)
+    if blocked.dtype != torch.bool:
+        blocked = blocked.bool()
+    if bool((blocked != ~causal).any()):
+        raise ValueError("hedgehog: padded batches are not supported (the attention mask must be causal only)")
+
+
+def hedgehog_mixer(module, q, k, v):
+    """q (B,H,Lq,D), k, v (B,H,Lk,D) with Lk >= Lq (the last Lq positions) -> (B,H,Lq,Dv)."""
+    h = _section(module.config)
+    fmap = module.feature_map
+    Lq, Lk = q.shape[2], k.shape[2]
+    pq = fmap(q, True, Lk - Lq, Lk).to(q.dtype)
+    pk = fmap(k, False, 0, Lk).to(q.dtype)
+    i, j, vis = _visible(Lq, Lk, q.device)
+    a_lin = torch.matmul(pq, pk.transpose(-1, -2))  # (B,H,Lq,Lk)
+    if isinstance(fmap, HybridFeatureMap):
+        W = int(h.get("window", 64))
+        win = vis & (j > i - W)
+        lin = j <= i - W
+        sc = torch.matmul(q, k.transpose(-1, -2)) * (1.0 / math.sqrt(q.shape[-1]))
+        sc = sc.masked_fill(~win, -1e30)
+        m = sc.amax(-1, keepdim=True)
+        wf = torch.sigmoid(fmap.window_factor).to(q.dtype).view(1, -1, 1, 1)
+        a = torch.exp(sc - m) * win.to(q.dtype) * wf + a_lin * lin.to(q.dtype)  # lf = 1
+        den = a.sum(-1, keepdim=True)
+        den = den + (den == 0).to(den.dtype)
+        return torch.matmul(a / den, v)
+    a = a_lin * vis.to(q.dtype)
+    return torch.matmul(a / (a.sum(-1, keepdim=True) + float(h.get("eps", 1e-6))), v)
+
+
+def _repeat_kv(t, rep):
+    if rep == 1:
+        return t
+    B, Hkv, L, D = t.shape
+    return t[:, :, None].expand(B, Hkv, rep, L, D).reshape(B, Hkv * rep, L, D)
+
+
+class HedgehogLlamaConfig(LlamaConfig):
+    model_type = "hedgehog_llama"
+
+
+class HedgehogGPT2Config(GPT2Config):
+    model_type = "hedgehog_gpt2"
+
+
+class HedgehogLlamaAttention(LlamaAttention):
+    def __init__(self, config, layer_idx):
+        super().__init__(config, layer_idx)
+        self.feature_map = make_feature_map(config, config.num_attention_heads, self.head_dim)
+
+    def forward(self, hidden_states, position_embeddings=None, attention_mask=None, cache=None,
+                past_key_values=None, past_key_value=None, **kwargs):
+        cache = next((c for c in (cache, past_key_values, past_key_value) if c is not None), None)
+        shape = (*hidden_states.shape[:-1], -1, self.head_dim)
+        q = self.q_proj(hidden_states).view(shape).transpose(1, 2)
+        k = self.k_proj(hidden_states).view(shape).transpose(1, 2)
+        v = self.v_proj(hidden_states).view(shape).transpose(1, 2)
+        cos, sin = position_embeddings
+        q, k = apply_rotary_pos_emb(q, k, cos, sin)
+        if cache is not None:
+            k, v = cache.update(k, v, self.layer_idx)
+        _check_mask(attention_mask, q.shape[2], k.shape[2])
+        rep = self.num_key_value_groups  # the maps are per query head, after repeat_kv (as the engine)
+        y = hedgehog_mixer(self, q, _repeat_kv(k, rep), _repeat_kv(v, rep))
+        y = y.transpose(1, 2).reshape(*hidden_states.shape[:-1], -1).contiguous()
+        return self.o_proj(y), None
+
+
+class HedgehogGPT2Attention(GPT2Attention):
+    def __init__(self, config, is_cross_attention=False, layer_idx=None):
+        super().__init__(config, is_cross_attention=is_cross_attention, layer_idx=layer_idx)
+        self.feature_map = make_feature_map(config, self.num_heads, self.head_dim)
+
+    def forward(self, hidden_states, cache=None, attention_mask=None, past_key_values=None, layer_past=None,
+                **kwargs):
+        cache = next((c for c in (cache, past_key_values, layer_past) if c is not None), None)
+        q, k, v = self.c_attn(hidden_states).split(self.split_size, dim=2)
+        shape = (*hidden_states.shape[:-1], -1, self.head_dim)
+        q, k, v = (t.view(shape).transpose(1, 2) for t in (q, k, v))
+        if cache is not None:
+            c = getattr(cache, "self_attention_cache", cache)
+            k, v = c.update(k, v, self.layer_idx)
+        _check_mask(attention_mask, q.shape[2], k.shape[2])
+        y = hedgehog_mixer(self, q, k, v)
+        y = y.transpose(1, 2).reshape(*hidden_states.shape[:-1], -1).contiguous()
+        return self.resid_dropout(self.c_proj(y)), None
+
+
+class HedgehogLlamaForCausalLM(LlamaForCausalLM):
+    config_class = HedgehogLlamaConfig
+
+    def __init__(self, config):
+        super().__init__(config)
+        for i, layer in enumerate(self.model.layers):
+            layer.self_attn = HedgehogLlamaAttention(config, i)
+        self.post_init()
+
+
+class HedgehogGPT2LMHeadModel(GPT2LMHeadModel):
+    config_class = HedgehogGPT2Config
+
+    def __init__(self, config):
+        super().__init__(config)
+        if getattr(config, "add_cross_attention", False):
+            raise ValueError("hedgehog: add_cross_attention is not supported")
+        for i, block in enumerate(self.transformer.h):
+            block.attn = HedgehogGPT2Attention(config, layer_idx=i)
+        self.post_init()

@@ -1,0 +1,211 @@
+// A converted decoder folder that loads in transformers (save_hf_model + modeling_hedgehog.py): the
+// folder carries the embedded module and an auto_map, the engine's logits of the re-saved tiny
+// models agree with what transformers computed on the same folders (tests/fixtures/hf/export/
+// logits.safetensors, made by tools/make_hf_export_fixtures.py), and a map the module does not
+// implement is refused. tools/check_hf_export.py runs transformers itself where it is installed
+// (the CTest hf_export_transformers); this file checks the same agreement without python.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "autograd/ops.h"
+#include "core/atomic_file.h"
+#include "core/safetensors.h"
+#include "nn/models/hf_save.h"
+#include "tests/temp_dir.h"
+
+using namespace hh;
+using namespace hh::nn;
+namespace fs = std::filesystem;
+
+namespace {
+std::string source_dir() { return std::string(HH_SOURCE_DIR); }
+std::string fixture(const std::string& name) { return source_dir() + "/tests/fixtures/hf/" + name; }
+std::string logits_fixture() { return fixture("export/logits.safetensors"); }
+
+// One exported model: a tiny fixture converted to `mixer` with these feature-map settings.
+struct ExportCase {
+  const char* label;  // folder and fixture-tensor name part
+  const char* mixer;
+  FeatureMapConfig fm;
+  int64_t window = 64;
+};
+
+FeatureMapConfig fm_with(void (*set)(FeatureMapConfig&)) {
+  FeatureMapConfig f;
+  set(f);
+  return f;
+}
+
+// Every map modeling_hedgehog.py implements, its options, and two hybrids (window 4 < the 12 ids,
+// so both the window and the linear part are used).
+std::vector<ExportCase> export_cases() {
+  return {
+      {"elu", "elu", {}},
+      {"relu", "relu", {}},
+      {"performer", "performer", fm_with([](FeatureMapConfig& f) { f.feature_dim = 16; f.seed = 3; })},
+      // cosformer with M fixed: hf_run (the CTest's engine side) decodes the prompt, which needs M.
+      {"cosformer-m16", "cosformer", fm_with([](FeatureMapConfig& f) { f.cosformer_length = 16; })},
+      {"exp-t2", "exp", fm_with([](FeatureMapConfig& f) { f.temperature = 2.0; })},
+      {"taylor", "taylor", {}},
+      {"taylor-packed", "taylor", fm_with([](FeatureMapConfig& f) { f.taylor_packed = true; })},
+      {"t2r", "t2r", {}},
+      {"t2r-hh-untied", "t2r-hh", fm_with([](FeatureMapConfig& f) { f.untied = true; })},
+      {"hedgehog", "hedgehog", {}},
+      {"hedgehog-joint-untied-f12", "hedgehog",
+       fm_with([](FeatureMapConfig& f) { f.joint_softmax = true; f.untied = true; f.feature_dim = 12; })},
+      {"hedgehog-exp", "hedgehog-exp", {}},
+      {"hedgehog-untrained", "hedgehog-untrained", {}},
+      {"hybrid-hedgehog-w4", "hybrid-hedgehog", {}, 4},
+      {"hybrid-elu-w4", "hybrid-elu", {}, 4},
+  };
+}
+
+const char* kFamilies[] = {"llama-tiny", "gpt2-tiny"};
+
+// The ids every check runs (tools/check_hf_export.py's default).
+Tensor export_ids() { return from_vector(std::vector<int64_t>{3, 14, 15, 9, 2, 6, 5, 35, 8, 9, 7, 9}, {1, 12}); }
+
+// The converted model of `c` on `family`: feature-map weights (and window factors) moved off their
+// init by a fixed draw, so an export that lost or reinitialized them would be caught.
+std::shared_ptr<HFModel> converted(const std::string& family, const ExportCase& c) {
+  HFModelOptions o;
+  o.mixer = parse_mixer(c.mixer, "test");
+  o.feature_map = c.fm;
+  o.window = c.window;
+  o.seed = 9;
+  auto m = load_hf_model(fixture(family), o);
+  Generator gen(4);
+  NoGradGuard ng;
+  for (auto& [name, t] : m->named_parameters())
+    if (name.find(".feature_map.") != std::string::npos)
+      copy_(m->parameter(name), add(t, mul(randn(t.shape(), gen), 0.3)));
+  return m;
+}
+
+std::string fixture_key(const std::string& family, const ExportCase& c) { return family + "/" + c.label; }
+
+// Saves every case of every family under `root` (<family>-<label>), reloads each with the engine
+// and returns its logits by fixture_key.
+std::map<std::string, Tensor> export_all(const fs::path& root) {
+  std::map<std::string, Tensor> out;
+  for (const char* family : kFamilies)
+    for (const ExportCase& c : export_cases()) {
+      const fs::path folder = root / (std::string(family) + "-" + c.label);
+      save_hf_model(*converted(family, c), folder.string(), fixture(family));
+      auto lm = load_causal_lm(folder.string());
+      NoGradGuard ng;
+      out[fixture_key(family, c)] = lm->forward(export_ids());
+    }
+  return out;
+}
+}  // namespace
+
+TEST_CASE("hf export: a converted decoder folder carries modeling_hedgehog.py and an auto_map") {
+  test::TempDir dir("hf_export_files");
+  ExportCase c{"hybrid-hedgehog", "hybrid-hedgehog", {}, 4};
+  for (const char* family : kFamilies) {
+    CAPTURE(family);
+    const fs::path out = dir.path / family;
+    save_hf_model(*converted(family, c), out.string(), fixture(family));
+    const std::string py = read_file((out / "modeling_hedgehog.py").string());
+    CHECK(py == read_file(source_dir() + "/nn/models/export/modeling_hedgehog.py"));  // the embedded text, whole
+    nlohmann::json cfg = nlohmann::json::parse(read_file((out / "config.json").string()));
+    const bool llama = std::string(family) == "llama-tiny";
+    CHECK(cfg["model_type"] == (llama ? "hedgehog_llama" : "hedgehog_gpt2"));
+    CHECK(cfg["auto_map"]["AutoModelForCausalLM"] ==
+          (llama ? "modeling_hedgehog.HedgehogLlamaForCausalLM" : "modeling_hedgehog.HedgehogGPT2LMHeadModel"));
+    CHECK(cfg["auto_map"]["AutoConfig"] ==
+          (llama ? "modeling_hedgehog.HedgehogLlamaConfig" : "modeling_hedgehog.HedgehogGPT2Config"));
+    CHECK(cfg["hedgehog"]["window"] == 4);
+    // The classes auto_map names are in the module.
+    for (const char* cls : {"HedgehogLlamaConfig", "HedgehogLlamaForCausalLM", "HedgehogGPT2Config",
+                            "HedgehogGPT2LMHeadModel"})
+      CHECK_MESSAGE(py.find(std::string("\nclass ") + cls + "(") != std::string::npos, cls);
+    // Re-saving from the converted folder's own config keeps one auto_map; a softmax model saved
+    // from it drops the keys (and the engine still reads a "hedgehog_<family>" model_type).
+    auto back = load_hf_model(out.string());
+    save_hf_model(*back, out.string(), out.string());
+    CHECK(nlohmann::json::parse(read_file((out / "config.json").string()))["model_type"] == cfg["model_type"]);
+    const std::string plain =
+        config_with_hedgehog_section(read_file((out / "config.json").string()), "test", HFModelOptions{});
+    nlohmann::json p = nlohmann::json::parse(plain);
+    CHECK(p["model_type"] == (llama ? "llama" : "gpt2"));
+    CHECK_FALSE(p.contains("auto_map"));
+    CHECK_FALSE(p.contains("hedgehog"));
+    {  // a softmax model saved over the folder takes the module away with the auto_map
+      const fs::path again = dir.path / (std::string(family) + "-again");
+      save_hf_model(*converted(family, c), again.string(), fixture(family));
+      REQUIRE(fs::exists(again / "modeling_hedgehog.py"));
+      save_hf_model(*load_hf_model(fixture(family)), again.string(), fixture(family));
+      CHECK_FALSE(fs::exists(again / "modeling_hedgehog.py"));
+      CHECK_FALSE(nlohmann::json::parse(read_file((again / "config.json").string())).contains("auto_map"));
+    }
+    nlohmann::json no_arch = cfg;
+    no_arch.erase("architectures");
+    std::ofstream(out / "config.json") << no_arch.dump();
+    CHECK(load_hf_model(out.string())->family() == (llama ? "llama" : "gpt2"));
+  }
+}
+
+TEST_CASE("hf export: a converted BERT folder stays engine-only (no module, its own model_type)") {
+  test::TempDir dir("hf_export_bert");
+  HFModelOptions o;
+  o.mixer = parse_mixer("hedgehog", "test");
+  save_hf_model(*load_hf_model(fixture("bert-tiny"), o), dir.path.string(), fixture("bert-tiny"));
+  CHECK_FALSE(fs::exists(dir.path / "modeling_hedgehog.py"));
+  nlohmann::json cfg = nlohmann::json::parse(read_file((dir.path / "config.json").string()));
+  CHECK(cfg["model_type"] == "bert");
+  CHECK_FALSE(cfg.contains("auto_map"));
+  CHECK(cfg["hedgehog"]["mixer"] == "hedgehog");
+}
+
+TEST_CASE("hf export: every feature map the engine has is one modeling_hedgehog.py implements") {
+  const std::vector<std::string> maps =
+      internal::exported_feature_maps(read_file(source_dir() + "/nn/models/export/modeling_hedgehog.py"));
+  CHECK(maps == feature_map_names());
+  // What the check reads: the FEATURE_MAPS line; a module without one, or a map missing, is refused.
+  CHECK(internal::exported_feature_maps("x = 1\nFEATURE_MAPS = (\"elu\",\n  \"relu\")\n") ==
+        std::vector<std::string>{"elu", "relu"});
+  CHECK_THROWS_WITH_AS(internal::exported_feature_maps("import torch\n"), doctest::Contains("no FEATURE_MAPS"), Error);
+  CHECK_THROWS_WITH_AS(internal::exported_feature_maps("\nFEATURE_MAPS = (\"elu\n"), doctest::Contains("FEATURE_MAPS"),
+                       Error);
+}
+
+TEST_CASE("hf export: the engine's logits of the re-saved tiny models match transformers' (fixture)") {
+  // tests/fixtures/hf/export/logits.safetensors holds what transformers computed, with
+  // modeling_hedgehog.py, on these same folders (tools/make_hf_export_fixtures.py).
+  const SafeTensors expected = load_safetensors(logits_fixture());
+  test::TempDir dir("hf_export_logits");
+  const std::map<std::string, Tensor> ours = export_all(dir.path);
+  CHECK(ours.size() == expected.tensors.size());
+  for (const auto& [key, logits] : ours) {
+    CAPTURE(key);
+    REQUIRE_MESSAGE(expected.tensors.count(key) == 1, key, " is not in ", logits_fixture(),
+                    " (run tools/make_hf_export_fixtures.py)");
+    const Tensor& ref = expected.tensors.at(key);
+    REQUIRE(ref.shape() == logits.shape());
+    const std::vector<double> a = to_vector<double>(logits), b = to_vector<double>(ref);
+    double worst = 0;
+    for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::fabs(a[i] - b[i]));
+    CHECK(worst <= 1e-4);  // tools/check_hf_export.py's tolerance
+  }
+}
+
+// Writes the folders of the test above under $HH_HF_EXPORT_DIR for tools/check_hf_export.py and
+// tools/make_hf_export_fixtures.py (skipped unless asked for: -tc='hf export: write*' --no-skip).
+TEST_CASE("hf export: write the converted folders for the python check" * doctest::skip()) {
+  const char* root = std::getenv("HH_HF_EXPORT_DIR");
+  REQUIRE_MESSAGE(root != nullptr, "set HH_HF_EXPORT_DIR to the folder to write");
+  fs::create_directories(root);
+  CHECK(export_all(root).size() == std::size(kFamilies) * export_cases().size());
+}
