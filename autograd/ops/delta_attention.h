@@ -39,7 +39,9 @@ Tensor delta_attention_recurrent(const Tensor& q, const Tensor& k, const Tensor&
 //   per chunk, in order: U' = U − W S,  O = (Q ⊙ e^γ) S + (Q Kᵀ ⊙ Γ, j <= r) U',
 //                        S ← e^{γ_last} S + (K ⊙ e^{γ_last − γ})ᵀ U'
 // T comes from unit_lower_inverse (linalg.h). All chunks are batched but the state recurrence
-// (L/C small steps); memory O(L·C + L/C·Dk·Dv) per head. L need not be a multiple of `chunk`.
+// (L/C small steps of (C,Dk)·(Dk,Dv) products); memory O(L·(C + Dk + Dv) + (L/C)·Dk·Dv) per head
+// (the states at every chunk start are kept for the outputs and the backward). L need not be a
+// multiple of `chunk`.
 Tensor delta_attention_chunked(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& beta,
                                const Tensor& log_alpha, double scale = -1, const Tensor& key_mask = Tensor(),
                                const Tensor& initial_state = Tensor(), Tensor* final_state = nullptr,
