@@ -5,6 +5,7 @@
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"
 #include "autograd/ops/attention.h"
+#include "autograd/ops/delta_attention.h"
 #include "autograd/ops/elementwise.h"
 #include "autograd/ops/fused.h"
 #include "autograd/ops/hybrid_attention.h"

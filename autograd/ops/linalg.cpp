@@ -1,4 +1,5 @@
-// matmul (torch.matmul semantics) and linear, both on Backend::gemm.
+// matmul (torch.matmul semantics) and linear, both on Backend::gemm; unit_lower_inverse, composed
+// of matmuls.
 //
 // Every matmul product, forward or backward, is one Backend::gemm call (gemm_product): strided
 // views go straight to the GEMM whenever the matrix dims have a unit stride (a transposed operand
@@ -23,7 +24,7 @@
 
 namespace hh {
 
-static const OpName reg_matmul("matmul"), reg_linear("linear");
+static const OpName reg_matmul("matmul"), reg_linear("linear"), reg_unit_lower_inverse("unit_lower_inverse");
 
 namespace {
 
@@ -341,6 +342,55 @@ Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
     if (needs[1]) gw = matmul(transpose(g2, 0, 1), reshape(x, {-1, in}));
     if (needs[2]) gb = sum(g2, {0});
     return std::vector<Tensor>{gx, gw, gb};
+  });
+}
+
+namespace {
+
+// (G,n,n) -> (I + tril(a, -1))⁻¹ (G,n,n), n a power of two; no autograd of its own (the caller
+// runs it under NoGradGuard). The two diagonal halves of every matrix are inverted together as
+// one batch of 2G, so each level is one product per step over all blocks.
+Tensor unit_lower_inverse_pow2(const Tensor& a) {
+  const int64_t G = a.size(0), n = a.size(1);
+  if (n == 1) return ones({G, 1, 1}, {a.dtype(), a.device()});
+  const int64_t h = n / 2;
+  Tensor top = slice(a, 1, 0, h), bottom = slice(a, 1, h, n);
+  Tensor x = unit_lower_inverse_pow2(cat({slice(top, 2, 0, h), slice(bottom, 2, h, n)}, 0));  // (2G,h,h)
+  Tensor x1 = slice(x, 0, 0, G), x2 = slice(x, 0, G, 2 * G);
+  Tensor y = neg(matmul(matmul(x2, slice(bottom, 2, 0, h)), x1));  // −X2 N21 X1
+  return cat({cat({x1, zeros({G, h, h}, {a.dtype(), a.device()})}, 2), cat({y, x2}, 2)}, 1);
+}
+
+}  // namespace
+
+Tensor unit_lower_inverse(const Tensor& a) {
+  HH_CHECK(a.defined(), "unit_lower_inverse: undefined input");
+  HH_CHECK(a.dim() >= 2 && a.size(-1) == a.size(-2),
+           "unit_lower_inverse: expected square matrices (..., n, n), got shape ", a.shape());
+  HH_CHECK(is_floating(a.dtype()), "unit_lower_inverse: expected a floating tensor, got ", a.dtype());
+  const int64_t n = a.size(-1);
+  Tensor t;
+  {
+    NoGradGuard no_grad;
+    AutocastGuard no_autocast(DType::bf16, false);  // the products in a's own dtype
+    if (a.numel() == 0) {
+      t = zeros(a.shape(), {a.dtype(), a.device()});
+    } else {
+      int64_t p = 1;
+      while (p < n) p *= 2;
+      Tensor a3 = reshape(detach(a), {-1, n, n});  // (G,n,n)
+      const int64_t G = a3.size(0);
+      const Options o{a.dtype(), a.device()};
+      // Padding with zeros extends N by an identity block, whose inverse is the identity.
+      if (p > n) a3 = cat({cat({a3, zeros({G, n, p - n}, o)}, 2), zeros({G, p - n, p}, o)}, 1);
+      Tensor inv = unit_lower_inverse_pow2(a3);
+      if (p > n) inv = slice(slice(inv, 1, 0, n), 2, 0, n);
+      t = reshape(contiguous(inv), a.shape());
+    }
+  }
+  return record("unit_lower_inverse", t, {a}, {t}, [t](const Tensor& g, const NeedsGrad&) {
+    Tensor tt = transpose(t, -1, -2);
+    return std::vector<Tensor>{neg(tril(matmul(matmul(tt, g), tt), -1))};
   });
 }
 

@@ -1,4 +1,5 @@
-// Matrix products through the backend GEMM (Eigen on CPU, cuBLAS on CUDA).
+// Matrix products through the backend GEMM (Eigen on CPU, cuBLAS on CUDA), and the inverse of a
+// unit lower-triangular matrix composed of them.
 #pragma once
 #include <functional>
 
@@ -10,6 +11,13 @@ namespace hh {
 Tensor matmul(const Tensor& a, const Tensor& b);
 // x (..., in) · weight (out, in)ᵀ + bias (out): the Linear layer's op.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+// (I + tril(a, -1))⁻¹ for a (..., n, n): the inverse of the unit lower-triangular matrix whose
+// strictly lower part is a's (a's diagonal and upper part are not read; their gradient is 0).
+// Forward by 2×2 block inversion, [[N11, 0], [N21, N22]]⁻¹ = [[X1, 0], [−X2 N21 X1, X2]] with
+// X1 = N11⁻¹, X2 = N22⁻¹, recursively over log2 n levels (n padded to a power of two), each level
+// one batched product over every block: no division, as fla's solve_tril. Backward:
+// dA = tril(−Tᵀ G Tᵀ, −1). The delta rule's chunked WY form (delta_attention.h) uses it.
+Tensor unit_lower_inverse(const Tensor& a);
 
 // The product behind matmul and its backward, without autograd: x (xb..., M, K) · y (yb..., K, N)
 // -> (out_batch..., M, N), batch dims right-aligned and broadcast; a batch dim that out_batch has
