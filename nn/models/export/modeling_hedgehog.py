@@ -193,6 +193,12 @@ def hedgehog_mixer(module, q, k, v):
     return torch.matmul(a / (a.sum(-1, keepdim=True) + float(h.get("eps", 1e-6))), v)
 
 
+def _softmax_layers(config):
+    # Layers the conversion kept as softmax (config.json hedgehog.softmax_layers): they keep
+    # transformers' own attention.
+    return {int(i) for i in _section(config).get("softmax_layers", [])}
+
+
 def _repeat_kv(t, rep):
     if rep == 1:
         return t
@@ -256,8 +262,10 @@ class HedgehogLlamaForCausalLM(LlamaForCausalLM):
 
     def __init__(self, config):
         super().__init__(config)
+        kept = _softmax_layers(config)
         for i, layer in enumerate(self.model.layers):
-            layer.self_attn = HedgehogLlamaAttention(config, i)
+            if i not in kept:
+                layer.self_attn = HedgehogLlamaAttention(config, i)
         self.post_init()
 
 
@@ -268,6 +276,8 @@ class HedgehogGPT2LMHeadModel(GPT2LMHeadModel):
         super().__init__(config)
         if getattr(config, "add_cross_attention", False):
             raise ValueError("hedgehog: add_cross_attention is not supported")
+        kept = _softmax_layers(config)
         for i, block in enumerate(self.transformer.h):
-            block.attn = HedgehogGPT2Attention(config, layer_idx=i)
+            if i not in kept:
+                block.attn = HedgehogGPT2Attention(config, layer_idx=i)
         self.post_init()

@@ -38,6 +38,7 @@ struct ExportCase {
   const char* mixer;
   FeatureMapConfig fm;
   int64_t window = 64;
+  int64_t kept_layer = -1;  // a layer kept as softmax (-1: none)
 };
 
 FeatureMapConfig fm_with(void (*set)(FeatureMapConfig&)) {
@@ -46,8 +47,8 @@ FeatureMapConfig fm_with(void (*set)(FeatureMapConfig&)) {
   return f;
 }
 
-// Every map modeling_hedgehog.py implements, its options, and two hybrids (window 4 < the 12 ids,
-// so both the window and the linear part are used).
+// Every map modeling_hedgehog.py implements, its options, and hybrids (window 4 < the 12 ids, so
+// both the window and the linear part are used), one with a layer kept as softmax.
 std::vector<ExportCase> export_cases() {
   return {
       {"elu", "elu", {}},
@@ -67,6 +68,7 @@ std::vector<ExportCase> export_cases() {
       {"hedgehog-untrained", "hedgehog-untrained", {}},
       {"hybrid-hedgehog-w4", "hybrid-hedgehog", {}, 4},
       {"hybrid-elu-w4", "hybrid-elu", {}, 4},
+      {"hybrid-hedgehog-w4-kept0", "hybrid-hedgehog", {}, 4, 0},  // layer 0 kept as softmax
   };
 }
 
@@ -82,6 +84,7 @@ std::shared_ptr<HFModel> converted(const std::string& family, const ExportCase& 
   o.mixer = parse_mixer(c.mixer, "test");
   o.feature_map = c.fm;
   o.window = c.window;
+  if (c.kept_layer >= 0) o.softmax_layers = {c.kept_layer};
   o.seed = 9;
   auto m = load_hf_model(fixture(family), o);
   Generator gen(4);
