@@ -504,7 +504,7 @@ std::vector<std::pair<size_t, size_t>> Gpt2Tokenizer::pre_tokenize_qwen2(std::st
   while (i < n) {
     size_t end = i + contraction(i, byte_at, true);  // (?i:'s|'t|'re|'ve|'m|'ll|'d)
     const uint8_t c = cls[i];
-    if (end > i) {
+    if (end > i) {  // the contraction
     } else if (c == kLetter) {  // \p{L}+
       end = run(i, kLetter);
     } else if (c != kNumber && !newline(i) && i + 1 < n && cls[i + 1] == kLetter) {  // [^\r\n\p{L}\p{N}]\p{L}+

@@ -8,6 +8,7 @@
 // RoPE, head_dim independent of hidden_size): each family is a config reader (LlamaConfig::from_hf),
 // and every family reports family() "llama" with its own architecture().
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -146,6 +147,23 @@ TEST_CASE("qwen2 tokenizer: the pre-tokenizer cuts as HF's Split with Qwen2's re
   for (const auto& [b, e] : Gpt2Tokenizer::pre_tokenize_qwen2(text)) pieces.push_back(text.substr(b, e - b));
   CHECK(pieces == std::vector<std::string>{"I", "'LL", " ", " go", "\t", "\tnow", " ", "1", "2", "ab", " ?!\n\n", " ",
                                            " x", "(\"", "quoted", "\"", " '", "sounds", "\r\n", "\tend", "  "});
+  // Random texts over the characters each alternative turns on: the pieces are non-empty and tile
+  // the text in order (the HF parity of the ids is tests/data/test_tokenizer_parity.cpp's).
+  const std::vector<std::string> atoms = {" ", "  ", "\r", "\n", "\t", "'", "s", "LL", "a", "7", "!", "(", "\xc3\xa9",
+                                          "\xe6\x9d\xb1", "\xcc\x81", "\xe2\x80\xa8", "\xf0\x9f\x91\x8b"};
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 2000; ++trial) {
+    std::string t;
+    const int len = static_cast<int>(rng() % 24);
+    for (int k = 0; k < len; ++k) t += atoms[rng() % atoms.size()];
+    size_t at = 0;
+    bool tiled = true;
+    for (const auto& piece : Gpt2Tokenizer::pre_tokenize_qwen2(t)) {
+      tiled = tiled && piece.first == at && piece.second > piece.first;
+      at = piece.second;
+    }
+    CHECK_MESSAGE((tiled && at == t.size()), "text '", t, "'");
+  }
 }
 
 TEST_CASE("gpt2 tokenizer: concurrent encodes share the word cache safely and agree") {
