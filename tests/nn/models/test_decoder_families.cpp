@@ -172,6 +172,11 @@ TEST_CASE("decoder families: Qwen3 reads attention_bias; rope_parameters' rope_t
   theta.replace("config.json", "\"head_dim\": 12,", "\"head_dim\": 12, \"rope_theta\": 5.0,");
   auto lm = load_decoder(theta.path());
   CHECK(lm->cfg.rope_theta == 20000.0);
+  // No head_dim: Qwen3Config's default 128, not hidden_size / num_attention_heads.
+  nlohmann::json cfg = nlohmann::json::parse(theta.read("config.json"));
+  cfg.erase("head_dim");
+  CHECK(LlamaConfig::from_hf(HFConfig::parse(cfg.dump(), "qwen3.json"), DecoderFamily::qwen3).head_dim == 128);
+  CHECK(LlamaConfig::from_hf(HFConfig::parse(cfg.dump(), "qwen3.json"), DecoderFamily::mistral).head_dim == 8);
   auto ref = hf_reference("qwen3-tiny");
   CHECK(rel_err(lm->forward(dev(ref.tensors.at("input_ids"))), ref.tensors.at("logits")) < 1e-4);
 }
