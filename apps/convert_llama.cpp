@@ -1,4 +1,4 @@
-// convert_llama: converts a Llama HF folder into linear attention by Hedgehog attention distillation,
+// convert_llama: converts a Llama-layout HF folder (Llama, Mistral, Qwen2, Qwen3) into linear attention by Hedgehog attention distillation,
 // then LoRA finetuning, on SAMSum-style JSON dialogues, evaluated by ROUGE-1/2/L of greedy summaries
 // (paper Table 11): the softmax teacher (zero-shot), then one row per student feature map.
 #include <cstdio>
@@ -42,7 +42,8 @@ std::vector<apps::ConversionPreset> presets() {
 
 void declare_app_flags(apps::Flags& f, const apps::ConversionPreset& p) {
   const bool quick = p.name == "quick";
-  apps::add_lm_app_flags(f, "HF folder of a Llama model (LlamaForCausalLM) with its tokenizer.json",
+  apps::add_lm_app_flags(f, "HF folder of a Llama-layout model (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
+                         "Qwen3ForCausalLM) with its tokenizer.json",
                          "folder with train.json, val.json (or validation.json), test.json (SAMSum records)");
   f.add("max-length", quick ? "256" : "1024",
         "training sequences (prompt + summary + eos) are cut to this many tokens");
@@ -93,7 +94,8 @@ int run(int argc, char** argv) {
            ": a split has no dialogue");
 
   apps::LmTeacher teacher = apps::load_lm_teacher(f, opts.device, "convert_llama", "llama",
-                                                  "Llama models (LlamaForCausalLM)", "max-length", max_length);
+                                                  "Llama-layout models (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
+                                                  "Qwen3ForCausalLM)", "max-length", max_length);
   const std::shared_ptr<const data::Tokenizer> tok = teacher.tokenizer;
   HH_CHECK(tok->eos_id() >= 0, "--tokenizer: ", f.str("tokenizer").empty() ? model_dir : f.str("tokenizer"),
            " has no end token");

@@ -1,6 +1,6 @@
 # convert_gpt2 and convert_llama end to end on the committed fixtures (seconds): tests/fixtures/wikitext
 # (hand-written wiki text + gpt2-bytes, a small byte-level GPT-2 made by tools/make_lm_fixtures.py),
-# tests/fixtures/samsum (hand-written dialogues) with hf/llama-tiny-tok. Bad input must give
+# tests/fixtures/samsum (hand-written dialogues) with hf/llama-tiny-tok and hf/qwen2-tiny. Bad input must give
 # "error: " and a non-zero exit before any conversion runs.
 set(LMFX ${CMAKE_CURRENT_SOURCE_DIR}/tests/fixtures)
 set(GPT2_TINY --model ${LMFX}/wikitext/gpt2-bytes --data ${LMFX}/wikitext --context 32 --stride 16 --batch 8
@@ -32,6 +32,14 @@ set(LLAMA_TINY --model ${LMFX}/hf/llama-tiny-tok --data ${LMFX}/samsum --max-len
 add_test(NAME convert_llama_tiny COMMAND convert_llama ${LLAMA_TINY} --out ${CMAKE_CURRENT_BINARY_DIR}/convert_llama_tiny)
 set_tests_properties(convert_llama_tiny PROPERTIES PASS_REGULAR_EXPRESSION
                      "softmax \\(teacher\\) +[0-9.]+.*\nHedgehog +[0-9.]+.*ok\n.*report: ")
+
+# The same on Qwen2 (q/k/v biases, a sliding layer, its byte-level tokenizer.json), saved as an HF
+# folder that hf_run loads back as the Hedgehog model it is.
+add_test(NAME convert_llama_qwen2
+         COMMAND sh -c "d=$(mktemp -d) && \"$1\" --model '${LMFX}/hf/qwen2-tiny' --data '${LMFX}/samsum' --max-length 64 --max-new-tokens 8 --feature-map hedgehog --distill-epochs 1 --finetune-epochs 1 --batch 2 --max-eval 2 --quiet --save --out \"$d/out\" && \"$2\" --model \"$d/out/hedgehog/model\" --ids 42,285,73 --max-new-tokens 3 --temperature 0; rc=$?; rm -rf \"$d\"; exit $rc"
+         sh $<TARGET_FILE:convert_llama> $<TARGET_FILE:hf_run>)
+set_tests_properties(convert_llama_qwen2 PROPERTIES PASS_REGULAR_EXPRESSION
+                     "softmax \\(teacher\\) +[0-9.]+.*\nHedgehog +[0-9.]+.*ok\n.*generated ids: \\[[0-9]+,[0-9]+,[0-9]+\\]")
 
 # Pairs: app + arguments (one string, split like a shell line) and a fragment of the expected error.
 set(BAD_DIR ${CMAKE_CURRENT_BINARY_DIR}/convert_lm_bad)

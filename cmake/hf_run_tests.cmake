@@ -13,6 +13,23 @@ set_tests_properties(hf_run_llama_greedy PROPERTIES PASS_REGULAR_EXPRESSION
 add_test(NAME hf_run_llama_linear COMMAND hf_run --model ${HF}/llama-tiny-f16 --ids 1,15,27 --mixer hedgehog
          --form recurrent --max-new-tokens 5 --top-k 10 --top-p 0.9 --seed 3)
 set_tests_properties(hf_run_llama_linear PROPERTIES PASS_REGULAR_EXPRESSION "generated ids: \\[[0-9]+,[0-9]+,[0-9]+,[0-9]+,[0-9]+\\]")
+# Mistral (sliding window 5: 12 steps past a 5-token prompt), Qwen2 (biases, a sliding layer), Qwen3
+# (q/k norms): transformers' generate() ids (reference.safetensors); Qwen3 converted to Hedgehog runs.
+add_test(NAME hf_run_mistral_greedy COMMAND hf_run --model ${HF}/mistral-tiny --ids 1,15,27,88,4 --temperature 0
+         --max-new-tokens 12)
+set_tests_properties(hf_run_mistral_greedy PROPERTIES PASS_REGULAR_EXPRESSION
+                     "generated ids: \\[87,12,5,5,5,5,5,53,29,36,35,35\\]")
+add_test(NAME hf_run_qwen2_greedy COMMAND hf_run --model ${HF}/qwen2-tiny --ids 42,285,73,71,74 --temperature 0
+         --max-new-tokens 12)
+set_tests_properties(hf_run_qwen2_greedy PROPERTIES PASS_REGULAR_EXPRESSION
+                     "generated ids: \\[591,591,591,388,388,388,388,388,388,388,133,133\\]")
+add_test(NAME hf_run_qwen3_greedy COMMAND hf_run --model ${HF}/qwen3-tiny --ids 1,15,27,88,4 --temperature 0
+         --max-new-tokens 12)
+set_tests_properties(hf_run_qwen3_greedy PROPERTIES PASS_REGULAR_EXPRESSION
+                     "generated ids: \\[58,21,89,21,89,21,21,21,89,21,89,3\\]")
+add_test(NAME hf_run_qwen3_linear COMMAND hf_run --model ${HF}/qwen3-tiny --ids 1,15,27 --mixer hedgehog
+         --form recurrent --max-new-tokens 5 --top-k 10 --seed 3)
+set_tests_properties(hf_run_qwen3_linear PROPERTIES PASS_REGULAR_EXPRESSION "generated ids: \\[[0-9]+,[0-9]+,[0-9]+,[0-9]+,[0-9]+\\]")
 # LoLCATs' hybrid (sliding window of 4 + hedgehog linear attention) on GPT-2: forward and greedy decoding.
 add_test(NAME hf_run_gpt2_hybrid COMMAND hf_run --model ${HF}/gpt2-tiny --ids 5,17,99,42,8,3 --mixer hybrid-hedgehog
          --window 4 --temperature 0 --max-new-tokens 6)

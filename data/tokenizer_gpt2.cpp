@@ -212,6 +212,11 @@ std::string token_bytes(const std::string& token, const std::unordered_map<char3
   return out;
 }
 
+// Qwen2's pre-tokenizer regex, as its tokenizer.json spells it.
+constexpr const char* kQwen2Pattern =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+    "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
 // Classes of the pre-tokenizer pattern.
 enum : uint8_t { kOther = 0, kLetter = 1, kNumber = 2, kSpace = 3 };
 
@@ -367,22 +372,38 @@ std::unique_ptr<Gpt2Tokenizer> Gpt2Tokenizer::from_tokenizer_json_unchecked(cons
   }
   std::unique_ptr<Gpt2Tokenizer> t(new Gpt2Tokenizer());
   t->build(dense_vocab(entries, path + " (model.vocab + added_tokens)"), merges, path);
-  // The ByteLevel pre-tokenizer's options (alone or in a Sequence).
+  // The ByteLevel pre-tokenizer's options (alone or in a Sequence), after Qwen2's Split if any.
   const nlohmann::json pre = j.value("pre_tokenizer", nlohmann::json());
   std::vector<nlohmann::json> steps;
   if (pre.is_object() && pre.value("type", "") == "Sequence" && pre.contains("pretokenizers"))
     steps.assign(pre["pretokenizers"].begin(), pre["pretokenizers"].end());
   else
     steps.push_back(pre);
-  for (const auto& s : steps) {
+  bool byte_level = false;
+  for (size_t k = 0; k < steps.size(); ++k) {
+    const nlohmann::json& s = steps[k];
+    if (k == 0 && steps.size() > 1 && s.is_object() && s.value("type", "") == "Split") {
+      const nlohmann::json pattern = s.value("pattern", nlohmann::json());
+      HH_CHECK(pattern.is_object() && pattern.value("Regex", "") == kQwen2Pattern && s.value("behavior", "") == "Isolated" &&
+                   !s.value("invert", false),
+               path, ": pre_tokenizer ", s.dump(), " is not supported (a Split: only Qwen2's pattern, Isolated)");
+      t->qwen2_pattern_ = true;
+      continue;
+    }
     HH_CHECK(s.is_object() && s.value("type", "") == "ByteLevel", path, ": pre_tokenizer ", s.dump(),
-             " is not supported for a byte-level BPE (ByteLevel only)");
-    HH_CHECK(s.value("use_regex", true), path, ": pre_tokenizer ByteLevel with use_regex=false is not supported");
+             " is not supported for a byte-level BPE (ByteLevel, after Qwen2's Split or alone)");
+    // After the Split, ByteLevel's own GPT-2 regex would cut the pieces again: Qwen2 turns it off.
+    HH_CHECK(s.value("use_regex", true) != t->qwen2_pattern_, path, ": pre_tokenizer ByteLevel with use_regex=",
+             t->qwen2_pattern_ ? "true after a Split" : "false", " is not supported");
     t->add_prefix_space_ = s.value("add_prefix_space", false);
+    byte_level = true;
   }
+  HH_CHECK(byte_level, path, ": pre_tokenizer ", pre.dump(), " has no ByteLevel step");
   // What this class does not implement is refused, never ignored.
-  HH_CHECK(j.value("normalizer", nlohmann::json()).is_null(), path, ": normalizer ", j["normalizer"].dump(),
-           " is not supported for a byte-level BPE (null only)");
+  const nlohmann::json norm = j.value("normalizer", nlohmann::json());
+  HH_CHECK(norm.is_null() || (norm.is_object() && norm.size() == 1 && norm.value("type", "") == "NFC"), path,
+           ": normalizer ", norm.dump(), " is not supported for a byte-level BPE (null or NFC)");
+  t->nfc_ = !norm.is_null();
   const nlohmann::json dec = j.value("decoder", nlohmann::json());
   HH_CHECK(dec.is_null() || (dec.is_object() && dec.value("type", "") == "ByteLevel"), path, ": decoder ", dec.dump(),
            " is not supported for a byte-level BPE (ByteLevel)");
@@ -402,9 +423,10 @@ std::unique_ptr<Gpt2Tokenizer> Gpt2Tokenizer::from_tokenizer_json_unchecked(cons
 
 // ---- encode / decode ----
 
-std::vector<std::pair<size_t, size_t>> Gpt2Tokenizer::pre_tokenize(std::string_view text) {
-  std::vector<uint32_t> off;  // byte offset of each code point, then text.size()
-  std::vector<uint8_t> cls;
+namespace {
+// The code points of valid UTF-8 `text`: off[k] = the byte offset of code point k (then text.size()),
+// cls[k] its class.
+void classify(std::string_view text, std::vector<uint32_t>& off, std::vector<uint8_t>& cls) {
   off.reserve(text.size() + 1);
   cls.reserve(text.size());
   for (size_t i = 0; i < text.size();) {
@@ -420,20 +442,34 @@ std::vector<std::pair<size_t, size_t>> Gpt2Tokenizer::pre_tokenize(std::string_v
       cls.push_back(char_class(unicode::next_code_point(text, i)));
     }
   }
-  const size_t n = cls.size();
   off.push_back(static_cast<uint32_t>(text.size()));
+}
+
+// The length of a contraction at code point i ('s 't 'm 'd: 2, 're 've 'll: 3, else 0); byte_at
+// gives a code point's first byte. Qwen2 matches them in either case.
+template <typename ByteAt>
+size_t contraction(size_t i, const ByteAt& byte_at, bool any_case) {
+  if (byte_at(i) != '\'') return 0;
+  const auto low = [&](char c) { return any_case && c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; };
+  const char a = low(byte_at(i + 1)), b = low(byte_at(i + 2));
+  if (a == 's' || a == 't' || a == 'm' || a == 'd') return 2;
+  if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return 3;
+  return 0;
+}
+}  // namespace
+
+std::vector<std::pair<size_t, size_t>> Gpt2Tokenizer::pre_tokenize(std::string_view text) {
+  std::vector<uint32_t> off;
+  std::vector<uint8_t> cls;
+  classify(text, off, cls);
+  const size_t n = cls.size();
   const auto byte_at = [&](size_t k) { return k < n ? text[off[k]] : '\0'; };  // ASCII check of char k
 
   std::vector<std::pair<size_t, size_t>> pieces;
   size_t i = 0;
   while (i < n) {
-    size_t end = i;
     const char c = byte_at(i);
-    if (c == '\'') {  // 's 't 're 've 'm 'll 'd
-      const char a = byte_at(i + 1), b = byte_at(i + 2);
-      if (a == 's' || a == 't' || a == 'm' || a == 'd') end = i + 2;
-      else if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) end = i + 3;
-    }
+    size_t end = i + contraction(i, byte_at, false);  // 's 't 're 've 'm 'll 'd
     if (end == i) {
       const size_t j = (c == ' ' && i + 1 < n) ? i + 1 : i;  // " ?" before letters, numbers, others
       const uint8_t k = cls[j];
@@ -445,6 +481,48 @@ std::vector<std::pair<size_t, size_t>> Gpt2Tokenizer::pre_tokenize(std::string_v
         while (end < n && cls[end] == kSpace) ++end;
         if (end < n && end - i >= 2) --end;
       }
+    }
+    pieces.emplace_back(off[i], off[end]);
+    i = end;
+  }
+  return pieces;
+}
+
+std::vector<std::pair<size_t, size_t>> Gpt2Tokenizer::pre_tokenize_qwen2(std::string_view text) {
+  std::vector<uint32_t> off;
+  std::vector<uint8_t> cls;
+  classify(text, off, cls);
+  const size_t n = cls.size();
+  const auto byte_at = [&](size_t k) { return k < n ? text[off[k]] : '\0'; };  // ASCII check of char k
+  const auto newline = [&](size_t k) { return byte_at(k) == '\r' || byte_at(k) == '\n'; };
+  const auto run = [&](size_t k, uint8_t c) {  // the end of the run of class c from k
+    while (k < n && cls[k] == c) ++k;
+    return k;
+  };
+  std::vector<std::pair<size_t, size_t>> pieces;
+  size_t i = 0;
+  while (i < n) {
+    size_t end = i + contraction(i, byte_at, true);  // (?i:'s|'t|'re|'ve|'m|'ll|'d)
+    const uint8_t c = cls[i];
+    if (end > i) {  // the contraction
+    } else if (c == kLetter) {  // \p{L}+
+      end = run(i, kLetter);
+    } else if (c != kNumber && !newline(i) && i + 1 < n && cls[i + 1] == kLetter) {  // [^\r\n\p{L}\p{N}]\p{L}+
+      end = run(i + 1, kLetter);
+    } else if (c == kNumber) {  // \p{N}: one digit at a time
+      end = i + 1;
+    } else if (c == kOther || (byte_at(i) == ' ' && i + 1 < n && cls[i + 1] == kOther)) {  //  ?[^\s\p{L}\p{N}]+[\r\n]*
+      end = run(c == kOther ? i : i + 1, kOther);
+      while (end < n && newline(end)) ++end;
+    } else {  // whitespace
+      const size_t e = run(i, kSpace);
+      size_t last_newline = e;
+      for (size_t k = i; k < e; ++k)
+        if (newline(k)) last_newline = k;
+      if (last_newline < e)  // \s*[\r\n]+: up to the run's last newline
+        end = last_newline + 1;
+      else  // \s+(?!\S) leaves a run's last space to what follows it; \s+ takes a lone one
+        end = e < n && e - i >= 2 ? e - 1 : e;
     }
     pieces.emplace_back(off[i], off[end]);
     i = end;
@@ -486,12 +564,18 @@ std::vector<int32_t> Gpt2Tokenizer::encode(std::string_view text, bool add_speci
   split_on_added_tokens(
       text,
       [&](std::string_view part) {
+        std::string normalized;
+        if (nfc_) {
+          normalized = unicode::nfc(part);
+          part = normalized;
+        }
         std::string prefixed;
-        if (add_prefix_space_ && part[0] != ' ') {
+        if (add_prefix_space_ && !part.empty() && part[0] != ' ') {
           prefixed = " " + std::string(part);
           part = prefixed;
         }
-        for (const auto& [b, e] : pre_tokenize(part)) encode_piece(part.substr(b, e - b), ids);
+        for (const auto& [b, e] : qwen2_pattern_ ? pre_tokenize_qwen2(part) : pre_tokenize(part))
+          encode_piece(part.substr(b, e - b), ids);
       },
       [&](int32_t id) { ids.push_back(id); });
   // GPT-2 itself adds nothing; a tokenizer.json may bring a template (a BOS, say).

@@ -6,6 +6,10 @@
 // piece's UTF-8 bytes are the initial symbols and the merges apply in rank order. Pieces already
 // seen are looked up in a cache. The vocabulary files spell bytes with GPT-2's printable stand-ins
 // (space = "Ġ"); internally every token is its raw bytes.
+// Qwen2's tokenizer.json (Qwen2, Qwen2.5, Qwen3) is the same model behind an NFC normalizer and a
+// Split with Qwen2's pattern (then ByteLevel without its own regex):
+//   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+// also hand-written; any other Split pattern is refused.
 // Decode: the tokens' bytes concatenated, then read as UTF-8 with replacement.
 #pragma once
 #include <cstddef>
@@ -56,6 +60,8 @@ class Gpt2Tokenizer : public Tokenizer {
 
   // The pre-tokenizer alone: the byte ranges [begin, end) of the pieces of valid UTF-8 `text`.
   static std::vector<std::pair<size_t, size_t>> pre_tokenize(std::string_view text);
+  // The same with Qwen2's pattern.
+  static std::vector<std::pair<size_t, size_t>> pre_tokenize_qwen2(std::string_view text);
 
  private:
   Gpt2Tokenizer() = default;
@@ -69,6 +75,8 @@ class Gpt2Tokenizer : public Tokenizer {
   int32_t byte_id_[256] = {};
   BpeMerges merges_;
   bool add_prefix_space_ = false;
+  bool qwen2_pattern_ = false;  // pre_tokenize_qwen2 instead of pre_tokenize
+  bool nfc_ = false;            // an NFC normalizer before pre-tokenizing
   mutable std::mutex cache_mutex_;
   mutable std::unordered_map<std::string, std::vector<int32_t>> cache_;  // piece bytes -> ids
 };

@@ -41,6 +41,8 @@ const std::vector<Fixture>& fixtures() {
     v.push_back({load_tokenizer(dir + "bert"), false, {}});
     // "▁" in the text decodes as a space (SentencePiece's and HF's decoder replace every one).
     v.push_back({load_tokenizer(dir + "llama"), true, {"<s>", "</s>", "<unk>", "\xE2\x96\x81"}});
+    // NFC: a decomposed character comes back composed.
+    v.push_back({load_tokenizer(dir + "qwen2"), false, {}});
     return v;
   }();
   return all;

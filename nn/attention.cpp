@@ -22,6 +22,11 @@ namespace {
 // (L,L) bool, true above the diagonal (future keys); built on the device, no host L² array.
 Tensor future_mask(int64_t L, Device d) { return gt(triu(ones({L, L}, {DType::f32, d}), 1), 0.5); }
 
+// (L,L) bool, true where key j is `window` or more positions before query i (out of a sliding window).
+Tensor distant_mask(int64_t L, int64_t window, Device d) {
+  return gt(tril(ones({L, L}, {DType::f32, d}), -window), 0.5);
+}
+
 // key_mask (B,L) bool -> (B,1,1,L) as `dtype` (1 keep, 0 drop).
 Tensor key_mask_4d(const Tensor& key_mask, DType dtype) {
   return reshape(key_mask.to(dtype), {key_mask.size(0), 1, 1, key_mask.size(1)});
@@ -35,10 +40,13 @@ void check_key_mask(const Tensor& key_mask, const Tensor& k, const char* op) {
 
 }  // namespace
 
-Tensor softmax_attention_weights(const Tensor& q, const Tensor& k, bool causal, const Tensor& key_mask) {
+Tensor softmax_attention_weights(const Tensor& q, const Tensor& k, bool causal, const Tensor& key_mask,
+                                 int64_t window) {
   HH_CHECK(q.dim() == 4 && k.dim() == 4 && q.size(-1) == k.size(-1), "softmax_attention: expected q, k (B,H,L,D), got ",
            q.shape(), " and ", k.shape());
   check_key_mask(key_mask, k, "softmax_attention");
+  HH_CHECK(window >= 0 && (window == 0 || causal), "softmax_attention: a sliding window (", window,
+           ") needs causal attention and a size >= 0");
   const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
   Tensor s = mul(matmul(q, transpose(k, -1, -2)), scale);  // (B,H,Lq,Lk)
   // keep (no grad): 1 where query i may see key j, 0 for the future, padded keys and -inf scores.
@@ -47,6 +55,7 @@ Tensor softmax_attention_weights(const Tensor& q, const Tensor& k, bool causal, 
     HH_CHECK(q.size(2) == k.size(2), "softmax_attention: causal attention needs equal query/key lengths, got ",
              q.size(2), " and ", k.size(2));
     keep = masked_fill(keep, future_mask(q.size(2), q.device()), 0.0);
+    if (window > 0 && window < q.size(2)) keep = masked_fill(keep, distant_mask(q.size(2), window, q.device()), 0.0);
   }
   if (key_mask.defined()) keep = mul(keep, key_mask_4d(key_mask, s.dtype()));
   // Blocked scores get a large finite negative (exp gives exactly 0 next to any real score); the
@@ -57,14 +66,16 @@ Tensor softmax_attention_weights(const Tensor& q, const Tensor& k, bool causal, 
 }
 
 Tensor softmax_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, const Tensor& key_mask,
-                         Tensor* weights) {
+                         Tensor* weights, int64_t window) {
   // The fused (FlashAttention-style) op never builds the L×L matrix; it is used whenever the
-  // weights are not wanted, with a padding mask too where the backend's kernel takes one (CPU).
-  if (!weights && (!key_mask.defined() || backend_of(q).flash_attention_takes_key_mask())) {
+  // weights are not wanted, with a padding mask too where the backend's kernel takes one (CPU),
+  // and a sliding window only where it hides nothing (window >= L).
+  const bool windowed = window > 0 && window < k.size(2);
+  if (!weights && !windowed && (!key_mask.defined() || backend_of(q).flash_attention_takes_key_mask())) {
     check_key_mask(key_mask, k, "softmax_attention");
     return scaled_dot_product_attention(q, k, v, causal, -1, key_mask);
   }
-  Tensor a = softmax_attention_weights(q, k, causal, key_mask);
+  Tensor a = softmax_attention_weights(q, k, causal, key_mask, window);
   if (weights) *weights = a;
   return matmul(a, v);
 }
@@ -123,6 +134,8 @@ Tensor linear_attention_recurrent(const Tensor& phi_q, const Tensor& phi_k, cons
 
 AttentionMixer::AttentionMixer(MixerConfig c, std::shared_ptr<FeatureMap> fm) : cfg(std::move(c)), feature_map(std::move(fm)) {
   HH_CHECK(cfg.chunk > 0, "attention: chunk must be positive, got ", cfg.chunk);
+  HH_CHECK(cfg.sliding_window >= 0 && (cfg.sliding_window == 0 || cfg.causal),
+           "attention: a sliding window needs causal attention and a size >= 0, got ", cfg.sliding_window);
   HH_CHECK(cfg.mixer.is_softmax() == (feature_map == nullptr), "attention: mixer '", name(cfg.mixer),
            "' needs ", feature_map ? "no feature map" : "a feature map");
   if (cfg.mixer.is_hybrid()) {
@@ -150,7 +163,8 @@ Tensor AttentionMixer::forward(const Tensor& q, const Tensor& k, const Tensor& v
   AttentionTrace tr;
   Tensor y;  // (B,H,L,Dv)
   if (!feature_map) {
-    y = softmax_attention(q, k, v, cfg.causal, key_mask, trace && trace->weights ? &tr.weights : nullptr);
+    y = softmax_attention(q, k, v, cfg.causal, key_mask, trace && trace->weights ? &tr.weights : nullptr,
+                          cfg.sliding_window);
   } else if (cfg.mixer.is_hybrid()) {
     HH_CHECK(cfg.causal, "attention: mixer '", name(cfg.mixer), "' is causal only (a sliding window over past keys)");
     const auto& hm = static_cast<const HybridFeatureMap&>(*feature_map);
@@ -181,11 +195,13 @@ Tensor AttentionMixer::forward(const Tensor& q, const Tensor& k, const Tensor& v
   }
   if (trace) {
     NoGradGuard ng;
+    const int64_t W = cfg.sliding_window;  // the softmax teacher is the model's own: its window too
     if (trace->teacher)  // the softmax teacher sees the same q, k the student maps
-      tr.teacher = softmax_attention_weights(q.detach(), k.detach(), cfg.causal, key_mask);
+      tr.teacher = softmax_attention_weights(q.detach(), k.detach(), cfg.causal, key_mask, W);
     if (trace->outputs || trace->teacher_forward) {  // without the weights, the fused softmax: no (L,L) matrix
-      tr.teacher_output = tr.teacher.defined() ? matmul(tr.teacher, v.detach())
-                                               : softmax_attention(q.detach(), k.detach(), v.detach(), cfg.causal, key_mask);
+      tr.teacher_output = tr.teacher.defined()
+                              ? matmul(tr.teacher, v.detach())
+                              : softmax_attention(q.detach(), k.detach(), v.detach(), cfg.causal, key_mask, nullptr, W);
       tr.output = y;  // keeps its graph: the output-MSE term trains through it
     }
     if (trace->teacher_forward) y = tr.teacher_output;
@@ -224,7 +240,13 @@ Tensor AttentionMixer::step(const Tensor& q, const Tensor& k, const Tensor& v, D
   HH_CHECK(cfg.causal, "attention step: decoding needs a causal model");
   cache.k = cache.k.defined() ? cat({cache.k, k}, 2) : k;  // (B,H,T,D)
   cache.v = cache.v.defined() ? cat({cache.v, v}, 2) : v;
-  // The newest query sees every cached key: non-causal attention of one query over T keys.
+  const int64_t W = cfg.sliding_window, T = cache.k.size(2);
+  if (W > 0 && T > W) {  // keys that left the window are never seen again: the cache keeps W
+    cache.k = slice(cache.k, 2, T - W, T).contiguous();
+    cache.v = slice(cache.v, 2, T - W, T).contiguous();
+    cache.evicted += T - W;
+  }
+  // The newest query sees every cached key (the window's): non-causal attention of one query over T keys.
   return softmax_attention(q, cache.k, cache.v, false, Tensor());
 }
 

@@ -63,9 +63,13 @@ struct RecurrentState {
 
 // Pure functions of the mixer forms (exposed for tests and benchmarks).
 // Softmax: q, k (B,H,L,D), v (B,H,L,Dv); mask (B,L) bool keeps keys; returns (out, weights).
+// window > 0 (causal only): query i sees only keys j with i - window < j <= i (Mistral's and Qwen's
+// sliding window); 0 = every earlier key. A window shorter than L takes the composed path (the
+// fused kernel has no window): O(L²) memory.
 Tensor softmax_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, const Tensor& key_mask,
-                         Tensor* weights = nullptr);
-Tensor softmax_attention_weights(const Tensor& q, const Tensor& k, bool causal, const Tensor& key_mask);
+                         Tensor* weights = nullptr, int64_t window = 0);
+Tensor softmax_attention_weights(const Tensor& q, const Tensor& k, bool causal, const Tensor& key_mask,
+                                 int64_t window = 0);
 // Linear: phi_q, phi_k (B,H,L,F), v (B,H,L,D).
 Tensor linear_attention_weights(const Tensor& phi_q, const Tensor& phi_k, bool causal, double eps,
                                 const Tensor& key_mask = Tensor());
@@ -92,16 +96,21 @@ struct MixerConfig {
   // Hybrid mixers (causal only): softmax over the last `window` keys, linear attention with the
   // feature map over the keys before them; the chunked op (chunk = `chunk`) unless weights are asked.
   int64_t window = 64;
+  // Softmax (causal only): each query sees only the last `sliding_window` keys, itself included
+  // (a Mistral/Qwen sliding-window layer), in forward and in decoding; 0 = all keys. Linear and
+  // hybrid mixers ignore it: they replace the whole softmax (the softmax teacher keeps it).
+  int64_t sliding_window = 0;
 };
 
 // Decoding state of one layer: softmax keeps its keys/values (a KV cache), a linear mixer its O(1)
 // recurrent state, a hybrid its window ring plus the linear state of the keys that left it.
 struct DecodeCache {
-  Tensor k, v;               // (B,H,T,D) softmax: every key/value so far
+  Tensor k, v;               // (B,H,T,D) softmax: every key/value so far (the last sliding_window ones)
+  int64_t evicted = 0;       // softmax with a sliding window: keys dropped from the front of k, v
   RecurrentState linear;     // linear mixers
   HybridDecodeState hybrid;  // hybrid mixers (its window is set by the first step)
   int64_t pos() const {      // tokens seen
-    return k.defined() ? k.size(2) : (hybrid.tokens > 0 ? hybrid.tokens : linear.pos);
+    return k.defined() ? evicted + k.size(2) : (hybrid.tokens > 0 ? hybrid.tokens : linear.pos);
   }
 };
 

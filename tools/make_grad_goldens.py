@@ -7,6 +7,7 @@ read from there, not drawn again) transformers computes, in f64 (the f32 weights
 
   gpt2-tiny   GPT2LMHeadModel (tied head)      next-token cross-entropy; row 0 ends in 3 ignored labels (-100)
   llama-tiny  LlamaForCausalLM (GQA, untied)   next-token cross-entropy; row 1 ends in 4 ignored labels (-100)
+  qwen3-tiny  Qwen3ForCausalLM (q/k norms, head_dim 12)   the same loss; row 0 ends in 2 ignored labels
   bert-tiny   BertForSequenceClassification    cross-entropy on 3 labels; token types, a padded attention mask
   vit-tiny    ViTForImageClassification        cross-entropy on 5 labels; the two reference images
 
@@ -27,7 +28,7 @@ transformers computes a few steps in f32 even in an f64 model (the eager attenti
 and Llama, Llama's RMSNorm and RoPE angles); `exact_f64()` runs those steps in f64 for the golden,
 so every golden is f64 throughout (the script prints how much this moved the gradients).
 
-Usage: python3 tools/make_grad_goldens.py [out_dir]
+Usage: python3 tools/make_grad_goldens.py [out_dir] [--only=name,...]
   made with: python 3.11.7, torch 2.15.0 (the +cu132 wheel, run on the CPU), transformers 5.24.0,
   safetensors 0.8.0 (pip install torch transformers safetensors)
 """
@@ -43,7 +44,9 @@ from safetensors.torch import load_file, save_file
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 HF = os.path.join(HERE, "..", "tests", "fixtures", "hf")
-OUT = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "..", "tests", "fixtures", "grad_goldens")
+ARGS = [a for a in sys.argv[1:] if not a.startswith("--only=")]
+ONLY = [n for a in sys.argv[1:] if a.startswith("--only=") for n in a.split("=", 1)[1].split(",")]
+OUT = ARGS[0] if ARGS else os.path.join(HERE, "..", "tests", "fixtures", "grad_goldens")
 
 
 def load(cls, name, dtype):
@@ -55,6 +58,7 @@ def load(cls, name, dtype):
 def exact_f64():
     """Runs transformers' f32-only steps in the model's dtype (f64): same formulas, no f32 rounding."""
     from transformers.models.llama import modeling_llama as ml
+    from transformers.models.qwen3 import modeling_qwen3 as mq
     softmax = torch.nn.functional.softmax
 
     def softmax_keep_f64(x, dim=None, _stacklevel=3, dtype=None):
@@ -74,14 +78,17 @@ def exact_f64():
         emb = torch.cat((freqs, freqs), dim=-1)
         return (emb.cos() * self.attention_scaling).to(x.dtype), (emb.sin() * self.attention_scaling).to(x.dtype)
 
-    saved = (ml.LlamaRMSNorm.forward, ml.LlamaRotaryEmbedding.forward)
+    classes = ((ml.LlamaRMSNorm, ml.LlamaRotaryEmbedding), (mq.Qwen3RMSNorm, mq.Qwen3RotaryEmbedding))
+    saved = [(norm.forward, rope.forward) for norm, rope in classes]
     torch.nn.functional.softmax = softmax_keep_f64
-    ml.LlamaRMSNorm.forward, ml.LlamaRotaryEmbedding.forward = rms_norm, rotary
+    for norm, rope in classes:
+        norm.forward, rope.forward = rms_norm, rotary
     try:
         yield
     finally:
         torch.nn.functional.softmax = softmax
-        ml.LlamaRMSNorm.forward, ml.LlamaRotaryEmbedding.forward = saved
+        for (norm, rope), (f, g) in zip(classes, saved):
+            norm.forward, rope.forward = f, g
 
 
 def file_names(model, name):
@@ -150,24 +157,38 @@ def main():
     os.makedirs(OUT, exist_ok=True)
     ref = lambda name: load_file(os.path.join(HF, name, "reference.safetensors"))
 
-    ids = ref("gpt2-tiny")["input_ids"]  # (2,9)
-    labels = ids.clone()
-    labels[0, -3:] = -100
-    run("gpt2-tiny", tf.GPT2LMHeadModel, {"input_ids": ids}, labels, causal=True)
+    def gpt2():
+        ids = ref("gpt2-tiny")["input_ids"]  # (2,9)
+        labels = ids.clone()
+        labels[0, -3:] = -100
+        run("gpt2-tiny", tf.GPT2LMHeadModel, {"input_ids": ids}, labels, causal=True)
 
-    ids = ref("llama-tiny")["input_ids"]  # (2,11)
-    labels = ids.clone()
-    labels[1, -4:] = -100
-    run("llama-tiny", tf.LlamaForCausalLM, {"input_ids": ids}, labels, causal=True)
+    def llama():
+        ids = ref("llama-tiny")["input_ids"]  # (2,11)
+        labels = ids.clone()
+        labels[1, -4:] = -100
+        run("llama-tiny", tf.LlamaForCausalLM, {"input_ids": ids}, labels, causal=True)
 
-    r = ref("bert-tiny")  # (2,7); row 1 has two padded positions
-    run("bert-tiny", tf.BertForSequenceClassification,
-        {"input_ids": r["input_ids"], "token_type_ids": r["token_type_ids"], "attention_mask": r["attention_mask"]},
-        torch.tensor([2, 0], dtype=torch.int64), causal=False)
+    def qwen3():
+        ids = ref("qwen3-tiny")["input_ids"]  # (2,11)
+        labels = ids.clone()
+        labels[0, -2:] = -100
+        run("qwen3-tiny", tf.Qwen3ForCausalLM, {"input_ids": ids}, labels, causal=True)
 
-    r = ref("vit-tiny")  # (2,3,40,40)
-    run("vit-tiny", tf.ViTForImageClassification, {"pixel_values": r["pixel_values"]},
-        torch.tensor([4, 1], dtype=torch.int64), causal=False)
+    def bert():
+        r = ref("bert-tiny")  # (2,7); row 1 has two padded positions
+        run("bert-tiny", tf.BertForSequenceClassification,
+            {"input_ids": r["input_ids"], "token_type_ids": r["token_type_ids"], "attention_mask": r["attention_mask"]},
+            torch.tensor([2, 0], dtype=torch.int64), causal=False)
+
+    def vit():
+        r = ref("vit-tiny")  # (2,3,40,40)
+        run("vit-tiny", tf.ViTForImageClassification, {"pixel_values": r["pixel_values"]},
+            torch.tensor([4, 1], dtype=torch.int64), causal=False)
+
+    jobs = {"gpt2-tiny": gpt2, "llama-tiny": llama, "qwen3-tiny": qwen3, "bert-tiny": bert, "vit-tiny": vit}
+    for name in ONLY or jobs:
+        jobs[name]()
 
 
 if __name__ == "__main__":

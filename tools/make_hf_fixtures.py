@@ -15,12 +15,20 @@ and the outputs it produced (f32). The configurations exercise the awkward cases
   llama-tiny-tok  a 1-layer Llama over the SentencePiece-BPE tokenizer fixture (tokenizer.json in the
                   folder): text in, text out (the references hold the prompt's ids and the greedy text)
   bert-tiny-tok   a 1-layer BERT over the WordPiece fixture (vocab.txt, tokenizer.json): a text pair in
+  mistral-tiny    MistralForCausalLM, GQA, untied, sliding_window 5 (inputs of 11 tokens, 12 generated
+                  after a 5-token prompt: the window matters in forward and in decoding)
+  qwen2-tiny      Qwen2ForCausalLM over the Qwen2-style tokenizer fixture (tokenizers/qwen2): q/k/v
+                  biases, tied head, rope_theta 1e6, use_sliding_window with sliding_window 4 and
+                  max_window_layers 1 (layer 0 full, layer 1 sliding); expected.json: a text's ids
+  qwen3-tiny      Qwen3ForCausalLM: q_norm/k_norm, head_dim 12 with hidden_size 32 and 4 heads, GQA,
+                  untied, rope_parameters {rope_theta 20000}
 
 Weights are random (initializer_range 0.1) plus noise on every parameter, so layer norms, biases and
 nonlinearities all matter. Decoder references also hold `generated_ids`: greedy generation of
 `max_new_tokens` tokens with transformers' own KV cache.
 
-Usage: python3 tools/make_hf_fixtures.py [out_dir]     (pip install torch transformers safetensors pillow numpy)
+Usage: python3 tools/make_hf_fixtures.py [out_dir] [--only name,...]
+       (pip install torch transformers safetensors pillow numpy; --only: e.g. mistral,qwen2,qwen3)
 """
 import json
 import os
@@ -32,7 +40,9 @@ import torch
 import transformers as tf
 from safetensors.torch import save_file
 
-OUT = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "tests", "fixtures", "hf")
+ARGS = [a for a in sys.argv[1:] if not a.startswith("--only")]
+ONLY = [a.split("=", 1)[1].split(",") for a in sys.argv[1:] if a.startswith("--only=")]
+OUT = ARGS[0] if ARGS else os.path.join(os.path.dirname(__file__), "..", "tests", "fixtures", "hf")
 
 
 def perturb(model, scale=0.05, seed=0):
@@ -223,14 +233,69 @@ def with_tokenizers():
         shutil.copy(os.path.join(tokdir, "bert", name), path)
 
 
+def decoder_refs(ids, prompt_len, new):
+    def refs(m):
+        with torch.no_grad():
+            o = m(input_ids=ids, output_hidden_states=True)
+            gen = greedy(m, ids[:1, :prompt_len], new)
+        return {"input_ids": ids, "logits": o.logits, "last_hidden_state": o.hidden_states[-1],
+                "prompt_ids": ids[:1, :prompt_len], "generated_ids": gen}
+    return refs
+
+
+DEC_IDS = torch.tensor([[1, 15, 27, 88, 4, 61, 33, 9, 50, 12, 70], [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]],
+                       dtype=torch.int64)
+
+
+def mistral():
+    torch.manual_seed(9)
+    cfg = tf.MistralConfig(vocab_size=97, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                           num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                           rms_norm_eps=1e-5, rope_theta=10000.0, sliding_window=5, tie_word_embeddings=False,
+                           initializer_range=0.1, hidden_act="silu", attn_implementation="eager",
+                           bos_token_id=1, eos_token_id=2)
+    model = perturb(tf.MistralForCausalLM(cfg).eval(), seed=9)
+    save(model, "mistral-tiny", decoder_refs(DEC_IDS, 5, 12))
+
+
+def qwen2():
+    tokdir = os.path.join(os.path.dirname(__file__), "..", "tests", "fixtures", "tokenizers", "qwen2")
+    tok = tf.PreTrainedTokenizerFast(tokenizer_file=os.path.join(tokdir, "tokenizer.json"))
+    torch.manual_seed(10)
+    cfg = tf.Qwen2Config(vocab_size=len(tok), hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                         rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=True,
+                         use_sliding_window=True, sliding_window=4, max_window_layers=1, initializer_range=0.1,
+                         hidden_act="silu", attn_implementation="eager", bos_token_id=0, eos_token_id=0)
+    model = perturb(tf.Qwen2ForCausalLM(cfg).eval(), seed=10)
+    text = "Hedgehogs (Erinaceinae) sleep 18h a day; café naïve 東京 2024!"
+    ids = torch.tensor([tok.encode(text, add_special_tokens=False)], dtype=torch.int64)
+    head = ids[:, :11]  # the references' inputs: the text's first 11 tokens, and them reversed
+    path = save(model, "qwen2-tiny", decoder_refs(torch.cat([head, head.flip(1)], 0), 5, 12))
+    shutil.copy(os.path.join(tokdir, "tokenizer.json"), path)
+    with open(os.path.join(path, "expected.json"), "w") as f:
+        json.dump({"text": text, "ids": ids[0].tolist()}, f, indent=1, ensure_ascii=False)
+
+
+def qwen3():
+    torch.manual_seed(11)
+    cfg = tf.Qwen3Config(vocab_size=97, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=12, max_position_embeddings=64,
+                         rms_norm_eps=1e-6, rope_parameters={"rope_type": "default", "rope_theta": 20000.0},
+                         attention_bias=False, tie_word_embeddings=False, initializer_range=0.1,
+                         hidden_act="silu", attn_implementation="eager", bos_token_id=1, eos_token_id=2)
+    model = perturb(tf.Qwen3ForCausalLM(cfg).eval(), seed=11)
+    save(model, "qwen3-tiny", decoder_refs(DEC_IDS, 5, 12))
+
+
+ALL = {"bert": bert, "gpt2": gpt2, "vit": vit, "llama": llama, "with_tokenizers": with_tokenizers,
+       "mistral": mistral, "qwen2": qwen2, "qwen3": qwen3}
+
 if __name__ == "__main__":
     torch.set_num_threads(1)
     os.makedirs(OUT, exist_ok=True)
-    bert()
-    gpt2()
-    vit()
-    llama()
-    with_tokenizers()
+    for name in (ONLY[0] if ONLY else ALL):
+        ALL[name]()
     total = 0
     for root, _, files in os.walk(OUT):
         for name in files:

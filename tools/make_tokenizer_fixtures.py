@@ -20,6 +20,9 @@ Output (tests/fixtures/tokenizers/):
                       merges as [a, b] pairs) trained here
   llama_metaspace/    the same model with a Metaspace pre-tokenizer instead of the normalizer
                       (the layout of newer transformers conversions)
+  qwen2/              tokenizer.json: a small Qwen2-style byte-level BPE trained here (NFC normalizer,
+                      Qwen2's Split regex then ByteLevel without its own regex, <|endoftext|>,
+                      <|im_start|>, <|im_end|>); `--only qwen2` rebuilds just it from the committed corpus
   expected_<name>.jsonl  per corpus line {"ids": [...], "decoded": "..."}: HF encode with special
                       tokens, decode with skip_special_tokens=True ("decoded" is left out when it
                       equals the line), of the line decoded with
@@ -315,6 +318,37 @@ def llama_metaspace(outdir_src, outdir):
     return Tokenizer.from_file(path)
 
 
+# The pre-tokenizer regex of Qwen2's (and Qwen2.5's, Qwen3's) tokenizer.json.
+QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+                 r"\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def train_qwen2(texts, outdir):
+    """A byte-level BPE laid out as Qwen2's tokenizer.json: NFC, Split(regex, isolated) + ByteLevel
+    (use_regex false), ByteLevel decoder and post-processor, the chat special tokens."""
+    from tokenizers import Regex
+    tok = Tokenizer(models.BPE())
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN2_PATTERN), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)])
+    tok.decoder = decoders.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
+    tok.post_processor = processors.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
+    tr = trainers.BpeTrainer(vocab_size=800, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+                             initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(texts, tr)
+    os.makedirs(outdir, exist_ok=True)
+    path = os.path.join(outdir, "tokenizer.json")
+    tok.save(path)
+    tok = Tokenizer.from_file(path)
+    # transformers' fast tokenizer over the same file gives the same ids (what a Qwen2 folder loads).
+    import transformers
+    hf = transformers.PreTrainedTokenizerFast(tokenizer_file=path)
+    for t in texts:
+        assert hf(t)["input_ids"] == tok.encode(t).ids, t
+    return tok
+
+
 def write_expected(name, tok, texts, exact_roundtrip):
     with open(os.path.join(OUT, "expected_%s.jsonl" % name), "w", encoding="utf-8") as f:
         for t in texts:
@@ -351,9 +385,17 @@ def bert_batch(tok):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--tiktoken", required=True, help="whisper/assets/gpt2.tiktoken from the openai-whisper sdist")
+    ap.add_argument("--tiktoken", help="whisper/assets/gpt2.tiktoken from the openai-whisper sdist")
+    ap.add_argument("--only", choices=["qwen2"], help="rebuild one trained tokenizer from the committed corpus.txt")
     args = ap.parse_args()
     os.makedirs(OUT, exist_ok=True)
+    if args.only == "qwen2":
+        with open(os.path.join(OUT, "corpus.txt"), "rb") as f:
+            texts = [l.decode("utf-8", "replace") for l in f.read().split(b"\n")]
+        write_expected("qwen2", train_qwen2([t for t in texts if t.strip()], os.path.join(OUT, "qwen2")), texts, False)
+        return 0
+    if not args.tiktoken:
+        ap.error("--tiktoken is required (unless --only)")
     lines = build_corpus()
     with open(os.path.join(OUT, "corpus.txt"), "wb") as f:
         f.write(b"\n".join(lines))
@@ -369,6 +411,7 @@ def main():
     write_expected("llama", train_llama(train_texts, os.path.join(OUT, "llama")), texts, True)
     write_expected("llama_metaspace", llama_metaspace(os.path.join(OUT, "llama"), os.path.join(OUT, "llama_metaspace")),
                    texts, False)
+    write_expected("qwen2", train_qwen2(train_texts, os.path.join(OUT, "qwen2")), texts, False)
     print("corpus: %d lines, %d bytes" % (len(lines), sum(len(l) + 1 for l in lines)))
 
 

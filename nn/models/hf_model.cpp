@@ -40,6 +40,9 @@ const std::vector<Family>& families() {
   static const std::vector<Family> table = {
       {"GPT2LMHeadModel", "gpt2", make_gpt2},
       {"LlamaForCausalLM", "llama", make_llama},
+      {"MistralForCausalLM", "mistral", make_mistral},
+      {"Qwen2ForCausalLM", "qwen2", make_qwen2},
+      {"Qwen3ForCausalLM", "qwen3", make_qwen3},
       {"BertForSequenceClassification", "", make_bert},
       {"BertModel", "bert", make_bert},
       {"BertForMaskedLM", "", make_bert},      // loaded as its BertModel (the MLM head is dropped)

@@ -32,7 +32,8 @@ class HFModel : public Module {
         config_(std::move(config)),
         options_(std::move(options)) {}
 
-  const std::string& family() const { return family_; }              // "gpt2", "llama", "bert", "vit"
+  // "gpt2", "llama" (also Mistral, Qwen2, Qwen3: one decoder), "bert", "vit"
+  const std::string& family() const { return family_; }
   const std::string& architecture() const { return architecture_; }  // e.g. "GPT2LMHeadModel"
   const HFConfig& config() const { return config_; }
   const HFModelOptions& options() const { return options_; }
@@ -86,7 +87,11 @@ class CausalLM : public HFModel {
 // from `folder` with its own rename/transform table. It may build directly on options.device in
 // options.dtype; load_hf_model moves/casts afterwards anyway (a no-op then) and calls eval().
 std::shared_ptr<HFModel> make_gpt2(const HFConfig& config, const HFModelOptions& options, const std::string& folder);
+// Llama, Mistral, Qwen2 and Qwen3 are one decoder (nn/models/llama.h), each its own config reader.
 std::shared_ptr<HFModel> make_llama(const HFConfig& config, const HFModelOptions& options, const std::string& folder);
+std::shared_ptr<HFModel> make_mistral(const HFConfig& config, const HFModelOptions& options, const std::string& folder);
+std::shared_ptr<HFModel> make_qwen2(const HFConfig& config, const HFModelOptions& options, const std::string& folder);
+std::shared_ptr<HFModel> make_qwen3(const HFConfig& config, const HFModelOptions& options, const std::string& folder);
 std::shared_ptr<HFModel> make_bert(const HFConfig& config, const HFModelOptions& options, const std::string& folder);
 std::shared_ptr<HFModel> make_vit(const HFConfig& config, const HFModelOptions& options, const std::string& folder);
 

@@ -1,5 +1,6 @@
 #include "nn/models/llama.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "core/checked.h"
@@ -9,20 +10,43 @@
 
 namespace hh::nn {
 
+const char* family_name(DecoderFamily f) {
+  switch (f) {
+    case DecoderFamily::llama: return "llama";
+    case DecoderFamily::mistral: return "mistral";
+    case DecoderFamily::qwen2: return "qwen2";
+    case DecoderFamily::qwen3: return "qwen3";
+  }
+  return "llama";
+}
+
+const char* family_architecture(DecoderFamily f) {
+  switch (f) {
+    case DecoderFamily::llama: return "LlamaForCausalLM";
+    case DecoderFamily::mistral: return "MistralForCausalLM";
+    case DecoderFamily::qwen2: return "Qwen2ForCausalLM";
+    case DecoderFamily::qwen3: return "Qwen3ForCausalLM";
+  }
+  return "LlamaForCausalLM";
+}
+
 namespace {
-// LlamaForCausalLM's parameters, every product and sum checked (the heads x head_dim products too).
+// The decoder's parameters, every product and sum checked (the heads x head_dim products too).
 ParamCount llama_params(const LlamaConfig& c, const std::string& where) {
-  ParamCount p("llama: " + where);
+  const std::string who = std::string(family_name(c.family)) + ": " + where;
+  ParamCount p(who);
   const int64_t C = c.hidden_size, I = c.intermediate_size;
   const int64_t q = p.mul(c.num_attention_heads, c.head_dim, "num_attention_heads x head_dim");
   const int64_t kv = p.mul(c.num_key_value_heads, c.head_dim, "num_key_value_heads x head_dim");
-  const std::string one = "llama: " + where + ": the parameters of one layer";
+  const std::string one = who + ": the parameters of one layer";
   // q_proj and o_proj: 2 C q; k_proj, v_proj: 2 C kv; the MLP: 3 C I; two norms: 2C; biases.
   int64_t layer = p.mul(p.mul(2, C, "2 x hidden_size"), q, "2 x hidden_size x num_attention_heads x head_dim");
   layer = checked_add(layer, p.mul(p.mul(2, C, "2 x hidden_size"), kv, "2 x hidden_size x num_key_value_heads x head_dim"), one);
   layer = checked_add(layer, p.mul(p.mul(3, C, "3 x hidden_size"), I, "3 x hidden_size x intermediate_size"), one);
   layer = checked_add(layer, p.mul(2, C, "2 x hidden_size"), one);
-  if (c.attention_bias) layer = checked_add(layer, checked_add(checked_add(q, p.mul(2, kv, "2 x kv"), one), C, one), one);
+  if (c.qkv_bias) layer = checked_add(layer, checked_add(q, p.mul(2, kv, "2 x kv"), one), one);
+  if (c.o_bias) layer = checked_add(layer, C, one);
+  if (c.qk_norm) layer = checked_add(layer, p.mul(2, c.head_dim, "2 x head_dim"), one);
   if (c.mlp_bias) layer = checked_add(layer, checked_add(p.mul(2, I, "2 x intermediate_size"), C, one), one);
   const int64_t embed = p.mul(c.vocab_size, C, "vocab_size x hidden_size");
   p.add("vocab_size", c.vocab_size, c.tie_word_embeddings ? embed : p.mul(2, embed, "2 x vocab_size x hidden_size"));
@@ -32,23 +56,83 @@ ParamCount llama_params(const LlamaConfig& c, const std::string& where) {
 }
 
 // rope_scaling (transformers 4) or rope_parameters (transformers 5): only the plain rotation is
-// implemented, so any other type (linear, dynamic, yarn, llama3, ...) is refused by name.
-void check_rope_kind(const HFConfig& config, const std::string& key) {
+// implemented, so any other type (linear, dynamic, yarn, llama3, ...) is refused by name, and so are
+// parameters nested per layer type.
+void check_rope_kind(const HFConfig& config, const std::string& key, const char* who) {
   if (!config.has(key)) return;
   const HFConfig rope = config.child(key);
   for (const char* type_key : {"rope_type", "type"}) {
     if (!rope.has(type_key)) continue;
     const std::string type = rope.get_string(type_key);
-    HH_CHECK(type == "default", "llama: ", rope.origin(), ": ", type_key, " '", type,
+    HH_CHECK(type == "default", who, ": ", rope.origin(), ": ", type_key, " '", type,
              "' is not supported (only \"default\" RoPE)");
   }
-  HH_CHECK(rope.get_double("partial_rotary_factor", 1.0) == 1.0, "llama: ", rope.origin(),
+  for (const char* layer_type : {"full_attention", "sliding_attention"})
+    HH_CHECK(!rope.has(layer_type), who, ": ", rope.origin(), ": RoPE parameters per layer type (\"", layer_type,
+             "\") are not supported");
+  HH_CHECK(rope.get_double("partial_rotary_factor", 1.0) == 1.0, who, ": ", rope.origin(),
            ": partial_rotary_factor other than 1 is not supported");
+}
+
+// rope_theta as transformers 5.24 reads it (RotaryEmbeddingConfigMixin.convert_rope_params_to_dict):
+// rope_scaling, when given, replaces rope_parameters; that dict's rope_theta wins over the top-level
+// key, which wins over the default 10000.
+double read_rope_theta(const HFConfig& config, const char* who) {
+  // A top-level partial_rotary_factor is moved into the dict by transformers: refused here too.
+  HH_CHECK(config.get_double("partial_rotary_factor", 1.0) == 1.0, who, ": ", config.origin(),
+           ": partial_rotary_factor other than 1 is not supported");
+  check_rope_kind(config, "rope_scaling", who);
+  check_rope_kind(config, "rope_parameters", who);
+  const char* dict = config.has("rope_scaling") ? "rope_scaling" : config.has("rope_parameters") ? "rope_parameters" : "";
+  if (*dict && config.child(dict).has("rope_theta")) return config.child(dict).get_double("rope_theta");
+  return config.get_double("rope_theta", 10000.0);
+}
+
+// An optional window: the key set to a number (which must be positive), set to null (no window: 0),
+// or absent (the family's default, as the transformers config class fills it).
+int64_t read_window(const HFConfig& config, const std::string& key, int64_t absent, const char* who) {
+  if (!config.has(key)) {
+    const auto keys = config.keys();
+    return std::find(keys.begin(), keys.end(), key) == keys.end() ? absent : 0;
+  }
+  const int64_t w = config.get_int(key);
+  HH_CHECK(w > 0, who, ": ", config.origin(), ": ", key, " must be positive (null = no window), got ", w);
+  return w;
+}
+
+// Each layer's sliding window (0 = none). Llama: none. Mistral: sliding_window (default 4096) on
+// every layer. Qwen2/Qwen3 (their configs' __post_init__): sliding_window counts only with
+// use_sliding_window; layer_types, when given, names each layer's attention, else the layers from
+// max_window_layers on slide.
+std::vector<int64_t> read_layer_windows(const HFConfig& config, DecoderFamily family, int64_t layers, const char* who) {
+  const auto n = static_cast<size_t>(layers);
+  if (family == DecoderFamily::llama) return std::vector<int64_t>(n, 0);
+  if (family == DecoderFamily::mistral) return std::vector<int64_t>(n, read_window(config, "sliding_window", 4096, who));
+  const int64_t w = config.get_bool("use_sliding_window", false) ? read_window(config, "sliding_window", 4096, who) : 0;
+  std::vector<int64_t> out(n, 0);
+  if (config.has("layer_types")) {
+    const auto types = config.get_strings("layer_types");
+    HH_CHECK(types.size() == n, who, ": ", config.origin(), ": layer_types has ", types.size(),
+             " entries for num_hidden_layers ", layers);
+    for (size_t i = 0; i < n; ++i) {
+      HH_CHECK(types[i] == "full_attention" || types[i] == "sliding_attention", who, ": ", config.origin(),
+               ": layer_types[", i, "] '", types[i], "' is not supported (full_attention, sliding_attention)");
+      HH_CHECK(types[i] == "full_attention" || w > 0, who, ": ", config.origin(), ": layer_types[", i,
+               "] is sliding_attention but there is no window (use_sliding_window is false or sliding_window null)");
+      if (types[i] == "sliding_attention") out[i] = w;
+    }
+    return out;
+  }
+  const int64_t first = config.get_int("max_window_layers", 28);
+  for (size_t i = 0; i < n; ++i) out[i] = static_cast<int64_t>(i) >= first ? w : 0;
+  return out;
 }
 }  // namespace
 
-LlamaConfig LlamaConfig::from_hf(const HFConfig& config) {
+LlamaConfig LlamaConfig::from_hf(const HFConfig& config, DecoderFamily family) {
   LlamaConfig c;
+  c.family = family;
+  const char* who = family_name(family);
   const auto where = config.origin();
   c.vocab_size = config.get_int("vocab_size");
   c.hidden_size = config.get_int("hidden_size");
@@ -59,58 +143,75 @@ LlamaConfig LlamaConfig::from_hf(const HFConfig& config) {
   c.max_position_embeddings = config.get_int("max_position_embeddings");
   HH_CHECK(c.vocab_size > 0 && c.hidden_size > 0 && c.intermediate_size > 0 && c.num_hidden_layers > 0 &&
                c.num_attention_heads > 0 && c.num_key_value_heads > 0 && c.max_position_embeddings > 0,
-           "llama: ", where, ": sizes, layer and head counts must be positive");
-  HH_CHECK(c.num_attention_heads % c.num_key_value_heads == 0, "llama: ", where, ": num_attention_heads ",
+           who, ": ", where, ": sizes, layer and head counts must be positive");
+  HH_CHECK(c.num_attention_heads % c.num_key_value_heads == 0, who, ": ", where, ": num_attention_heads ",
            c.num_attention_heads, " is not a multiple of num_key_value_heads ", c.num_key_value_heads);
   if (config.has("head_dim")) {
     c.head_dim = config.get_int("head_dim");
+  } else if (family == DecoderFamily::qwen3) {
+    c.head_dim = 128;  // Qwen3Config's default, whatever hidden_size / num_attention_heads is
   } else {
-    HH_CHECK(c.hidden_size % c.num_attention_heads == 0, "llama: ", where, ": hidden_size ", c.hidden_size,
+    HH_CHECK(c.hidden_size % c.num_attention_heads == 0, who, ": ", where, ": hidden_size ", c.hidden_size,
              " is not a multiple of num_attention_heads ", c.num_attention_heads, " (and no head_dim is given)");
     c.head_dim = c.hidden_size / c.num_attention_heads;
   }
-  HH_CHECK(c.head_dim > 0 && c.head_dim % 2 == 0, "llama: ", where, ": head_dim must be positive and even, got ",
+  HH_CHECK(c.head_dim > 0 && c.head_dim % 2 == 0, who, ": ", where, ": head_dim must be positive and even, got ",
            c.head_dim);
   c.rms_norm_eps = config.get_double("rms_norm_eps", 1e-6);
   c.hidden_act = hf_activation(config, "hidden_act", "silu");
-  c.attention_bias = config.get_bool("attention_bias", false);
-  c.mlp_bias = config.get_bool("mlp_bias", false);
+  switch (family) {  // what each HF class builds: the keys it reads, the layout it fixes
+    case DecoderFamily::llama:
+      c.qkv_bias = c.o_bias = config.get_bool("attention_bias", false);
+      c.mlp_bias = config.get_bool("mlp_bias", false);
+      break;
+    case DecoderFamily::mistral: break;  // no biases, whatever the file says
+    case DecoderFamily::qwen2: c.qkv_bias = true; break;  // q/k/v biases, none on o_proj
+    case DecoderFamily::qwen3:
+      c.qkv_bias = c.o_bias = config.get_bool("attention_bias", false);
+      c.qk_norm = true;
+      break;
+  }
   c.tie_word_embeddings = config.get_bool("tie_word_embeddings", false);
-  check_rope_kind(config, "rope_scaling");
-  check_rope_kind(config, "rope_parameters");
-  if (config.has("rope_theta"))
-    c.rope_theta = config.get_double("rope_theta");
-  else if (config.has("rope_parameters"))
-    c.rope_theta = config.child("rope_parameters").get_double("rope_theta", 10000.0);
-  HH_CHECK(c.rope_theta > 0, "llama: ", where, ": rope_theta must be positive, got ", c.rope_theta);
-  llama_params(c, where).check_memory();  // before any layer is built
+  c.rope_theta = read_rope_theta(config, who);
+  HH_CHECK(c.rope_theta > 0, who, ": ", where, ": rope_theta must be positive, got ", c.rope_theta);
+  llama_params(c, where).check_memory();  // before any layer is built (or a per-layer list sized)
+  c.layer_window = read_layer_windows(config, family, c.num_hidden_layers, who);
   return c;
 }
 
-LlamaAttention::LlamaAttention(const LlamaConfig& c, const HFModelOptions& o, Init init)
+LlamaAttention::LlamaAttention(const LlamaConfig& c, const HFModelOptions& o, Init init, size_t layer)
     : heads_(c.num_attention_heads), kv_heads_(c.num_key_value_heads), head_dim_(c.head_dim), theta_(c.rope_theta) {
   const int64_t C = c.hidden_size;
-  const bool bias = c.attention_bias;
-  q_proj = register_module("q_proj", std::make_shared<Linear>(C, heads_ * head_dim_, bias, init));
-  k_proj = register_module("k_proj", std::make_shared<Linear>(C, kv_heads_ * head_dim_, bias, init));
-  v_proj = register_module("v_proj", std::make_shared<Linear>(C, kv_heads_ * head_dim_, bias, init));
-  o_proj = register_module("o_proj", std::make_shared<Linear>(heads_ * head_dim_, C, bias, init));
+  q_proj = register_module("q_proj", std::make_shared<Linear>(C, heads_ * head_dim_, c.qkv_bias, init));
+  k_proj = register_module("k_proj", std::make_shared<Linear>(C, kv_heads_ * head_dim_, c.qkv_bias, init));
+  v_proj = register_module("v_proj", std::make_shared<Linear>(C, kv_heads_ * head_dim_, c.qkv_bias, init));
+  o_proj = register_module("o_proj", std::make_shared<Linear>(heads_ * head_dim_, C, c.o_bias, init));
+  if (c.qk_norm) {
+    q_norm = register_module("q_norm", std::make_shared<RMSNorm>(head_dim_, c.rms_norm_eps, init));
+    k_norm = register_module("k_norm", std::make_shared<RMSNorm>(head_dim_, c.rms_norm_eps, init));
+  }
   if (o.mixer.is_linear())
     feature_map =
         register_module("feature_map", make_mixer_feature_map(o.mixer, o.feature_map, heads_, head_dim_, init));
-  mixer = AttentionMixer(MixerConfig{o.mixer, true, o.form, o.chunk, o.eps, o.window}, feature_map);
+  MixerConfig mc{o.mixer, true, o.form, o.chunk, o.eps, o.window};
+  mc.sliding_window = layer < c.layer_window.size() ? c.layer_window[layer] : 0;
+  mixer = AttentionMixer(mc, feature_map);
 }
 
 void LlamaAttention::project(const Tensor& x, int64_t pos, Tensor& q, Tensor& k, Tensor& v) const {
   const int64_t B = x.size(0), L = x.size(1), rep = heads_ / kv_heads_;
-  auto heads = [&](const Tensor& t, int64_t h) { return transpose(reshape(t, {B, L, h, head_dim_}), 1, 2); };
+  // (B,L,h·D) -> (B,h,L,D), through the per-head RMSNorm when there is one (Qwen3, before RoPE).
+  auto heads = [&](const Tensor& t, int64_t h, const std::shared_ptr<RMSNorm>& norm = nullptr) {
+    Tensor split = reshape(t, {B, L, h, head_dim_});
+    return transpose(norm ? norm->forward(split) : split, 1, 2);
+  };
   // (B,Hkv,L,D) -> (B,H,L,D): query head i reads kv head i / rep, as HF's repeat_kv.
   auto repeat = [&](const Tensor& t) {
     if (rep == 1) return t;
     return reshape(expand(unsqueeze(t, 2), {B, kv_heads_, rep, L, head_dim_}), {B, heads_, L, head_dim_});
   };
-  q = apply_rope(heads(q_proj->forward(x), heads_), pos, theta_);
-  k = repeat(apply_rope(heads(k_proj->forward(x), kv_heads_), pos, theta_));
+  q = apply_rope(heads(q_proj->forward(x), heads_, q_norm), pos, theta_);
+  k = repeat(apply_rope(heads(k_proj->forward(x), kv_heads_, k_norm), pos, theta_));
   v = repeat(heads(v_proj->forward(x), kv_heads_));
 }
 
@@ -137,9 +238,9 @@ LlamaMLP::LlamaMLP(const LlamaConfig& c, Init init) : act(c.hidden_act) {
   down_proj = register_module("down_proj", std::make_shared<Linear>(c.intermediate_size, c.hidden_size, c.mlp_bias, init));
 }
 
-LlamaDecoderLayer::LlamaDecoderLayer(const LlamaConfig& c, const HFModelOptions& o, Init init) {
+LlamaDecoderLayer::LlamaDecoderLayer(const LlamaConfig& c, const HFModelOptions& o, Init init, size_t layer) {
   input_layernorm = register_module("input_layernorm", std::make_shared<RMSNorm>(c.hidden_size, c.rms_norm_eps, init));
-  self_attn = register_module("self_attn", std::make_shared<LlamaAttention>(c, o, init));
+  self_attn = register_module("self_attn", std::make_shared<LlamaAttention>(c, o, init, layer));
   post_attention_layernorm =
       register_module("post_attention_layernorm", std::make_shared<RMSNorm>(c.hidden_size, c.rms_norm_eps, init));
   mlp = register_module("mlp", std::make_shared<LlamaMLP>(c, init));
@@ -171,14 +272,14 @@ Tensor LlamaDecoderLayer::step(const Tensor& x, DecodeCache& cache) const {
 LlamaModel::LlamaModel(const LlamaConfig& c, const HFModelOptions& o, Init init) {
   embed_tokens = register_module("embed_tokens", std::make_shared<Embedding>(c.vocab_size, c.hidden_size, init, 0.02));
   layers = register_module("layers", std::make_shared<ModuleList<LlamaDecoderLayer>>());
-  check_softmax_layers(o, c.num_hidden_layers, "llama");
+  check_softmax_layers(o, c.num_hidden_layers, family_name(c.family));
   for (int64_t i = 0; i < c.num_hidden_layers; ++i)
-    layers->push_back(std::make_shared<LlamaDecoderLayer>(c, layer_options(o, i), init));
+    layers->push_back(std::make_shared<LlamaDecoderLayer>(c, layer_options(o, i), init, static_cast<size_t>(i)));
   norm = register_module("norm", std::make_shared<RMSNorm>(c.hidden_size, c.rms_norm_eps, init));
 }
 
-LlamaForCausalLM::LlamaForCausalLM(const HFConfig& config, const HFModelOptions& options)
-    : CausalLM("llama", "LlamaForCausalLM", config, options), cfg(LlamaConfig::from_hf(config)) {
+LlamaForCausalLM::LlamaForCausalLM(const HFConfig& config, const HFModelOptions& options, DecoderFamily family)
+    : CausalLM("llama", family_architecture(family), config, options), cfg(LlamaConfig::from_hf(config, family)) {
   Generator gen(options.seed);
   Init init{gen, Device::cpu(), DType::f32, options.draw_weights};
   model = register_module("model", std::make_shared<LlamaModel>(cfg, options, init));
@@ -191,7 +292,7 @@ Tensor LlamaForCausalLM::head(const Tensor& h) const {
 }
 
 Tensor LlamaForCausalLM::embed(const Tensor& ids) const {
-  check_token_ids(ids, 0, cfg.max_position_embeddings, "llama");
+  check_token_ids(ids, 0, cfg.max_position_embeddings, family_name(cfg.family));
   return model->embed_tokens->forward(ids);
 }
 
@@ -202,7 +303,7 @@ Tensor LlamaForCausalLM::hidden(const Tensor& ids, TraceRequest* trace) {
 }
 
 Tensor LlamaForCausalLM::layer_forward(int64_t layer, const Tensor& x, TraceRequest* trace) const {
-  HH_CHECK(layer >= 0 && layer < num_layers(), "llama: layer ", layer, " of ", num_layers());
+  HH_CHECK(layer >= 0 && layer < num_layers(), family_name(cfg.family), ": layer ", layer, " of ", num_layers());
   return (*model->layers)[static_cast<size_t>(layer)]->forward(x, trace);
 }
 
@@ -224,10 +325,11 @@ DecodeState LlamaForCausalLM::start_decoding() const {
 }
 
 Tensor LlamaForCausalLM::step(const Tensor& ids, DecodeState& state) {
-  HH_CHECK(ids.defined() && ids.dim() == 2 && ids.size(1) == 1, "llama step: expected ids (B,1), got ",
+  const std::string who = std::string(family_name(cfg.family)) + " step";
+  HH_CHECK(ids.defined() && ids.dim() == 2 && ids.size(1) == 1, who, ": expected ids (B,1), got ",
            ids.defined() ? str(ids.shape()) : std::string("an undefined tensor"));
-  check_token_ids(ids, state.pos, cfg.max_position_embeddings, "llama step");
-  HH_CHECK(state.layers.size() == model->layers->size(), "llama step: the DecodeState has ", state.layers.size(),
+  check_token_ids(ids, state.pos, cfg.max_position_embeddings, who);
+  HH_CHECK(state.layers.size() == model->layers->size(), who, ": the DecodeState has ", state.layers.size(),
            " layers, the model ", model->layers->size(), " (use start_decoding())");
   Tensor x = model->embed_tokens->forward(ids);
   for (size_t i = 0; i < model->layers->size(); ++i) x = (*model->layers)[i]->step(x, state.layers[i]);
@@ -235,12 +337,14 @@ Tensor LlamaForCausalLM::step(const Tensor& ids, DecodeState& state) {
   return head(model->norm->forward(x));
 }
 
-std::shared_ptr<HFModel> make_llama(const HFConfig& config, const HFModelOptions& options, const std::string& folder) {
+namespace {
+std::shared_ptr<HFModel> make_decoder(const HFConfig& config, const HFModelOptions& options, const std::string& folder,
+                                      DecoderFamily family) {
   // The config must describe weights the folder can hold before any layer is built.
   const SafeTensors weights = read_hf_weights(folder);
-  const LlamaConfig c = LlamaConfig::from_hf(config);
+  const LlamaConfig c = LlamaConfig::from_hf(config, family);
   llama_params(c, config.origin()).check_stored(weights, folder, "num_hidden_layers", c.num_hidden_layers, "layers");
-  auto m = std::make_shared<LlamaForCausalLM>(config, options);
+  auto m = std::make_shared<LlamaForCausalLM>(config, options, family);
   const bool tied = m->cfg.tie_word_embeddings;
   // A tied folder may still store lm_head (a copy of embed_tokens): it is not a separate weight.
   auto rename = [tied](const std::string& name) -> std::string {
@@ -248,6 +352,20 @@ std::shared_ptr<HFModel> make_llama(const HFConfig& config, const HFModelOptions
   };
   load_hf_weights(*m, weights, folder, rename);
   return m;
+}
+}  // namespace
+
+std::shared_ptr<HFModel> make_llama(const HFConfig& config, const HFModelOptions& options, const std::string& folder) {
+  return make_decoder(config, options, folder, DecoderFamily::llama);
+}
+std::shared_ptr<HFModel> make_mistral(const HFConfig& config, const HFModelOptions& options, const std::string& folder) {
+  return make_decoder(config, options, folder, DecoderFamily::mistral);
+}
+std::shared_ptr<HFModel> make_qwen2(const HFConfig& config, const HFModelOptions& options, const std::string& folder) {
+  return make_decoder(config, options, folder, DecoderFamily::qwen2);
+}
+std::shared_ptr<HFModel> make_qwen3(const HFConfig& config, const HFModelOptions& options, const std::string& folder) {
+  return make_decoder(config, options, folder, DecoderFamily::qwen3);
 }
 
 }  // namespace hh::nn

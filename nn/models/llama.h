@@ -3,34 +3,54 @@
 // (absent when tie_word_embeddings). RMSNorm, SwiGLU, half-split RoPE with rope_theta, grouped-query
 // attention: k and v are repeated to the query heads before the mixer, so a feature map is per
 // query head.
+// The same decoder, with typed options, is Mistral (a sliding window on every layer), Qwen2 (q/k/v
+// biases, sliding windows on the layers layer_types names) and Qwen3 (per-head q_norm/k_norm before
+// RoPE, head_dim independent of hidden_size): each family is a config reader (LlamaConfig::from_hf),
+// and every family reports family() "llama" with its own architecture().
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "nn/layers.h"
 #include "nn/models/hf_model.h"
 
 namespace hh::nn {
 
+// The HF families read into a LlamaConfig (load_hf_model picks one from config.json).
+enum class DecoderFamily { llama, mistral, qwen2, qwen3 };
+
 struct LlamaConfig {
+  DecoderFamily family = DecoderFamily::llama;
   int64_t vocab_size = 0, hidden_size = 0, intermediate_size = 0, num_hidden_layers = 0;
   int64_t num_attention_heads = 0, num_key_value_heads = 0, head_dim = 0, max_position_embeddings = 0;
   double rms_norm_eps = 1e-6;
   double rope_theta = 10000.0;
   Activation hidden_act = Activation::silu;
-  bool attention_bias = false, mlp_bias = false, tie_word_embeddings = false;
-  // Reads every field that changes the computation; unsupported values (a rope_scaling type other
-  // than "default", an unknown activation) are errors naming the key and the file.
-  static LlamaConfig from_hf(const HFConfig& config);
+  bool qkv_bias = false, o_bias = false;  // Llama's attention_bias sets both; Qwen2 has q/k/v biases only
+  bool mlp_bias = false, tie_word_embeddings = false;
+  bool qk_norm = false;  // Qwen3: RMSNorm over head_dim of every q and k head, before RoPE
+  // Per layer: 0 = causal attention over every earlier key; W > 0 = only the last W keys.
+  std::vector<int64_t> layer_window;
+  // Reads every field of `family`'s config that changes the computation; unsupported values (a
+  // rope_scaling type other than "default", an unknown activation, a sliding_window <= 0) are errors
+  // naming the key and the file.
+  static LlamaConfig from_hf(const HFConfig& config, DecoderFamily family = DecoderFamily::llama);
 };
+
+const char* family_name(DecoderFamily f);          // "llama", "mistral", "qwen2", "qwen3" (the model_type)
+const char* family_architecture(DecoderFamily f);  // "LlamaForCausalLM", ...
 
 class LlamaAttention : public Module {
  public:
-  LlamaAttention(const LlamaConfig& c, const HFModelOptions& o, Init init);
+  // layer: which entry of c.layer_window this attention uses.
+  LlamaAttention(const LlamaConfig& c, const HFModelOptions& o, Init init, size_t layer);
   Tensor forward(const Tensor& x, TraceRequest* trace) const;  // x (B,L,C) -> (B,L,C)
   Tensor step(const Tensor& x, DecodeCache& cache) const;      // x (B,1,C) at position cache.pos()
   std::shared_ptr<Linear> q_proj, k_proj, v_proj, o_proj;
+  std::shared_ptr<RMSNorm> q_norm, k_norm;  // Qwen3 (qk_norm) only, else null
   std::shared_ptr<FeatureMap> feature_map;
   AttentionMixer mixer;
 
@@ -56,7 +76,7 @@ class LlamaMLP : public Module {
 
 class LlamaDecoderLayer : public Module {
  public:
-  LlamaDecoderLayer(const LlamaConfig& c, const HFModelOptions& o, Init init);
+  LlamaDecoderLayer(const LlamaConfig& c, const HFModelOptions& o, Init init, size_t layer);
   Tensor forward(const Tensor& x, TraceRequest* trace) const;
   Tensor step(const Tensor& x, DecodeCache& cache) const;
   std::shared_ptr<RMSNorm> input_layernorm, post_attention_layernorm;
@@ -76,7 +96,8 @@ class LlamaModel : public Module {
 // linear mixer's feature maps are drawn from options.seed.
 class LlamaForCausalLM : public CausalLM {
  public:
-  LlamaForCausalLM(const HFConfig& config, const HFModelOptions& options);
+  LlamaForCausalLM(const HFConfig& config, const HFModelOptions& options,
+                   DecoderFamily family = DecoderFamily::llama);
   Tensor forward(const Tensor& ids, TraceRequest* trace = nullptr) override;
   Tensor hidden(const Tensor& ids, TraceRequest* trace = nullptr) override;
   // ids (B,L) i64 (checked as forward does) -> the hidden state entering layer 0, (B,L,C).

@@ -115,3 +115,11 @@ TEST_CASE("tokenizer parity: the same Llama model with a Metaspace pre-tokenizer
   CHECK(a[0] == tok->bos_id());
   CHECK(std::vector<int32_t>(a.begin() + 1, a.end()) != b);
 }
+
+TEST_CASE("tokenizer parity: a Qwen2-style byte-level BPE (NFC, Qwen2's Split regex) matches HF") {
+  const auto tok = load_tokenizer(kDir + "qwen2");
+  CHECK(tok->eos_id() == 0);  // <|endoftext|>
+  // NFC: a decomposed é encodes as the composed one.
+  CHECK(tok->encode("caf\x65\xcc\x81") == tok->encode("caf\xc3\xa9"));
+  check_parity(*tok, "qwen2");
+}

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -135,6 +136,34 @@ TEST_CASE("gpt2 tokenizer: pre-tokenizer pieces, special tokens, invalid bytes, 
   // A long word (the heap path) gives the same ids as HF's fixture does for repeated text.
   const std::string longword(5000, 'x');
   CHECK(tok->decode(tok->encode(longword)) == longword);
+}
+
+TEST_CASE("qwen2 tokenizer: the pre-tokenizer cuts as HF's Split with Qwen2's regex") {
+  // The pieces HF tokenizers' pre_tokenize_str gives for this text (tokenizers 0.22, Split(Regex(
+  // QWEN2_PATTERN of tools/make_tokenizer_fixtures.py), "isolated")): case-blind contractions, one
+  // digit per piece, a non-letter joined to the letters after it, newlines kept with what precedes.
+  const std::string text = "I'LL  go\t\tnow 12ab ?!\n\n  x(\"quoted\" 'sounds\r\n\tend  ";
+  std::vector<std::string> pieces;
+  for (const auto& [b, e] : Gpt2Tokenizer::pre_tokenize_qwen2(text)) pieces.push_back(text.substr(b, e - b));
+  CHECK(pieces == std::vector<std::string>{"I", "'LL", " ", " go", "\t", "\tnow", " ", "1", "2", "ab", " ?!\n\n", " ",
+                                           " x", "(\"", "quoted", "\"", " '", "sounds", "\r\n", "\tend", "  "});
+  // Random texts over the characters each alternative turns on: the pieces are non-empty and tile
+  // the text in order (the HF parity of the ids is tests/data/test_tokenizer_parity.cpp's).
+  const std::vector<std::string> atoms = {" ", "  ", "\r", "\n", "\t", "'", "s", "LL", "a", "7", "!", "(", "\xc3\xa9",
+                                          "\xe6\x9d\xb1", "\xcc\x81", "\xe2\x80\xa8", "\xf0\x9f\x91\x8b"};
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 2000; ++trial) {
+    std::string t;
+    const int len = static_cast<int>(rng() % 24);
+    for (int k = 0; k < len; ++k) t += atoms[rng() % atoms.size()];
+    size_t at = 0;
+    bool tiled = true;
+    for (const auto& piece : Gpt2Tokenizer::pre_tokenize_qwen2(t)) {
+      tiled = tiled && piece.first == at && piece.second > piece.first;
+      at = piece.second;
+    }
+    CHECK_MESSAGE((tiled && at == t.size()), "text '", t, "'");
+  }
 }
 
 TEST_CASE("gpt2 tokenizer: concurrent encodes share the word cache safely and agree") {
@@ -315,11 +344,21 @@ TEST_CASE("load_tokenizer: unreadable or malformed files give errors naming the 
       CHECK(tok->encode("a", false) == std::vector<int32_t>{97});
       j.erase("post_processor");
     }
-    j["normalizer"] = {{"type", "NFC"}};
-    CHECK(contains(load_error({{"tokenizer.json", j.dump()}}), "normalizer {\"type\":\"NFC\"} is not supported for a byte-level BPE"));
+    j["normalizer"] = {{"type", "NFKC"}};  // NFC (Qwen2's) is implemented, NFKC is not
+    CHECK(contains(load_error({{"tokenizer.json", j.dump()}}), "normalizer {\"type\":\"NFKC\"} is not supported for a byte-level BPE"));
     j["normalizer"] = nullptr;
     j["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", {{{"type", "Split"}}, {{"type", "ByteLevel"}}}}};
     CHECK(contains(load_error({{"tokenizer.json", j.dump()}}), "pre_tokenizer {\"type\":\"Split\"} is not supported"));
+    // Qwen2's Split is implemented, but not followed by ByteLevel's own regex (HF would cut twice).
+    const std::string qwen2_split = R"({"type": "Split", "behavior": "Isolated", "invert": false, "pattern": {"Regex":
+        "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}})";
+    j["pre_tokenizer"] = {{"type", "Sequence"},
+                          {"pretokenizers", {nlohmann::json::parse(qwen2_split), {{"type", "ByteLevel"}, {"use_regex", false}}}}};
+    CHECK(load_error({{"tokenizer.json", j.dump()}}).empty());
+    j["pre_tokenizer"]["pretokenizers"][1]["use_regex"] = true;
+    CHECK(contains(load_error({{"tokenizer.json", j.dump()}}), "pre_tokenizer ByteLevel with use_regex=true after a Split"));
+    j["pre_tokenizer"]["pretokenizers"][0]["behavior"] = "Removed";
+    CHECK(contains(load_error({{"tokenizer.json", j.dump()}}), "(a Split: only Qwen2's pattern, Isolated)"));
   }
   CHECK(contains(load_error({{"tokenizer.json", R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []},
       "added_tokens": [{"id": 0, "content": "a", "special": true, "lstrip": true}]})"}}),

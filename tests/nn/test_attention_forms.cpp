@@ -2,6 +2,7 @@
 // every feature map; causality; recurrent decoding against the full forward.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "nn/attention.h"
@@ -178,6 +179,47 @@ TEST_CASE("DecoderLM: token-by-token decoding matches the full forward for every
     CHECK(states[0].pos() == 9);
     CHECK(rel_rms(cat(steps, 1), want) < 1e-4);
   }
+}
+
+TEST_CASE("softmax attention: a sliding window of W sees the last W keys, in the forward and in decoding") {
+  Generator g(12);
+  const int64_t B = 2, H = 2, L = 9, D = 4, W = 3;
+  Tensor q = randn({B, H, L, D}, g, DType::f64), k = randn({B, H, L, D}, g, DType::f64),
+         v = randn({B, H, L, D}, g, DType::f64);
+  // Reference: query i attends (unmasked) to keys max(0, i-W+1) .. i.
+  std::vector<Tensor> rows;
+  for (int64_t i = 0; i < L; ++i) {
+    const int64_t j0 = std::max<int64_t>(0, i - W + 1);
+    rows.push_back(softmax_attention(slice(q, 2, i, i + 1), slice(k, 2, j0, i + 1), slice(v, 2, j0, i + 1), false,
+                                     Tensor()));
+  }
+  const Tensor want = cat(rows, 2);
+  Tensor weights;
+  CHECK(rel_rms(softmax_attention(q, k, v, true, Tensor(), nullptr, W), want) < 1e-12);
+  CHECK(rel_rms(softmax_attention(q, k, v, true, Tensor(), &weights, W), want) < 1e-12);
+  CHECK(to_vector<double>(weights)[static_cast<size_t>(8 * L + 5)] == 0.0);  // query 8, key 5: out of the window
+  CHECK(rel_rms(softmax_attention(q, k, v, true, Tensor()), want) > 1e-3);   // the window matters here
+  // A window of L or more hides nothing: the plain causal result (the fused kernel).
+  CHECK(rel_rms(softmax_attention(q, k, v, true, Tensor(), nullptr, L), softmax_attention(q, k, v, true, Tensor())) <
+        1e-12);
+  // Decoding keeps W keys and gives the same rows.
+  MixerConfig mc;
+  mc.sliding_window = W;
+  AttentionMixer m(mc, nullptr);
+  CHECK(rel_rms(m.forward(q, k, v, Tensor(), nullptr), want) < 1e-12);
+  DecodeCache cache;
+  std::vector<Tensor> ys;
+  for (int64_t t = 0; t < L; ++t)
+    ys.push_back(m.step(slice(q, 2, t, t + 1), slice(k, 2, t, t + 1), slice(v, 2, t, t + 1), cache));
+  CHECK(rel_rms(cat(ys, 2), want) < 1e-12);
+  CHECK(cache.k.size(2) == W);
+  CHECK(cache.pos() == L);
+  // Non-causal attention has no sliding window; nor has a negative one.
+  CHECK_THROWS_WITH_AS(softmax_attention(q, k, v, false, Tensor(), nullptr, W),
+                       doctest::Contains("a sliding window (3) needs causal attention"), hh::Error);
+  mc.sliding_window = -1;
+  CHECK_THROWS_WITH_AS(AttentionMixer(mc, nullptr), doctest::Contains("a sliding window needs causal attention"),
+                       hh::Error);
 }
 
 TEST_CASE("AttentionMixer: one-token decoding (KV cache for softmax, recurrent state for linear) matches the forward") {

@@ -23,13 +23,16 @@ using namespace hh;
 namespace {
 
 const std::string kLlama = std::string(HH_SOURCE_DIR) + "/tests/fixtures/hf/llama-tiny";
+// Mistral: the same decoder with a sliding window of 5, which the teacher's blocks must keep.
+const std::string kMistral = std::string(HH_SOURCE_DIR) + "/tests/fixtures/hf/mistral-tiny";
 
-std::shared_ptr<nn::LlamaForCausalLM> load_student(const std::string& mixer, uint64_t seed = 5) {
+std::shared_ptr<nn::LlamaForCausalLM> load_student(const std::string& mixer, uint64_t seed = 5,
+                                                   const std::string& folder = kLlama) {
   nn::HFModelOptions o;
   o.mixer = nn::parse_mixer(mixer, "test");
   o.seed = seed;
   o.window = 4;  // hybrids: shorter than the batches, so the linear part and the window factor matter
-  auto m = std::dynamic_pointer_cast<nn::LlamaForCausalLM>(nn::load_causal_lm(kLlama, o));
+  auto m = std::dynamic_pointer_cast<nn::LlamaForCausalLM>(nn::load_causal_lm(folder, o));
   REQUIRE(m != nullptr);
   return m;
 }
@@ -146,38 +149,41 @@ TEST_CASE("layerwise distill: a one-layer model matches the driver's whole-model
 TEST_CASE("layerwise distill: layer l learns from the teacher's hidden states, not the student's") {
   // Reference for layer 1's first step: a model whose layer 0 is softmax (the teacher's block) and
   // whose layer 1 is the student's, traced whole: its layer-1 distillation loss is what the
-  // layer-wise run must see before its first layer-1 update.
-  const std::vector<Tensor> batches = id_batches(2, 2, 16, 3);
-  auto hybrid = load_student("hedgehog");
-  auto& l0 = *(*hybrid->model->layers)[0]->self_attn;
-  l0.mixer.feature_map = nullptr;  // layer 0 runs softmax attention
-  nn::TraceRequest tr;
-  tr.weights = true;
-  tr.teacher = true;
-  {
-    NoGradGuard ng;
-    hybrid->forward(batches[0], &tr);
-  }
-  REQUIRE(tr.layers.size() == 2);
-  nn::TraceRequest layer1;
-  layer1.layers.push_back(tr.layers[1]);
-  const double expected = nn::distillation_loss(layer1, {}).item<double>();
+  // layer-wise run must see before its first layer-1 update. Mistral: 16 tokens, window 5.
+  for (const std::string& folder : {kLlama, kMistral}) {
+    CAPTURE(folder);
+    const std::vector<Tensor> batches = id_batches(2, 2, 16, 3);
+    auto hybrid = load_student("hedgehog", 5, folder);
+    auto& l0 = *(*hybrid->model->layers)[0]->self_attn;
+    l0.mixer.feature_map = nullptr;  // layer 0 runs softmax attention
+    nn::TraceRequest tr;
+    tr.weights = true;
+    tr.teacher = true;
+    {
+      NoGradGuard ng;
+      hybrid->forward(batches[0], &tr);
+    }
+    REQUIRE(tr.layers.size() == 2);
+    nn::TraceRequest layer1;
+    layer1.layers.push_back(tr.layers[1]);
+    const double expected = nn::distillation_loss(layer1, {}).item<double>();
 
-  auto student = load_student("hedgehog");
-  train::LayerwiseConfig cfg;
-  train::LayerwiseResult r = train::distill_layerwise(*student, batches, cfg);
-  CHECK(r.step_loss[1][0] == doctest::Approx(expected).epsilon(1e-5));
-  // The student's own hidden states (linear layer 0) give another value: the check can fail.
-  nn::TraceRequest st;
-  st.weights = true;
-  st.teacher = true;
-  {
-    NoGradGuard ng;
-    load_student("hedgehog")->forward(batches[0], &st);
+    auto student = load_student("hedgehog", 5, folder);
+    train::LayerwiseConfig cfg;
+    train::LayerwiseResult r = train::distill_layerwise(*student, batches, cfg);
+    CHECK(r.step_loss[1][0] == doctest::Approx(expected).epsilon(1e-5));
+    // The student's own hidden states (linear layer 0) give another value: the check can fail.
+    nn::TraceRequest st;
+    st.weights = true;
+    st.teacher = true;
+    {
+      NoGradGuard ng;
+      load_student("hedgehog", 5, folder)->forward(batches[0], &st);
+    }
+    nn::TraceRequest s1;
+    s1.layers.push_back(st.layers[1]);
+    CHECK(std::fabs(nn::distillation_loss(s1, {}).item<double>() - expected) > 1e-4);
   }
-  nn::TraceRequest s1;
-  s1.layers.push_back(st.layers[1]);
-  CHECK(std::fabs(nn::distillation_loss(s1, {}).item<double>() - expected) > 1e-4);
 }
 
 TEST_CASE("layerwise distill: peak live memory is one layer's, below the whole-model trace's") {

@@ -25,7 +25,10 @@ TEST_CASE("load_hf_model: picks the family from architectures[0], moves, casts a
   };
   for (const Want& w : {Want{"gpt2-tiny", "gpt2", "GPT2LMHeadModel"}, Want{"gpt2-tiny-bf16", "gpt2", "GPT2LMHeadModel"},
                         Want{"llama-tiny", "llama", "LlamaForCausalLM"},
-                        Want{"llama-tiny-f16", "llama", "LlamaForCausalLM"}}) {
+                        Want{"llama-tiny-f16", "llama", "LlamaForCausalLM"},
+                        Want{"mistral-tiny", "llama", "MistralForCausalLM"},
+                        Want{"qwen2-tiny", "llama", "Qwen2ForCausalLM"},
+                        Want{"qwen3-tiny", "llama", "Qwen3ForCausalLM"}}) {
     CAPTURE(w.fixture);
     HFModelOptions o;
     o.device = test_device();
@@ -62,13 +65,14 @@ TEST_CASE("load_hf_model: falls back to model_type when architectures is not giv
 
 TEST_CASE("load_hf_model: an unsupported architecture names it, the file and the supported ones") {
   hh::test::ScratchFolder dir("llama-tiny");
-  dir.replace("config.json", "\"LlamaForCausalLM\"", "\"MistralForCausalLM\"");
+  dir.replace("config.json", "\"LlamaForCausalLM\"", "\"GemmaForCausalLM\"");
   const std::string want = dir.file("config.json") +
-                           ": unsupported architecture MistralForCausalLM (supported: GPT2LMHeadModel, "
-                           "LlamaForCausalLM, BertForSequenceClassification, BertModel, BertForMaskedLM, "
+                           ": unsupported architecture GemmaForCausalLM (supported: GPT2LMHeadModel, "
+                           "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
+                           "BertForSequenceClassification, BertModel, BertForMaskedLM, "
                            "BertForPreTraining, ViTForImageClassification, ViTModel)";
   CHECK_THROWS_WITH_AS(load_hf_model(dir.path()), doctest::Contains(want.c_str()), Error);
-  CHECK(supported_hf_architectures().size() == 8);
+  CHECK(supported_hf_architectures().size() == 11);
 }
 
 TEST_CASE("load_hf_model: a BertForMaskedLM folder loads as its BertModel") {

@@ -58,9 +58,11 @@ Tensor run(HFModel& m) {
 }  // namespace
 
 TEST_CASE("save_hf_model: a converted model reloads with the same outputs and HF names/layouts") {
-  for (const char* name : {"gpt2-tiny", "llama-tiny", "bert-tiny", "vit-tiny"}) {
+  for (const char* name :
+       {"gpt2-tiny", "llama-tiny", "bert-tiny", "vit-tiny", "mistral-tiny", "qwen2-tiny", "qwen3-tiny"}) {
     CAPTURE(name);
-    const std::string mixer = std::string(name) == "llama-tiny" ? "hedgehog" : "t2r";
+    const std::string n = name;
+    const std::string mixer = n == "llama-tiny" || n == "qwen3-tiny" ? "hedgehog" : n == "mistral-tiny" ? "hybrid-hedgehog" : "t2r";
     auto m = student(name, mixer);
     const fs::path out = temp_folder(name);
     save_hf_model(*m, out.string(), fixture(name));

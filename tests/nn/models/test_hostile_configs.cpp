@@ -138,13 +138,14 @@ TEST_CASE("hostile configs: every family's from_hf refuses a billion layers as b
     CHECK(msg.find(str("\"", key, "\" = 1000000000")) != std::string::npos);
   };
   beyond("gpt2-tiny", "n_layer", GPT2Config::from_hf);
-  beyond("llama-tiny", "num_hidden_layers", LlamaConfig::from_hf);
+  for (DecoderFamily f : {DecoderFamily::llama, DecoderFamily::mistral, DecoderFamily::qwen2, DecoderFamily::qwen3})
+    beyond(str(family_name(f), "-tiny"), "num_hidden_layers", [f](const HFConfig& c) { return LlamaConfig::from_hf(c, f); });
   beyond("bert-tiny", "num_hidden_layers", BertConfig::from_hf);
   beyond("vit-tiny", "num_hidden_layers", ViTConfig::from_hf);
 }
 
 TEST_CASE("hostile configs: the fixtures' own configs still load (their counts match their weights)") {
-  for (const char* f : {"gpt2-tiny", "llama-tiny", "bert-tiny", "vit-tiny"}) {
+  for (const char* f : {"gpt2-tiny", "llama-tiny", "bert-tiny", "vit-tiny", "mistral-tiny", "qwen2-tiny", "qwen3-tiny"}) {
     CAPTURE(f);
     CHECK_NOTHROW(load_hf_model(hh::test::hf_fixture(f)));
   }
