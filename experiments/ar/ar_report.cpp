@@ -52,7 +52,7 @@ std::string index_html(const std::vector<ArRunResult>& results, const std::strin
 }
 
 nlohmann::json result_to_json(const ArRunResult& r) {
-  return {{"feature_map", r.label},
+  nlohmann::json j = {{"feature_map", r.label},
           {"status", r.status},
           {"mixer", nn::name(r.mixer)},
           {"temperature", r.temperature},
@@ -70,6 +70,8 @@ nlohmann::json result_to_json(const ArRunResult& r) {
           {"train_loss", r.train_loss},
           {"val_accuracy_curve", r.val_acc},
           {"val_loss_curve", r.val_loss}};
+  if (r.gate != nn::Gate::none) j["gate"] = nn::name(r.gate);  // only gated runs: other results unchanged
+  return j;
 }
 
 }  // namespace
@@ -93,6 +95,7 @@ ArRunResult parse_ar_result(const std::string& json_text, const std::string& sou
     r.label = j.at("feature_map").get<std::string>();
     r.status = j.at("status").get<std::string>();
     r.mixer = nn::parse_mixer(j.at("mixer").get<std::string>(), str("ar result ", source, ": mixer"));
+    r.gate = nn::parse_gate(j.value("gate", std::string("none")), str("ar result ", source, ": gate"));
     r.temperature = j.at("temperature").get<double>();
     r.accuracy = j.at("accuracy").get<double>();
     r.val_accuracy = j.at("val_accuracy").get<double>();

@@ -60,6 +60,7 @@ std::string config_with_hedgehog_section(const std::string& config_json, const s
                             {"cosformer_length", f.cosformer_length},
                             {"seed", f.seed}}}};
     if (o.mixer.is_hybrid()) config["hedgehog"]["window"] = o.window;  // only hybrids: other sections unchanged
+    if (o.gate != Gate::none) config["hedgehog"]["gate"] = name(o.gate);  // only gated mixers: others unchanged
   }
   return config.dump(2) + "\n";
 }
@@ -200,6 +201,8 @@ void apply_hedgehog_section(const HFConfig& config, HFModelOptions& options) {
   options.eps = h.get_double("eps", options.eps);
   options.window = h.get_int("window", options.window);
   HH_CHECK(options.window >= 1, "hf: ", h.origin(), ": window must be >= 1");
+  options.gate = parse_gate(h.get_string("gate", "none"), str("hf: ", h.origin(), ": gate"));
+  check_gate_built(options.gate, str("hf: ", h.origin(), ": gate"));
   if (h.has("feature_map")) {
     const HFConfig f = h.child("feature_map");
     FeatureMapConfig& fm = options.feature_map;

@@ -24,6 +24,7 @@ struct HFModelOptions {
   int64_t chunk = 64;
   double eps = 1e-6;
   int64_t window = 64;  // hybrid mixers: the sliding window W
+  Gate gate = Gate::none;  // linear mixers: the gate on the state (config.json hedgehog.gate)
   FeatureMapConfig feature_map;  // name/heads/head_dim are filled in per layer
   Device device = Device::cpu();
   DType dtype = DType::f32;  // parameter dtype after loading (the file may hold bf16/f16)
