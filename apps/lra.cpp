@@ -359,6 +359,7 @@ int run(int argc, char** argv) {
     } catch (const std::exception& e) {
       r.task = data::lra_task_name(c.task);
       r.attention = c.model.attention;
+      r.gate = c.model.gate;
       r.status = std::string("error: ") + e.what();
     }
     if (r.status.rfind("interrupted", 0) == 0) {

@@ -19,6 +19,9 @@ LinearForm parse_linear_form(const std::string& s) {
 
 namespace {
 
+// The dtype a gated mixer computes in: f64 stays, everything else runs in f32.
+DType gated_compute_dtype(DType t) { return t == DType::f64 ? DType::f64 : DType::f32; }
+
 // (L,L) bool, true above the diagonal (future keys); built on the device, no host L² array.
 Tensor future_mask(int64_t L, Device d) { return gt(triu(ones({L, L}, {DType::f32, d}), 1), 0.5); }
 
@@ -176,15 +179,18 @@ Tensor AttentionMixer::forward(const Tensor& q, const Tensor& k, const Tensor& v
     HH_CHECK(cfg.causal, "attention: gate '", name(cfg.gate), "' is causal only (a gated recurrent state)");
     const auto& gm = static_cast<const GatedFeatureMap&>(*feature_map);
     FeatureContext ctx{0, L, key_mask};
-    const DType dt = v.dtype();
-    Tensor pq = feature_map->forward(q, true, ctx).to(dt), pk = feature_map->forward(k, false, ctx).to(dt);
-    Tensor log_a = gm.log_gate(gate, dt);
+    // The state, the cumulative log gates and the normalizer in f32 whatever the input dtype
+    // (REFERENCE.md §1; bf16 autocast gives bf16 v), the output back in v's dtype.
+    const DType ct = gated_compute_dtype(v.dtype());
+    Tensor pq = feature_map->forward(q, true, ctx).to(ct), pk = feature_map->forward(k, false, ctx).to(ct);
+    Tensor vv = v.to(ct), log_a = gm.log_gate(gate, ct);
     if ((trace && (trace->weights || trace->teacher)) || cfg.form == LinearForm::quadratic)
-      y = gated_attention_quadratic(pq, pk, v, log_a, true, cfg.eps, key_mask, &tr.weights);
+      y = gated_attention_quadratic(pq, pk, vv, log_a, true, cfg.eps, key_mask, &tr.weights);
     else if (cfg.form == LinearForm::recurrent)
-      y = gated_attention_recurrent(pq, pk, v, log_a, true, cfg.eps, key_mask);
+      y = gated_attention_recurrent(pq, pk, vv, log_a, true, cfg.eps, key_mask);
     else
-      y = gated_attention_chunked(pq, pk, v, log_a, true, cfg.eps, key_mask, cfg.chunk);
+      y = gated_attention_chunked(pq, pk, vv, log_a, true, cfg.eps, key_mask, cfg.chunk);
+    y = y.to(v.dtype());
   } else {
     FeatureContext ctx{0, L, key_mask};  // padded keys: see FeatureContext::key_mask
     Tensor pq = feature_map->forward(q, true, ctx), pk = feature_map->forward(k, false, ctx);
@@ -227,10 +233,10 @@ Tensor AttentionMixer::linear_step(const Tensor& q, const Tensor& k, const Tenso
   FeatureContext ctx{state.pos, 0};
   Tensor pq = feature_map->forward(q, true, ctx), pk = feature_map->forward(k, false, ctx);
   if (cfg.gate != Gate::none) {
-    const DType dt = v.dtype();
-    Tensor log_a = static_cast<const GatedFeatureMap&>(*feature_map).log_gate(gate, dt);
+    const DType ct = gated_compute_dtype(v.dtype());
+    Tensor log_a = static_cast<const GatedFeatureMap&>(*feature_map).log_gate(gate, ct);
     ++state.pos;
-    return gated_attention_step(state.gated, pq.to(dt), pk.to(dt), v, log_a, true, cfg.eps);
+    return gated_attention_step(state.gated, pq.to(ct), pk.to(ct), v.to(ct), log_a, true, cfg.eps).to(v.dtype());
   }
   return linear_attention_step(pq, pk, v, cfg.eps, state);
 }

@@ -8,6 +8,7 @@
 
 #include "autograd/autocast.h"
 #include "data/associative_recall.h"
+#include "nn/gate.h"
 #include "nn/mixer.h"
 #include "nn/transformer.h"
 
