@@ -135,7 +135,8 @@ struct MemoryEstimate {
   double data = 0, per_run = 0, total = 0;
 };
 
-MemoryEstimate estimate_memory(const ArConfig& d, const train::ArRunConfig& rc, int64_t max_batch, int64_t jobs) {
+MemoryEstimate estimate_memory(const ArConfig& d, const train::ArRunConfig& rc, int64_t max_batch, int64_t jobs,
+                               bool channel_gates) {
   const nn::TransformerConfig& m = rc.model;
   const double L = static_cast<double>(d.seq_len), V = static_cast<double>(d.vocab);
   const double dim = static_cast<double>(m.dim), hidden = static_cast<double>(m.mlp_hidden);
@@ -149,7 +150,11 @@ MemoryEstimate estimate_memory(const ArConfig& d, const train::ArRunConfig& rc, 
     const double params = 2 * V * dim + L * dim +
                           layers * (4 * dim * heads * hd + 2 * dim * hidden + 2 * heads * hd * fdim + 8 * dim + hidden);
     const double tokens = static_cast<double>(std::max<int64_t>(max_batch, 64)) * L;
-    const double act = 2.0 * 4.0 * tokens * (layers * (12 * dim + 3 * hidden + 3 * heads * std::max(L, fdim)) + 3 * V);
+    // A per-channel gate (gla, liger) keeps about six (16, F) blocks per token and head for its
+    // backward (gated_attention_chunked's pairs inside a sub-block of 16 tokens).
+    const double gate = channel_gates ? 6 * heads * 16 * fdim : 0;
+    const double per_layer = 12 * dim + 3 * hidden + 3 * heads * std::max(L, fdim) + gate;
+    const double act = 2.0 * 4.0 * tokens * (layers * per_layer + 3 * V);
     e.per_run += 7.0 * 4.0 * params + act;
   }
   e.total = e.data + static_cast<double>(jobs) * e.per_run;
@@ -330,7 +335,10 @@ int run(int argc, char** argv) {
   train::RunDir run_dir(out, rdo);
   int64_t max_batch = 0;
   for (const Grid& g : grid) max_batch = std::max(max_batch, g.batch);
-  const MemoryEstimate need = estimate_memory(data_cfg, rc, max_batch, jobs);
+  bool channel_gates = false;
+  for (const MapSpec& ms : maps)
+    channel_gates = channel_gates || ms.gate == nn::Gate::gla || ms.gate == nn::Gate::liger;
+  const MemoryEstimate need = estimate_memory(data_cfg, rc, max_batch, jobs, channel_gates);
   std::string mem_source;
   const double avail = available_memory(mem_source);
   HH_CHECK(need.total <= avail, "this run needs about ", gib(need.total), " of memory (data ", gib(need.data), " for ",

@@ -70,7 +70,8 @@ GatedFeatureMap::GatedFeatureMap(std::shared_ptr<FeatureMap> m, Gate g, int64_t 
   if (gate == Gate::gla) {
     HH_CHECK(model_dim > 0, "feature map '", name(), "': the gla gate needs the model width, got ", model_dim);
     gate_down = register_module("gate_down", std::make_shared<Linear>(model_dim, kGlaGateRank, false, init));
-    gate_up = register_module("gate_up", std::make_shared<Linear>(kGlaGateRank, heads * map->feature_dim(), true, init));
+    gate_up = register_module("gate_up",
+                              std::make_shared<Linear>(kGlaGateRank, heads * map->feature_dim(), true, init));
   }
 }
 

@@ -53,23 +53,23 @@ std::string index_html(const std::vector<ArRunResult>& results, const std::strin
 
 nlohmann::json result_to_json(const ArRunResult& r) {
   nlohmann::json j = {{"feature_map", r.label},
-          {"status", r.status},
-          {"mixer", nn::name(r.mixer)},
-          {"temperature", r.temperature},
-          {"accuracy", r.accuracy},
-          {"val_accuracy", r.val_accuracy},
-          {"entropy", r.entropy},
-          {"monotonicity", r.monotonicity},
-          {"params", r.params},
-          {"seconds", r.seconds},
-          {"epochs", r.epochs_run},
-          {"steps", r.steps},
-          {"lr", r.lr},
-          {"weight_decay", r.weight_decay},
-          {"batch", r.batch},
-          {"train_loss", r.train_loss},
-          {"val_accuracy_curve", r.val_acc},
-          {"val_loss_curve", r.val_loss}};
+                      {"status", r.status},
+                      {"mixer", nn::name(r.mixer)},
+                      {"temperature", r.temperature},
+                      {"accuracy", r.accuracy},
+                      {"val_accuracy", r.val_accuracy},
+                      {"entropy", r.entropy},
+                      {"monotonicity", r.monotonicity},
+                      {"params", r.params},
+                      {"seconds", r.seconds},
+                      {"epochs", r.epochs_run},
+                      {"steps", r.steps},
+                      {"lr", r.lr},
+                      {"weight_decay", r.weight_decay},
+                      {"batch", r.batch},
+                      {"train_loss", r.train_loss},
+                      {"val_accuracy_curve", r.val_acc},
+                      {"val_loss_curve", r.val_loss}};
   if (r.gate != nn::Gate::none) j["gate"] = nn::name(r.gate);  // only gated runs: other results unchanged
   return j;
 }

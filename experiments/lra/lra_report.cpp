@@ -96,18 +96,18 @@ std::string cell_text(double v, const double* paper, int column) {
 
 nlohmann::json to_json(const LraRunResult& r) {
   nlohmann::json j = {{"task", r.task},
-          {"attention", nn::name(r.attention)},
-          {"status", r.status},
-          {"test_accuracy", r.test_accuracy},
-          {"val_accuracy", r.val_accuracy},
-          {"best_step", r.best_step},
-          {"steps", r.steps},
-          {"seconds", r.seconds},
-          {"steps_per_second", r.steps_per_second},
-          {"params", r.params},
-          {"eval_steps", r.eval_steps},
-          {"train_loss", r.train_loss},
-          {"val_acc", r.val_acc}};
+                      {"attention", nn::name(r.attention)},
+                      {"status", r.status},
+                      {"test_accuracy", r.test_accuracy},
+                      {"val_accuracy", r.val_accuracy},
+                      {"best_step", r.best_step},
+                      {"steps", r.steps},
+                      {"seconds", r.seconds},
+                      {"steps_per_second", r.steps_per_second},
+                      {"params", r.params},
+                      {"eval_steps", r.eval_steps},
+                      {"train_loss", r.train_loss},
+                      {"val_acc", r.val_acc}};
   if (r.gate != nn::Gate::none) j["gate"] = nn::name(r.gate);  // only gated runs: other results unchanged
   return j;
 }

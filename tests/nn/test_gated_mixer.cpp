@@ -46,8 +46,10 @@ AttentionConfig gated_config(Gate gate, LinearForm form = LinearForm::chunked) {
 TEST_CASE("gate: parsed once, named back, delta refused until built") {
   for (const char* n : {"none", "decay", "gla", "liger", "delta"}) CHECK(name(parse_gate(n, "--gate")) == n);
   CHECK_THROWS_WITH_AS(parse_gate("mamba", "--gate"),
-                       doctest::Contains("--gate: unknown gate 'mamba' (expected none, decay, gla, liger, delta)"), Error);
-  CHECK_THROWS_WITH_AS(check_gate_built(Gate::delta, "--gate"), doctest::Contains("--gate delta: not built yet"), Error);
+                       doctest::Contains("--gate: unknown gate 'mamba' (expected none, decay, gla, liger, delta)"),
+                       Error);
+  CHECK_THROWS_WITH_AS(check_gate_built(Gate::delta, "--gate"), doctest::Contains("--gate delta: not built yet"),
+                       Error);
   CHECK_NOTHROW(check_gate_built(Gate::gla, "--gate"));
   CHECK(gated_label("hedgehog", Gate::gla) == "hedgehog+gla");
   CHECK(gated_label("hedgehog", Gate::none) == "hedgehog");

@@ -264,7 +264,8 @@ TEST_CASE("gated attention: 64K tokens of strong decays in f32 stay finite and e
   Generator g(53);
   Tensor pq = uniform({1, 1, L, F}, -1, 1, g, {DType::f32}), pk = uniform({1, 1, L, F}, -1, 1, g, {DType::f32});
   Tensor v = uniform({1, 1, L, Dv}, -1, 1, g, {DType::f32});
-  Tensor la = cat({uniform({1, 1, L, 1}, -5.5, -4.5, g, {DType::f32}), uniform({1, 1, L, 1}, -0.02, 0, g, {DType::f32})},
+  Tensor la = cat({uniform({1, 1, L, 1}, -5.5, -4.5, g, {DType::f32}),
+                   uniform({1, 1, L, 1}, -0.02, 0, g, {DType::f32})},
                   3);
   NoGradGuard ng;
   for (bool normalize : {false, true}) {
@@ -328,7 +329,8 @@ TEST_CASE("gated attention: fla's naive GLA and RetNet references (tests/fixture
   const int64_t H = rq.size(1);
   std::vector<double> decay(static_cast<size_t>(H));
   for (int64_t h = 0; h < H; ++h) decay[static_cast<size_t>(h)] = std::log(1.0 - std::pow(2.0, -5.0 - double(h)));
-  const Tensor ret_la = contiguous(expand(from_vector(decay, {1, H, 1, 1}, {DType::f32}), {rq.size(0), H, rq.size(2), 1}));
+  const Tensor ret_la =
+      contiguous(expand(from_vector(decay, {1, H, 1, 1}, {DType::f32}), {rq.size(0), H, rq.size(2), 1}));
   for (DType dt : {DType::f32, DType::f64}) {
     const double tol = dt == DType::f32 ? 1e-5 : 2e-6;
     double worst = 0;
