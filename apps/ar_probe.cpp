@@ -34,13 +34,16 @@ const char* kPaperMaps = "softmax,elu,performer,cosformer,exp:1,exp:2,taylor,hed
 
 struct MapSpec {
   nn::Mixer mixer;
+  nn::Gate gate;
   double temperature;
   std::string label;  // train::ar_label: unique within a run
 };
 
 // "exp:2" selects exp with t = 2; "all" every map; otherwise a comma list of names. Only exp takes
 // a parameter (its temperature); a map listed twice is an error (it would overwrite its figures).
-std::vector<MapSpec> parse_maps(const std::string& arg, double temperature) {
+// Each linear (non-hybrid) map runs once per gate of `gates` (--gate); softmax and hybrids once,
+// ungated.
+std::vector<MapSpec> parse_maps(const std::string& arg, double temperature, const std::vector<nn::Gate>& gates) {
   std::string list = arg == "all" ? "softmax,elu,relu,performer,cosformer,exp:1,exp:2,taylor,t2r,hedgehog,"
                                     "hedgehog-exp,hedgehog-untrained"
                      : arg == "paper" ? kPaperMaps
@@ -65,11 +68,14 @@ std::vector<MapSpec> parse_maps(const std::string& arg, double temperature) {
       HH_CHECK(pos == tv.size() && !tv.empty() && t > 0 && t < 1e6, "--feature-map: bad temperature in '", item,
                "' (expected a number in (0, 1e6))");
     }
-    MapSpec ms{mixer, t, train::ar_label(mixer, t)};
-    for (const MapSpec& prev : out)
-      HH_CHECK(prev.label != ms.label, "--feature-map: '", item, "' is listed twice (as ", ms.label,
-               "); each map is trained once");
-    out.push_back(ms);
+    const bool gated = mixer.is_linear() && !mixer.is_hybrid();
+    for (nn::Gate gate : gated ? gates : std::vector<nn::Gate>{nn::Gate::none}) {
+      MapSpec ms{mixer, gate, t, train::ar_label(mixer, t, gate)};
+      for (const MapSpec& prev : out)
+        HH_CHECK(prev.label != ms.label, "--feature-map: '", item, "' is listed twice (as ", ms.label,
+                 "); each map is trained once");
+      out.push_back(ms);
+    }
   }
   HH_CHECK(!out.empty(), "--feature-map: empty list");
   return out;
@@ -129,7 +135,8 @@ struct MemoryEstimate {
   double data = 0, per_run = 0, total = 0;
 };
 
-MemoryEstimate estimate_memory(const ArConfig& d, const train::ArRunConfig& rc, int64_t max_batch, int64_t jobs) {
+MemoryEstimate estimate_memory(const ArConfig& d, const train::ArRunConfig& rc, int64_t max_batch, int64_t jobs,
+                               bool channel_gates) {
   const nn::TransformerConfig& m = rc.model;
   const double L = static_cast<double>(d.seq_len), V = static_cast<double>(d.vocab);
   const double dim = static_cast<double>(m.dim), hidden = static_cast<double>(m.mlp_hidden);
@@ -143,7 +150,11 @@ MemoryEstimate estimate_memory(const ArConfig& d, const train::ArRunConfig& rc, 
     const double params = 2 * V * dim + L * dim +
                           layers * (4 * dim * heads * hd + 2 * dim * hidden + 2 * heads * hd * fdim + 8 * dim + hidden);
     const double tokens = static_cast<double>(std::max<int64_t>(max_batch, 64)) * L;
-    const double act = 2.0 * 4.0 * tokens * (layers * (12 * dim + 3 * hidden + 3 * heads * std::max(L, fdim)) + 3 * V);
+    // A per-channel gate (gla, liger) keeps about six (16, F) blocks per token and head for its
+    // backward (gated_attention_chunked's pairs inside a sub-block of 16 tokens).
+    const double gate = channel_gates ? 6 * heads * 16 * fdim : 0;
+    const double per_layer = 12 * dim + 3 * hidden + 3 * heads * std::max(L, fdim) + gate;
+    const double act = 2.0 * 4.0 * tokens * (layers * per_layer + 3 * V);
     e.per_run += 7.0 * 4.0 * params + act;
   }
   e.total = e.data + static_cast<double>(jobs) * e.per_run;
@@ -195,6 +206,8 @@ int run(int argc, char** argv) {
   f.add("temperature", "1", "temperature for exp / hedgehog-exp when not given as exp:T");
   f.add("chunk", "64", "chunk size of the chunked causal linear form");
   f.add("window", "64", "sliding-window size of the hybrid-<map> mixers");
+  f.add("gate", "none", "gates of the linear maps' state, a comma list: none, decay (RetNet), gla, liger (each\n"
+        "                       linear map runs once per gate; softmax and hybrids once, ungated)");
   apps::CommonFlagSpec common;
   common.seed_help = "seed for data and initialization";
   common.threads_default = "";
@@ -292,7 +305,15 @@ int run(int argc, char** argv) {
            ": concurrent runs are CPU-only for now (runs on their own CUDA streams are built but have not been "
            "tested on a GPU); use --jobs 1");
   set_num_threads(static_cast<int>(threads));
-  auto maps = parse_maps(f.str("feature-map"), f.number("temperature", 1e-6, 1e6));
+  std::vector<nn::Gate> gates;
+  for (const std::string& g : apps::Flags::split_list(f.str("gate"))) {
+    const nn::Gate gate = nn::parse_gate(g, "--gate");
+    nn::check_gate_built(gate, "--gate");
+    HH_CHECK(std::find(gates.begin(), gates.end(), gate) == gates.end(), "--gate: '", g, "' is listed twice");
+    gates.push_back(gate);
+  }
+  HH_CHECK(!gates.empty(), "--gate: empty list");
+  auto maps = parse_maps(f.str("feature-map"), f.number("temperature", 1e-6, 1e6), gates);
 
   struct Grid {
     double lr, wd;
@@ -314,7 +335,10 @@ int run(int argc, char** argv) {
   train::RunDir run_dir(out, rdo);
   int64_t max_batch = 0;
   for (const Grid& g : grid) max_batch = std::max(max_batch, g.batch);
-  const MemoryEstimate need = estimate_memory(data_cfg, rc, max_batch, jobs);
+  bool channel_gates = false;
+  for (const MapSpec& ms : maps)
+    channel_gates = channel_gates || ms.gate == nn::Gate::gla || ms.gate == nn::Gate::liger;
+  const MemoryEstimate need = estimate_memory(data_cfg, rc, max_batch, jobs, channel_gates);
   std::string mem_source;
   const double avail = available_memory(mem_source);
   HH_CHECK(need.total <= avail, "this run needs about ", gib(need.total), " of memory (data ", gib(need.data), " for ",
@@ -328,6 +352,7 @@ int run(int argc, char** argv) {
     nn::TransformerConfig mc = m;
     mc.vocab = data_cfg.vocab;
     mc.attention.mixer = ms.mixer;
+    mc.attention.gate = ms.gate;
     mc.attention.feature_map.temperature = ms.temperature;
     Generator gen(0);
     nn::DecoderLM check_model(mc, {gen, Device::cpu()});
@@ -387,6 +412,7 @@ int run(int argc, char** argv) {
     for (size_t g = 0; g < grid.size(); ++g) {
       train::ArRunConfig c = rc;
       c.mixer = maps[i].mixer;
+      c.gate = maps[i].gate;
       c.temperature = maps[i].temperature;
       c.lr = grid[g].lr;
       c.weight_decay = grid[g].wd;
@@ -477,8 +503,9 @@ int run(int argc, char** argv) {
     train::ArRunResult r = trained[i];
     if (!o.ok) {
       r = train::ArRunResult{};
-      r.label = train::ar_label(runs[i].mixer, runs[i].temperature);
+      r.label = train::ar_label(runs[i].mixer, runs[i].temperature, runs[i].gate);
       r.mixer = runs[i].mixer;
+      r.gate = runs[i].gate;
       r.temperature = runs[i].temperature;
       r.lr = runs[i].lr;
       r.weight_decay = runs[i].weight_decay;

@@ -108,7 +108,7 @@ void bench(const train::LraRunConfig& c, int64_t steps) {
   const double peak = static_cast<double>(static_cast<int64_t>(memory_stats(c.device).peak) - before) / (1 << 20);
   std::printf("{\"framework\": \"hedgehog\", \"device\": \"%s\", \"threads\": %d, \"task\": \"%s\", "
               "\"attention\": \"%s\", \"len\": %lld, \"batch\": %lld, \"steps_per_s\": %.4f, \"peak_mib\": %.1f}\n",
-              c.device.str().c_str(), num_threads(), data::lra_task_name(c.task), nn::name(c.model.attention).c_str(),
+              c.device.str().c_str(), num_threads(), data::lra_task_name(c.task), nn::gated_label(nn::name(c.model.attention), c.model.gate).c_str(),
               static_cast<long long>(c.max_len), static_cast<long long>(c.batch), 1.0 / times[times.size() / 2], peak);
   std::fflush(stdout);
 }
@@ -117,6 +117,8 @@ int run(int argc, char** argv) {
   apps::Flags f("lra", "Long Range Arena (Hedgehog paper Table 6): train each attention from scratch on each task.");
   f.add("tasks", "listops,pathfinder", "comma list of listops, text, retrieval, image, pathfinder");
   f.add("attentions", "softmax,hedgehog,elu", "comma list: softmax or feature maps of REFERENCE.md §2 (non-causal linear form)");
+  f.add("gate", "none", "gates of the linear maps' state, a comma list: none, decay (RetNet), gla, liger (each\n"
+        "                       linear map runs once per gate; a gated map runs causally, left to right)");
   f.add("preset", "demo", "paper (REFERENCE.md §4 protocol), demo (minutes on a CPU, generated data) or tiny (tests)");
   f.add("data", "", "folder of the release files, one sub-folder per task (DIR/listops, DIR/text, ...)");
   f.add("generate", "false", "generate ListOps / Pathfinder into <out>/data/<task> instead of --data", true);
@@ -165,6 +167,14 @@ int run(int argc, char** argv) {
            preset, "'");
   const auto tasks = parse_tasks(f.str("tasks"));
   const auto attentions = parse_attentions(f.str("attentions"));
+  std::vector<nn::Gate> gates;
+  for (const std::string& g : apps::Flags::split_list(f.str("gate"))) {
+    const nn::Gate gate = nn::parse_gate(g, "--gate");
+    nn::check_gate_built(gate, "--gate");
+    HH_CHECK(std::find(gates.begin(), gates.end(), gate) == gates.end(), "--gate: '", g, "' is listed twice");
+    gates.push_back(gate);
+  }
+  HH_CHECK(!gates.empty(), "--gate: empty list");
   const bool generate = f.boolean("generate");
   const std::string data_dir = f.str("data");
   const int64_t bench_steps = f.integer("bench", 0, 1000000);
@@ -233,27 +243,29 @@ int run(int argc, char** argv) {
   std::vector<train::LraRunConfig> runs;
   for (data::LraTask t : tasks) {
     const train::LraPreset p = train::lra_preset(preset, t);
-    for (const nn::Mixer& a : attentions) {
-      train::LraRunConfig c = base;
-      c.task = t;
-      c.model.attention = a;
-      c.max_len = f.given("max-len") ? f.integer("max-len", 1, 1 << 24) : p.max_len;
-      c.batch = f.given("batch") ? f.integer("batch", 1, 1 << 20) : p.batch;
-      c.steps = f.given("steps") ? f.integer("steps", 1, INT64_MAX / 2) : p.steps;
-      c.warmup = f.given("warmup") ? f.integer("warmup", 0, INT64_MAX / 2) : p.warmup;
-      c.lr = f.given("lr") ? f.number("lr", 1e-12, 10) : p.lr;
-      c.eval_every = f.given("eval-every") ? f.integer("eval-every", 1, INT64_MAX / 2) : p.eval_every;
-      // A model no setting accepts fails here, before any data is read.
-      nn::LraModelConfig mc = c.model;
-      const data::LraTaskInfo info = data::lra_task_info(t);
-      mc.vocab = info.vocab_size;
-      mc.classes = info.num_classes;
-      mc.two_documents = info.two_documents;
-      mc.max_len = c.max_len;
-      Generator gen(0);
-      nn::LraClassifier check_model(mc, {gen, Device::cpu()});
-      runs.push_back(c);
-    }
+    for (const nn::Mixer& a : attentions)
+      for (nn::Gate gate : a.is_linear() && !a.is_hybrid() ? gates : std::vector<nn::Gate>{nn::Gate::none}) {
+        train::LraRunConfig c = base;
+        c.task = t;
+        c.model.attention = a;
+        c.model.gate = gate;
+        c.max_len = f.given("max-len") ? f.integer("max-len", 1, 1 << 24) : p.max_len;
+        c.batch = f.given("batch") ? f.integer("batch", 1, 1 << 20) : p.batch;
+        c.steps = f.given("steps") ? f.integer("steps", 1, INT64_MAX / 2) : p.steps;
+        c.warmup = f.given("warmup") ? f.integer("warmup", 0, INT64_MAX / 2) : p.warmup;
+        c.lr = f.given("lr") ? f.number("lr", 1e-12, 10) : p.lr;
+        c.eval_every = f.given("eval-every") ? f.integer("eval-every", 1, INT64_MAX / 2) : p.eval_every;
+        // A model no setting accepts fails here, before any data is read.
+        nn::LraModelConfig mc = c.model;
+        const data::LraTaskInfo info = data::lra_task_info(t);
+        mc.vocab = info.vocab_size;
+        mc.classes = info.num_classes;
+        mc.two_documents = info.two_documents;
+        mc.max_len = c.max_len;
+        Generator gen(0);
+        nn::LraClassifier check_model(mc, {gen, Device::cpu()});
+        runs.push_back(c);
+      }
   }
 
   if (bench_steps > 0) {
@@ -276,7 +288,7 @@ int run(int argc, char** argv) {
     cfg["runs"].push_back(nlohmann::json::parse(train::lra_run_fingerprint(empty, c)));
   }
   auto run_dir = [&](const train::LraRunConfig& c) {
-    return out + "/" + data::lra_task_name(c.task) + "/" + nn::name(c.model.attention);
+    return out + "/" + data::lra_task_name(c.task) + "/" + nn::gated_label(nn::name(c.model.attention), c.model.gate);
   };
   // A fresh run sets an earlier run's files aside (back in place if this run fails); --resume
   // checks the settings.
@@ -334,7 +346,7 @@ int run(int argc, char** argv) {
     train::LraRunResult r;
     if (resume && ::access(result_path.c_str(), F_OK) == 0) {
       r = train::parse_lra_result(read_file(result_path), result_path);
-      std::printf("  %-11s %-20s finished earlier (%s)\n", r.task.c_str(), nn::name(r.attention).c_str(),
+      std::printf("  %-11s %-20s finished earlier (%s)\n", r.task.c_str(), nn::gated_label(nn::name(r.attention), r.gate).c_str(),
                   result_path.c_str());
       results.push_back(r);
       continue;
@@ -347,16 +359,17 @@ int run(int argc, char** argv) {
     } catch (const std::exception& e) {
       r.task = data::lra_task_name(c.task);
       r.attention = c.model.attention;
+      r.gate = c.model.gate;
       r.status = std::string("error: ") + e.what();
     }
     if (r.status.rfind("interrupted", 0) == 0) {
       std::printf("  %-11s %-20s stopped at step %lld (--stop-after-steps); continue with --resume\n", r.task.c_str(),
-                  nn::name(r.attention).c_str(), static_cast<long long>(r.steps));
+                  nn::gated_label(nn::name(r.attention), r.gate).c_str(), static_cast<long long>(r.steps));
       interrupted = true;
       continue;
     }
     std::printf("  %-11s %-20s -> val %.2f%%, test %.2f%% (%lld steps, %.1f s, %.2f steps/s) %s\n", r.task.c_str(),
-                nn::name(r.attention).c_str(), 100 * r.val_accuracy, 100 * r.test_accuracy,
+                nn::gated_label(nn::name(r.attention), r.gate).c_str(), 100 * r.val_accuracy, 100 * r.test_accuracy,
                 static_cast<long long>(r.steps), r.seconds, r.steps_per_second, r.status.c_str());
     std::fflush(stdout);
     if (r.status.rfind("error", 0) != 0) {

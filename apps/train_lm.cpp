@@ -154,6 +154,8 @@ void add_train_flags(apps::Flags& f, const TrainPreset& p) {
   f.add("form", "chunked", "linear attention form: chunked, recurrent or quadratic");
   f.add("chunk", "64", "chunk size of the chunked form");
   f.add("window", "64", "sliding-window size of the hybrid-<map> mixers");
+  f.add("gate", "none", "gates of the linear attentions' state, a comma list: none, decay (RetNet), gla, liger\n"
+        "                       (each linear attention runs once per gate; softmax and hybrids once, ungated)");
   f.add("feature-dim", "0", "feature dimension of hedgehog / t2r (0 = head dim) or performer (0 = 256)");
   f.add("map-temperature", "1", "exp / hedgehog temperature");
   f.add("batch", std::to_string(p.batch), "sequences per optimizer step (over every rank and micro-batch)");
@@ -185,6 +187,7 @@ void add_train_flags(apps::Flags& f, const TrainPreset& p) {
 
 struct RunSpec {
   nn::Mixer attention;
+  nn::Gate gate;
   train::LmTrainConfig cfg;
 };
 
@@ -297,14 +300,25 @@ int train_cmd(int argc, char** argv) {
   nn::Sampler{so};  // checks the sampling flags
   const int64_t n_samples = f.integer("samples", 0, 1000), sample_tokens = f.integer("sample-tokens", 1, 1 << 20);
 
+  std::vector<nn::Gate> gates;
+  for (const std::string& g : split_list(f.str("gate"), "gate")) {
+    const nn::Gate gate = nn::parse_gate(g, "--gate");
+    nn::check_gate_built(gate, "--gate");
+    HH_CHECK(std::find(gates.begin(), gates.end(), gate) == gates.end(), "--gate: '", g, "' is given twice");
+    gates.push_back(gate);
+  }
   std::vector<RunSpec> runs;
   for (const std::string& name : split_list(f.str("attentions"), "attentions")) {
     const nn::Mixer attention = nn::parse_mixer(name, "--attentions");
     for (const auto& r : runs) HH_CHECK(r.attention != attention, "--attentions: '", name, "' is given twice");
-    RunSpec r{attention, base};
-    r.cfg.attention.mixer = attention;
-    r.cfg.out_dir = (fs::path(out) / name).string();
-    runs.push_back(std::move(r));
+    const bool gated = attention.is_linear() && !attention.is_hybrid();
+    for (nn::Gate gate : gated ? gates : std::vector<nn::Gate>{nn::Gate::none}) {
+      RunSpec r{attention, gate, base};
+      r.cfg.attention.mixer = attention;
+      r.cfg.attention.gate = gate;
+      r.cfg.out_dir = (fs::path(out) / nn::gated_label(name, gate)).string();
+      runs.push_back(std::move(r));
+    }
   }
   if (root) train::check_output_folder(out);
   for (auto& r : runs) {
@@ -327,6 +341,7 @@ int train_cmd(int argc, char** argv) {
     try {
       const train::LmTrainResult res = train::train_language_model(r.cfg, train_data, valid, *comm);
       s = train::summarize_lm_run(r.attention, res);
+      s.gate = r.gate;
       // A run that diverged is a failure (status "diverged at step ..."; nothing exported), an
       // interrupted one (--stop-after-steps) is not.
       if (res.status != "ok" && res.status.rfind("interrupted", 0) != 0) ++failures;
@@ -342,6 +357,7 @@ int train_cmd(int argc, char** argv) {
         comm->abort(1);
       }
       s.attention = r.attention;
+      s.gate = r.gate;
       s.status = std::string("error: ") + e.what();
       ++failures;
     }
@@ -352,7 +368,7 @@ int train_cmd(int argc, char** argv) {
   std::printf("\n%s", train::lm_table(summaries).c_str());
   for (const auto& s : summaries) {
     if (s.samples.empty()) continue;
-    std::printf("\nsamples from %s:\n", nn::name(s.attention).c_str());
+    std::printf("\nsamples from %s:\n", train::lm_run_label(s).c_str());
     for (const auto& line : s.samples) std::printf("  | %s\n", line.c_str());
   }
   std::printf("\nreport: %s\n", (fs::path(out) / "report.html").c_str());

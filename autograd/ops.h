@@ -8,6 +8,7 @@
 #include "autograd/ops/delta_attention.h"
 #include "autograd/ops/elementwise.h"
 #include "autograd/ops/fused.h"
+#include "autograd/ops/gated_attention.h"
 #include "autograd/ops/hybrid_attention.h"
 #include "autograd/ops/index.h"
 #include "autograd/ops/linalg.h"

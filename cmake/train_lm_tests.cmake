@@ -12,6 +12,12 @@ set(TLM_TINY train --data ${TLM}/data --preset tiny --context 32 --steps 12 --ev
 add_test(NAME train_lm_tiny COMMAND train_lm ${TLM_TINY} --out ${TLM}/runs)
 set_tests_properties(train_lm_tiny PROPERTIES FIXTURES_REQUIRED train_lm_data FIXTURES_SETUP train_lm_runs
                      PASS_REGULAR_EXPRESSION "softmax +[0-9.]+ +[0-9.]+ +- .*ok\nhedgehog +[0-9.]+ .*ok\n.*samples from hedgehog.*report: ")
+# A gated attention (GLA's gate on hedgehog): trained, named hedgehog+gla, sampled through the
+# gated recurrent step, exported with config.json hedgehog.gate.
+add_test(NAME train_lm_tiny_gated COMMAND train_lm train --data ${TLM}/data --preset tiny --context 32 --steps 6
+         --eval-every 6 --samples 1 --sample-tokens 4 --quiet --attentions hedgehog --gate gla --out ${TLM}/gated)
+set_tests_properties(train_lm_tiny_gated PROPERTIES FIXTURES_REQUIRED train_lm_data
+                     PASS_REGULAR_EXPRESSION "hedgehog\\+gla +[0-9.]+ .*ok\n.*samples from hedgehog\\+gla.*report: ")
 # The exported folder is an HF GPT-2 folder that hf_run and train_lm sample load (Hedgehog attention,
 # recurrent decoding), with the tokenizer files copied.
 add_test(NAME train_lm_sample COMMAND train_lm sample --model ${TLM}/runs/hedgehog/model --tokens 5 --samples 1
@@ -55,6 +61,8 @@ set(TRAIN_LM_BAD
     "${T} --positions 64 --context 65" "--context 65 is longer than the model's 64 positions"
     "${T} --attentions softmax,nope" "unknown attention 'nope'"
     "${T} --attentions softmax,softmax" "'softmax' is given twice"
+    "${T} --gate delta" "--gate delta: not built yet"
+    "${T} --gate mamba" "unknown gate 'mamba'"
     "${T} --dim 30 --heads 4" "n_embd (30) must be a positive multiple of n_head (4)"
     "${T} --batch 6 --accumulation 4" "--batch 6 must be a positive multiple of --accumulation (4)"
     "${T} --schedule onecycle --steps 0" "--steps"

@@ -19,6 +19,9 @@ LinearForm parse_linear_form(const std::string& s) {
 
 namespace {
 
+// The dtype a gated mixer computes in: f64 stays, everything else runs in f32.
+DType gated_compute_dtype(DType t) { return t == DType::f64 ? DType::f64 : DType::f32; }
+
 // (L,L) bool, true above the diagonal (future keys); built on the device, no host L² array.
 Tensor future_mask(int64_t L, Device d) { return gt(triu(ones({L, L}, {DType::f32, d}), 1), 0.5); }
 
@@ -143,10 +146,19 @@ AttentionMixer::AttentionMixer(MixerConfig c, std::shared_ptr<FeatureMap> fm) : 
     HH_CHECK(std::dynamic_pointer_cast<HybridFeatureMap>(feature_map) != nullptr, "attention: mixer '",
              name(cfg.mixer), "' needs a hybrid feature map (make_mixer_feature_map), got '", feature_map->name(), "'");
   }
+  if (cfg.gate != Gate::none) {
+    HH_CHECK(cfg.mixer.is_linear() && !cfg.mixer.is_hybrid(), "attention: gate '", name(cfg.gate),
+             "' needs a linear mixer (a feature map), not '", name(cfg.mixer), "'");
+    check_gate_built(cfg.gate, "attention: gate");
+    HH_CHECK(std::dynamic_pointer_cast<GatedFeatureMap>(feature_map) != nullptr, "attention: gate '", name(cfg.gate),
+             "' needs a gated feature map (make_mixer_feature_map with the gate), got '", feature_map->name(), "'");
+  }
 }
 
 std::shared_ptr<FeatureMap> make_mixer_feature_map(const Mixer& mixer, FeatureMapConfig fc, int64_t heads,
-                                                   int64_t head_dim, Init init) {
+                                                   int64_t head_dim, Init init, Gate gate, int64_t model_dim) {
+  HH_CHECK(gate == Gate::none || (mixer.is_linear() && !mixer.is_hybrid()), "attention: gate '", name(gate),
+           "' needs a linear mixer (a feature map), not '", name(mixer), "'");
   if (mixer.is_softmax()) return nullptr;
   init.draw = true;  // new weights, never loaded from an HF file
   fc.name = mixer.feature_map();
@@ -154,11 +166,12 @@ std::shared_ptr<FeatureMap> make_mixer_feature_map(const Mixer& mixer, FeatureMa
   fc.head_dim = head_dim;
   std::shared_ptr<FeatureMap> map = make_feature_map(fc, init);
   if (mixer.is_hybrid()) return std::make_shared<HybridFeatureMap>(std::move(map), heads, init);
+  if (gate != Gate::none) return std::make_shared<GatedFeatureMap>(std::move(map), gate, heads, model_dim, init);
   return map;
 }
 
 Tensor AttentionMixer::forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
-                               TraceRequest* trace) const {
+                               TraceRequest* trace, const GateInput& gate) const {
   const int64_t L = q.size(2);
   AttentionTrace tr;
   Tensor y;  // (B,H,L,Dv)
@@ -176,6 +189,22 @@ Tensor AttentionMixer::forward(const Tensor& q, const Tensor& k, const Tensor& v
       y = hybrid_attention_quadratic(q, k, v, pq, pk, wf, lf, cfg.window, -1, key_mask, &tr.weights);
     else
       y = hybrid_attention_chunked(q, k, v, pq, pk, wf, lf, cfg.window, -1, key_mask, cfg.chunk);
+  } else if (cfg.gate != Gate::none) {
+    HH_CHECK(cfg.causal, "attention: gate '", name(cfg.gate), "' is causal only (a gated recurrent state)");
+    const auto& gm = static_cast<const GatedFeatureMap&>(*feature_map);
+    FeatureContext ctx{0, L, key_mask};
+    // The state, the cumulative log gates and the normalizer in f32 whatever the input dtype
+    // (REFERENCE.md §1; bf16 autocast gives bf16 v), the output back in v's dtype.
+    const DType ct = gated_compute_dtype(v.dtype());
+    Tensor pq = feature_map->forward(q, true, ctx).to(ct), pk = feature_map->forward(k, false, ctx).to(ct);
+    Tensor vv = v.to(ct), log_a = gm.log_gate(gate, ct);
+    if ((trace && (trace->weights || trace->teacher)) || cfg.form == LinearForm::quadratic)
+      y = gated_attention_quadratic(pq, pk, vv, log_a, true, cfg.eps, key_mask, &tr.weights);
+    else if (cfg.form == LinearForm::recurrent)
+      y = gated_attention_recurrent(pq, pk, vv, log_a, true, cfg.eps, key_mask);
+    else
+      y = gated_attention_chunked(pq, pk, vv, log_a, true, cfg.eps, key_mask, cfg.chunk);
+    y = y.to(v.dtype());
   } else {
     FeatureContext ctx{0, L, key_mask};  // padded keys: see FeatureContext::key_mask
     Tensor pq = feature_map->forward(q, true, ctx), pk = feature_map->forward(k, false, ctx);
@@ -212,17 +241,25 @@ Tensor AttentionMixer::forward(const Tensor& q, const Tensor& k, const Tensor& v
   return y;
 }
 
-Tensor AttentionMixer::linear_step(const Tensor& q, const Tensor& k, const Tensor& v, RecurrentState& state) const {
+Tensor AttentionMixer::linear_step(const Tensor& q, const Tensor& k, const Tensor& v, RecurrentState& state,
+                                   const GateInput& gate) const {
   HH_CHECK(feature_map != nullptr, "attention: recurrent decoding needs a linear (feature-map) mixer, not softmax");
   HH_CHECK(!cfg.mixer.is_hybrid(), "attention: mixer '", name(cfg.mixer),
            "' decodes with AttentionMixer::step and a DecodeCache, not the linear recurrent state");
   HH_CHECK(cfg.causal, "attention: recurrent decoding needs a causal model");
   FeatureContext ctx{state.pos, 0};
   Tensor pq = feature_map->forward(q, true, ctx), pk = feature_map->forward(k, false, ctx);
+  if (cfg.gate != Gate::none) {
+    const DType ct = gated_compute_dtype(v.dtype());
+    Tensor log_a = static_cast<const GatedFeatureMap&>(*feature_map).log_gate(gate, ct);
+    ++state.pos;
+    return gated_attention_step(state.gated, pq.to(ct), pk.to(ct), v.to(ct), log_a, true, cfg.eps).to(v.dtype());
+  }
   return linear_attention_step(pq, pk, v, cfg.eps, state);
 }
 
-Tensor AttentionMixer::step(const Tensor& q, const Tensor& k, const Tensor& v, DecodeCache& cache) const {
+Tensor AttentionMixer::step(const Tensor& q, const Tensor& k, const Tensor& v, DecodeCache& cache,
+                            const GateInput& gate) const {
   HH_CHECK(q.dim() == 4 && q.size(2) == 1 && k.size(2) == 1 && v.size(2) == 1,
            "attention step: expected one token q, k, v (B,H,1,D), got ", q.shape(), ", ", k.shape(), ", ", v.shape());
   if (cfg.mixer.is_hybrid()) {
@@ -236,7 +273,7 @@ Tensor AttentionMixer::step(const Tensor& q, const Tensor& k, const Tensor& v, D
     Tensor pq = feature_map->forward(q, true, ctx).to(dt), pk = feature_map->forward(k, false, ctx).to(dt);
     return hybrid_attention_step(cache.hybrid, q, k, v, pq, pk, hm.window_weight(dt), hm.linear_weight(dt));
   }
-  if (feature_map) return linear_step(q, k, v, cache.linear);
+  if (feature_map) return linear_step(q, k, v, cache.linear, gate);
   HH_CHECK(cfg.causal, "attention step: decoding needs a causal model");
   cache.k = cache.k.defined() ? cat({cache.k, k}, 2) : k;  // (B,H,T,D)
   cache.v = cache.v.defined() ? cat({cache.v, v}, 2) : v;
@@ -260,17 +297,19 @@ Attention::Attention(const AttentionConfig& c, Init init) : cfg(c) {
   v_proj = register_module("v_proj", std::make_shared<Linear>(c.dim, inner, c.bias, init));
   o_proj = register_module("o_proj", std::make_shared<Linear>(inner, c.dim, c.bias, init));
   if (c.mixer.is_linear())
-    feature_map = register_module("feature_map", make_mixer_feature_map(c.mixer, c.feature_map, c.heads, c.head_dim, init));
-  mixer = AttentionMixer(MixerConfig{c.mixer, c.causal, c.form, c.chunk, c.eps, c.window}, feature_map);
+    feature_map = register_module(
+        "feature_map", make_mixer_feature_map(c.mixer, c.feature_map, c.heads, c.head_dim, init, c.gate, c.dim));
+  mixer = AttentionMixer(MixerConfig{c.mixer, c.causal, c.form, c.chunk, c.eps, c.window, c.gate}, feature_map);
 }
 
-void Attention::project(const Tensor& x, int64_t pos_offset, Tensor& q, Tensor& k, Tensor& v) const {
+void Attention::project(const Tensor& x, int64_t pos_offset, Tensor& q, Tensor& k, Tensor& v, Tensor* k_raw) const {
   HH_CHECK(x.dim() == 3 && x.size(2) == cfg.dim, "Attention: expected x (B,L,", cfg.dim, "), got ", x.shape());
   const int64_t B = x.size(0), L = x.size(1), H = cfg.heads, D = cfg.head_dim;
   auto heads = [&](const Tensor& t) { return transpose(reshape(t, {B, L, H, D}), 1, 2); };  // (B,H,L,D)
   q = heads(q_proj->forward(x));
   k = heads(k_proj->forward(x));
   v = heads(v_proj->forward(x));
+  if (k_raw) *k_raw = k;
   if (cfg.rope) {
     q = apply_rope(q, pos_offset, cfg.rope_theta);
     k = apply_rope(k, pos_offset, cfg.rope_theta);
@@ -278,19 +317,19 @@ void Attention::project(const Tensor& x, int64_t pos_offset, Tensor& q, Tensor& 
 }
 
 Tensor Attention::forward(const Tensor& x, const Tensor& key_mask, TraceRequest* trace) {
-  Tensor q, k, v;
-  project(x, 0, q, k, v);
+  Tensor q, k, v, k_raw;
+  project(x, 0, q, k, v, &k_raw);
   const int64_t B = x.size(0), L = x.size(1);
-  Tensor y = mixer.forward(q, k, v, key_mask, trace);  // (B,H,L,D)
+  Tensor y = mixer.forward(q, k, v, key_mask, trace, GateInput{x, k_raw});  // (B,H,L,D)
   Tensor merged = reshape(transpose(y, 1, 2), {B, L, cfg.heads * cfg.head_dim});
   return o_proj->forward(merged);
 }
 
 Tensor Attention::step(const Tensor& x, DecodeCache& cache) {
   HH_CHECK(x.dim() == 3 && x.size(1) == 1, "Attention::step: expected x (B,1,C), got ", x.shape());
-  Tensor q, k, v;
-  project(x, cache.pos(), q, k, v);
-  Tensor y = mixer.step(q, k, v, cache);
+  Tensor q, k, v, k_raw;
+  project(x, cache.pos(), q, k, v, &k_raw);
+  Tensor y = mixer.step(q, k, v, cache, GateInput{x, k_raw});
   return o_proj->forward(reshape(transpose(y, 1, 2), {x.size(0), 1, cfg.heads * cfg.head_dim}));
 }
 

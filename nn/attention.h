@@ -1,15 +1,18 @@
 // Attention with a pluggable mixer: softmax (causal or bidirectional, padding mask), linear
 // attention with a FeatureMap in one of four forms: quadratic (weights materialized), chunked
 // causal (fused op, the training path), non-causal, and recurrent (O(1) state per step), or the
-// causal hybrid of a sliding softmax window and linear attention (autograd/ops/hybrid_attention.h).
+// causal hybrid of a sliding softmax window and linear attention (autograd/ops/hybrid_attention.h);
+// a linear mixer may gate its state (nn/gate.h, autograd/ops/gated_attention.h).
 #pragma once
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "autograd/ops/gated_attention.h"
 #include "autograd/ops/hybrid_attention.h"
 #include "nn/feature_maps.h"
+#include "nn/gate.h"
 #include "nn/layers.h"
 #include "nn/mixer.h"
 
@@ -28,6 +31,7 @@ struct AttentionConfig {
   int64_t chunk = 64;
   double eps = 1e-6;
   int64_t window = 64;  // hybrid mixers: the sliding window W
+  Gate gate = Gate::none;  // linear (non-hybrid) mixers: the gate on the state
   bool rope = false;
   double rope_theta = 10000.0;
   bool bias = false;
@@ -55,9 +59,11 @@ struct TraceRequest {
   std::vector<AttentionTrace> layers;  // appended in layer order by each Attention::forward
 };
 
-// Recurrent decoding state for one layer: S (B,H,F,D), z (B,H,F), tokens seen.
+// Recurrent decoding state for one layer: S (B,H,F,D), z (B,H,F), tokens seen; a gated mixer
+// keeps its state in `gated`.
 struct RecurrentState {
   Tensor S, z;
+  GatedDecodeState gated;
   int64_t pos = 0;
 };
 
@@ -96,6 +102,10 @@ struct MixerConfig {
   // Hybrid mixers (causal only): softmax over the last `window` keys, linear attention with the
   // feature map over the keys before them; the chunked op (chunk = `chunk`) unless weights are asked.
   int64_t window = 64;
+  // Linear (non-hybrid, causal) mixers: a gate on the state (none: the plain prefix sum). A gated
+  // mixer runs gated_attention in its normalized form (y = pq·S / (pq·z + eps), as the ungated
+  // mixer); its feature map is a GatedFeatureMap (make_mixer_feature_map with the gate).
+  Gate gate = Gate::none;
   // Softmax (causal only): each query sees only the last `sliding_window` keys, itself included
   // (a Mistral/Qwen sliding-window layer), in forward and in decoding; 0 = all keys. Linear and
   // hybrid mixers ignore it: they replace the whole softmax (the softmax teacher keeps it).
@@ -122,12 +132,16 @@ class AttentionMixer {
   AttentionMixer(MixerConfig cfg, std::shared_ptr<FeatureMap> feature_map);
   // q, k (B,H,L,D), v (B,H,L,Dv) -> (B,H,L,Dv). key_mask (B,L) bool (true = real token) or undefined.
   // trace (may be null) gets this layer's AttentionTrace appended.
+  // gate: what a gated mixer's gate reads (GateInput: the layer input for gla, the key projection
+  // before RoPE for liger).
   Tensor forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
-                 TraceRequest* trace) const;
+                 TraceRequest* trace, const GateInput& gate = GateInput()) const;
   // One token per call (causal only): q, k, v (B,H,1,D) -> (B,H,1,Dv); the cache grows by one.
-  Tensor step(const Tensor& q, const Tensor& k, const Tensor& v, DecodeCache& cache) const;
+  Tensor step(const Tensor& q, const Tensor& k, const Tensor& v, DecodeCache& cache,
+              const GateInput& gate = GateInput()) const;
   // The linear recurrent step alone (what nn::Attention::step uses).
-  Tensor linear_step(const Tensor& q, const Tensor& k, const Tensor& v, RecurrentState& state) const;
+  Tensor linear_step(const Tensor& q, const Tensor& k, const Tensor& v, RecurrentState& state,
+                     const GateInput& gate = GateInput()) const;
   // Has a feature map (linear or hybrid; see Mixer::is_linear).
   bool is_linear() const { return feature_map != nullptr; }
   bool is_hybrid() const { return cfg.mixer.is_hybrid(); }
@@ -137,9 +151,11 @@ class AttentionMixer {
 };
 
 // The feature map of a mixer (null for softmax): fc with name/heads/head_dim set from the arguments;
-// for a hybrid, a HybridFeatureMap around that map (window factors init 0).
+// for a hybrid, a HybridFeatureMap around that map (window factors init 0); with a gate, a
+// GatedFeatureMap around it (model_dim: the layer input's width, for gla's projection).
 std::shared_ptr<FeatureMap> make_mixer_feature_map(const Mixer& mixer, FeatureMapConfig fc, int64_t heads,
-                                                   int64_t head_dim, Init init);
+                                                   int64_t head_dim, Init init, Gate gate = Gate::none,
+                                                   int64_t model_dim = 0);
 
 class Attention : public Module {
  public:
@@ -160,8 +176,9 @@ class Attention : public Module {
   AttentionMixer mixer;
 
  private:
-  // x (B,L,C) -> q, k, v (B,H,L,D) with RoPE applied to q and k.
-  void project(const Tensor& x, int64_t pos_offset, Tensor& q, Tensor& k, Tensor& v) const;
+  // x (B,L,C) -> q, k, v (B,H,L,D) with RoPE applied to q and k; *k_raw (when given) gets k
+  // before RoPE (Liger's gate reads it).
+  void project(const Tensor& x, int64_t pos_offset, Tensor& q, Tensor& k, Tensor& v, Tensor* k_raw = nullptr) const;
 };
 
 }  // namespace hh::nn

@@ -142,8 +142,9 @@ EncoderClassifier::EncoderClassifier(const TransformerConfig& c, int64_t classes
   check_config(c);
   HH_CHECK(classes > 1 || classes == 0, "EncoderClassifier: need at least 2 classes (or 0: no classifier), got ", classes);
   HH_CHECK(pool == "cls" || pool == "mean", "EncoderClassifier: pooling must be cls or mean, got '", pool, "'");
-  cfg.attention.causal = false;
-  if (cfg.attention.form == LinearForm::chunked) cfg.attention.form = LinearForm::noncausal;
+  // Bidirectional, except a gated linear mixer: its state is a recurrence, run left to right.
+  cfg.attention.causal = cfg.attention.gate != Gate::none;
+  if (!cfg.attention.causal && cfg.attention.form == LinearForm::chunked) cfg.attention.form = LinearForm::noncausal;
   embed = register_module("embed", std::make_shared<Embedding>(c.vocab, c.dim, init, 0.02));
   if (c.positions == "learned") pos_embed = register_module("pos_embed", std::make_shared<Embedding>(c.max_len, c.dim, init, 0.02));
   blocks = register_module("layers", std::make_shared<ModuleList<TransformerBlock>>());

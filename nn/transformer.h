@@ -76,7 +76,8 @@ class DecoderLM : public Module {
 class EncoderClassifier : public Module {
  public:
   // classes 0 builds no classifier: forward then returns the pooled features (B,dim), the encoder
-  // of a two-tower model (experiments/lra/lra_classifier.h).
+  // of a two-tower model (experiments/lra/lra_classifier.h). Attention is bidirectional, except a
+  // gated linear mixer's (cfg.attention.gate), which runs causally.
   EncoderClassifier(const TransformerConfig& cfg, int64_t classes, const std::string& pooling, Init init);
   // ids (B,L), key_mask (B,L) bool or undefined -> logits (B,classes), or (B,dim) when classes is 0.
   Tensor forward(const Tensor& ids, const Tensor& key_mask = Tensor(), TraceRequest* trace = nullptr);

@@ -61,6 +61,15 @@ Tensor rand_input(const Shape& s, double lo, double hi, Generator& g, DType t) {
   return uniform(s, lo, hi, g, {t});
 }
 
+Tensor padding_test_mask(int64_t B, int64_t L) {
+  std::vector<double> m(static_cast<size_t>(B * L), 1.0);
+  for (int64_t l = 0; l < L; ++l) {
+    m[static_cast<size_t>(l)] = (l % 4 == 2 || l >= L - 3) ? 0.0 : 1.0;
+    if (B > 1) m[static_cast<size_t>(L + l)] = l < 3 ? 0.0 : 1.0;
+  }
+  return from_vector(m, {B, L}, {DType::boolean});
+}
+
 void check_throws(const std::function<void()>& f, const std::vector<std::string>& fragments) {
   bool threw = false;
   std::string msg;

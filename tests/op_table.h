@@ -59,6 +59,11 @@ Host binary_ref(const Host& a, const Host& b, const std::function<double(double,
 // Random float input on the CPU.
 Tensor rand_input(const Shape& s, double lo, double hi, Generator& g, DType t);
 
+// A (B,L) bool padding mask for attention tests: batch 0 has scattered holes (every 4th key from
+// the third) and a padded tail of 3, batch 1 padded keys in front (its first 3 queries see no key
+// at all), the others every key.
+Tensor padding_test_mask(int64_t B, int64_t L);
+
 // Checks that `f` throws hh::Error whose message contains every fragment.
 void check_throws(const std::function<void()>& f, const std::vector<std::string>& fragments);
 

@@ -78,10 +78,11 @@ ArEval ar_evaluate(nn::DecoderLM& model, const ArSplit& split, int64_t batch, De
   return {static_cast<double>(correct) / static_cast<double>(N), loss_sum / static_cast<double>(N)};
 }
 
-std::string ar_label(const nn::Mixer& mixer, double t) {
-  if (mixer.feature_map() != "exp") return nn::name(mixer);  // only exp takes a temperature (REFERENCE.md §2)
+std::string ar_label(const nn::Mixer& mixer, double t, nn::Gate gate) {
+  // only exp takes a temperature (REFERENCE.md §2)
+  if (mixer.feature_map() != "exp") return nn::gated_label(nn::name(mixer), gate);
   char buf[64];
-  std::snprintf(buf, sizeof buf, "%s (t=%g)", nn::name(mixer).c_str(), t);
+  std::snprintf(buf, sizeof buf, "%s (t=%g)", nn::gated_label(nn::name(mixer), gate).c_str(), t);
   return buf;
 }
 
@@ -108,6 +109,7 @@ std::string ar_run_fingerprint(const ArDataset& data, const ArRunConfig& cfg) {
       {"diverge_steps", cfg.diverge_steps}};
   if (cfg.precision != Precision::f32) j["precision"] = precision_name(cfg.precision);  // f32 runs keep their fingerprint
   if (cfg.mixer.is_hybrid()) j["model"]["window"] = a.window;  // only hybrids: other runs keep their fingerprint
+  if (cfg.gate != nn::Gate::none) j["model"]["gate"] = nn::name(cfg.gate);  // only gated runs: others unchanged
   return j.dump();
 }
 
@@ -194,8 +196,9 @@ ArRunResult run_associative_recall(const ArDataset& data, const ArRunConfig& cfg
   PrecisionGuard precision(cfg.precision);
   ArRunResult r;
   r.mixer = cfg.mixer;
+  r.gate = cfg.gate;
   r.temperature = cfg.temperature;
-  r.label = ar_label(cfg.mixer, cfg.temperature);
+  r.label = ar_label(cfg.mixer, cfg.temperature, cfg.gate);
   r.lr = cfg.lr;
   r.weight_decay = cfg.weight_decay;
   r.batch = cfg.batch;
@@ -203,6 +206,7 @@ ArRunResult run_associative_recall(const ArDataset& data, const ArRunConfig& cfg
   nn::TransformerConfig mc = cfg.model;
   mc.vocab = data.config.vocab;
   mc.attention.mixer = cfg.mixer;
+  mc.attention.gate = cfg.gate;
   mc.attention.feature_map.temperature = cfg.temperature;
   mc.seed = cfg.seed;
   Generator init_gen(cfg.seed);

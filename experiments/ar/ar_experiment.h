@@ -8,6 +8,7 @@
 
 #include "autograd/autocast.h"
 #include "data/associative_recall.h"
+#include "nn/gate.h"
 #include "nn/mixer.h"
 #include "nn/transformer.h"
 
@@ -25,6 +26,7 @@ ArTargets parse_ar_targets(const std::string& name);  // throws hh::Error naming
 
 struct ArRunConfig {
   nn::Mixer mixer;                // softmax, or linear attention with a feature map
+  nn::Gate gate = nn::Gate::none; // linear mixers: the gate on the state (nn/gate.h)
   double temperature = 1.0;       // exp / hedgehog temperature
   nn::TransformerConfig model;    // sizes; attention.mixer is set from `mixer`
   int64_t epochs = 20;
@@ -73,6 +75,7 @@ struct ArRunResult {
   // caught an exception, "error: <message>".
   std::string status = "ok";
   nn::Mixer mixer;
+  nn::Gate gate = nn::Gate::none;
   double temperature = 1.0;
   double accuracy = 0.0;      // test accuracy on the query's answer, in [0,1]
   double val_accuracy = 0.0;  // validation accuracy of the kept (best) epoch
@@ -113,8 +116,9 @@ inline double ar_accuracy(nn::DecoderLM& model, const ArSplit& split, int64_t ba
   return ar_evaluate(model, split, batch, device).accuracy;
 }
 
-// The label of a run of `mixer`: "exp (t=2)" for exp, which takes a temperature, else its name.
-std::string ar_label(const nn::Mixer& mixer, double temperature);
+// The label of a run of `mixer`: "exp (t=2)" for exp, which takes a temperature, else its name;
+// "+<gate>" after it when gated ("hedgehog+gla").
+std::string ar_label(const nn::Mixer& mixer, double temperature, nn::Gate gate = nn::Gate::none);
 
 // Everything that decides a run's result (model, data and training settings), as JSON text: a
 // checkpoint stores it and resuming refuses a checkpoint whose fingerprint differs.

@@ -52,24 +52,26 @@ std::string index_html(const std::vector<ArRunResult>& results, const std::strin
 }
 
 nlohmann::json result_to_json(const ArRunResult& r) {
-  return {{"feature_map", r.label},
-          {"status", r.status},
-          {"mixer", nn::name(r.mixer)},
-          {"temperature", r.temperature},
-          {"accuracy", r.accuracy},
-          {"val_accuracy", r.val_accuracy},
-          {"entropy", r.entropy},
-          {"monotonicity", r.monotonicity},
-          {"params", r.params},
-          {"seconds", r.seconds},
-          {"epochs", r.epochs_run},
-          {"steps", r.steps},
-          {"lr", r.lr},
-          {"weight_decay", r.weight_decay},
-          {"batch", r.batch},
-          {"train_loss", r.train_loss},
-          {"val_accuracy_curve", r.val_acc},
-          {"val_loss_curve", r.val_loss}};
+  nlohmann::json j = {{"feature_map", r.label},
+                      {"status", r.status},
+                      {"mixer", nn::name(r.mixer)},
+                      {"temperature", r.temperature},
+                      {"accuracy", r.accuracy},
+                      {"val_accuracy", r.val_accuracy},
+                      {"entropy", r.entropy},
+                      {"monotonicity", r.monotonicity},
+                      {"params", r.params},
+                      {"seconds", r.seconds},
+                      {"epochs", r.epochs_run},
+                      {"steps", r.steps},
+                      {"lr", r.lr},
+                      {"weight_decay", r.weight_decay},
+                      {"batch", r.batch},
+                      {"train_loss", r.train_loss},
+                      {"val_accuracy_curve", r.val_acc},
+                      {"val_loss_curve", r.val_loss}};
+  if (r.gate != nn::Gate::none) j["gate"] = nn::name(r.gate);  // only gated runs: other results unchanged
+  return j;
 }
 
 }  // namespace
@@ -93,6 +95,7 @@ ArRunResult parse_ar_result(const std::string& json_text, const std::string& sou
     r.label = j.at("feature_map").get<std::string>();
     r.status = j.at("status").get<std::string>();
     r.mixer = nn::parse_mixer(j.at("mixer").get<std::string>(), str("ar result ", source, ": mixer"));
+    r.gate = nn::parse_gate(j.value("gate", std::string("none")), str("ar result ", source, ": gate"));
     r.temperature = j.at("temperature").get<double>();
     r.accuracy = j.at("accuracy").get<double>();
     r.val_accuracy = j.at("val_accuracy").get<double>();

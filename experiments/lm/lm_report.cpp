@@ -15,6 +15,8 @@ namespace hh::train {
 
 using nlohmann::json;
 
+std::string lm_run_label(const LmRunSummary& s) { return nn::gated_label(nn::name(s.attention), s.gate); }
+
 LmRunSummary summarize_lm_run(const nn::Mixer& attention, const LmTrainResult& r) {
   LmRunSummary s;
   s.attention = attention;
@@ -59,7 +61,7 @@ std::string lm_table(const std::vector<LmRunSummary>& runs) {
                 "gap (ppl)", "params", "steps", "tokens/s", "status");
   os << line << std::string(86, '-') << "\n";
   for (const auto& r : runs) {
-    const std::string name = nn::name(r.attention);
+    const std::string name = lm_run_label(r);
     std::string gap = "-";
     if (base && std::isfinite(r.val_ppl) && &r != base) {
       char g[32];
@@ -90,7 +92,7 @@ void write_lm_report(const std::string& dir, const std::vector<LmRunSummary>& ru
   CsvTable csv({"attention", "status", "val_ppl", "val_loss", "params", "steps", "seconds", "tokens_per_second"});
   std::vector<LineSeries> loss_lines, ppl_lines;
   for (const auto& r : runs) {
-    const std::string name = nn::name(r.attention);
+    const std::string name = lm_run_label(r);
     json evals = json::array();
     LineSeries pl;
     pl.name = name;
@@ -133,7 +135,7 @@ void write_lm_report(const std::string& dir, const std::vector<LmRunSummary>& ru
        << "<a href=\"results.csv\">results.csv</a>; per run: metrics.jsonl, model/ (an HF GPT-2 folder)</p>\n"
        << "<img src=\"loss.svg\"><img src=\"ppl.svg\">\n<h2>Samples</h2>\n";
   for (const auto& r : runs) {
-    html << "<h3>" << xml_escape(nn::name(r.attention)) << "</h3>\n";
+    html << "<h3>" << xml_escape(lm_run_label(r)) << "</h3>\n";
     for (const auto& s : r.samples) html << "<pre>" << xml_escape(s) << "</pre>\n";
   }
   html << "<h2>Settings</h2>\n<pre>" << xml_escape(config.is_discarded() ? config_json : config.dump(2))

@@ -8,12 +8,14 @@
 #include <vector>
 
 #include "experiments/lm/lm_train.h"
+#include "nn/gate.h"
 #include "nn/mixer.h"
 
 namespace hh::train {
 
 struct LmRunSummary {
   nn::Mixer attention;   // shown by name ("softmax", "hedgehog", ...)
+  nn::Gate gate = nn::Gate::none;  // shown after the name when gated ("hedgehog+gla")
   std::string status;    // "ok", "interrupted at step N", "diverged ...", "error: ..."
   int64_t params = 0;
   int64_t steps = 0;
@@ -26,6 +28,8 @@ struct LmRunSummary {
 };
 
 LmRunSummary summarize_lm_run(const nn::Mixer& attention, const LmTrainResult& r);
+// The row's name: the attention's, "+<gate>" after it when gated.
+std::string lm_run_label(const LmRunSummary& s);
 
 // The side-by-side table (perplexity, gap to the softmax row when there is one, tokens/s).
 std::string lm_table(const std::vector<LmRunSummary>& runs);

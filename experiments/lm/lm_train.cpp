@@ -206,6 +206,7 @@ std::string lm_run_fingerprint(const LmTrainConfig& c) {
             {"grad_clip", c.grad_clip}, {"seed", c.seed}, {"data", c.data_fingerprint}};
   if (c.precision != Precision::f32) j["precision"] = precision_name(c.precision);  // f32 runs keep their fingerprint
   if (c.attention.mixer.is_hybrid()) j["attention"]["window"] = c.attention.window;  // only hybrids: others unchanged
+  if (c.attention.gate != nn::Gate::none) j["attention"]["gate"] = nn::name(c.attention.gate);  // only gated runs
   return j.dump();
 }
 

@@ -20,8 +20,11 @@ TransformerConfig lra_transformer_config(const LraModelConfig& c) {
   t.mlp = "gelu";
   t.dropout = c.dropout;
   t.attention.mixer = c.attention;
-  t.attention.causal = false;
-  t.attention.form = LinearForm::noncausal;
+  // Bidirectional, except a gated map: its state is a recurrence, run left to right (chunked form);
+  // mean pooling then reads every position's output.
+  t.attention.gate = c.gate;
+  t.attention.causal = c.gate != Gate::none;
+  t.attention.form = c.gate != Gate::none ? LinearForm::chunked : LinearForm::noncausal;
   t.attention.feature_map = c.feature_map;
   t.seed = c.seed;
   return t;

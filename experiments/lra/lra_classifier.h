@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "nn/gate.h"
 #include "nn/mixer.h"
 #include "nn/transformer.h"
 
@@ -28,6 +29,7 @@ struct LraModelConfig {
   int64_t layers = 2;
   double dropout = 0.1;
   Mixer attention;                    // softmax or a feature map (REFERENCE.md §2)
+  Gate gate = Gate::none;             // a gated linear map runs causally (a recurrence read left to right)
   FeatureMapConfig feature_map;       // options of the map (feature_dim, temperature, ...)
   uint64_t seed = 0;
 };

@@ -124,7 +124,7 @@ std::string lra_run_fingerprint(const LraData& data, const LraRunConfig& cfg) {
       {"data", {std::to_string(split_hash(data.train)), std::to_string(split_hash(data.val)),
                 std::to_string(split_hash(data.test))}},
       {"model", {{"dim", m.dim}, {"mlp_hidden", m.mlp_hidden}, {"heads", m.heads}, {"head_dim", m.head_dim},
-                 {"layers", m.layers}, {"dropout", m.dropout}, {"attention", nn::name(m.attention)},
+                 {"layers", m.layers}, {"dropout", m.dropout}, {"attention", nn::gated_label(nn::name(m.attention), m.gate)},
                  {"feature_dim", f.feature_dim}, {"temperature", f.temperature}, {"redraw", f.redraw_interval}}},
       {"max_len", cfg.max_len}, {"batch", cfg.batch}, {"steps", cfg.steps}, {"warmup", cfg.warmup}, {"lr", cfg.lr},
       {"weight_decay", cfg.weight_decay}, {"adam_eps", cfg.adam_eps}, {"grad_clip", cfg.grad_clip},
@@ -196,6 +196,7 @@ LraRunResult run_lra(const LraData& data, const LraRunConfig& cfg) {
   LraRunResult r;
   r.task = data::lra_task_name(cfg.task);
   r.attention = cfg.model.attention;
+  r.gate = cfg.model.gate;
 
   nn::LraModelConfig mc = cfg.model;
   mc.vocab = info.vocab_size;
@@ -240,7 +241,7 @@ LraRunResult run_lra(const LraData& data, const LraRunConfig& cfg) {
   tc.fingerprint = checkpoints ? lra_run_fingerprint(data, cfg) : "";
   tc.resume = cfg.resume;
   tc.stop_after_steps = cfg.stop_after_steps;
-  tc.label = r.task + " " + nn::name(r.attention);
+  tc.label = r.task + " " + nn::gated_label(nn::name(r.attention), r.gate);
   tc.metric_name = "val_acc";
   tc.quiet = cfg.quiet;
   TrainerHooks hooks;
@@ -267,7 +268,7 @@ LraRunResult run_lra(const LraData& data, const LraRunConfig& cfg) {
       r.best_step = at.step;
     }
     if (log.is_open())
-      log.write({{"task", r.task}, {"attention", nn::name(r.attention)}, {"step", at.step}, {"lr", at.lr},
+      log.write({{"task", r.task}, {"attention", nn::gated_label(nn::name(r.attention), r.gate)}, {"step", at.step}, {"lr", at.lr},
                  {"train_loss", at.train_loss}, {"val_acc", e.metric}, {"best_val_acc", r.val_accuracy},
                  {"seconds", at.seconds}});
   };

@@ -62,6 +62,7 @@ struct LraRunConfig {
 struct LraRunResult {
   std::string task;
   nn::Mixer attention;
+  nn::Gate gate = nn::Gate::none;  // shown after the attention's name when gated ("hedgehog+gla")
   // "ok", "diverged at step S: <why>" (scored with the best weights before it), "interrupted at
   // step S", or, set by a caller that caught an exception, "error: <message>".
   std::string status = "ok";

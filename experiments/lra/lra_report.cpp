@@ -39,6 +39,8 @@ bool evaluated(const LraRunResult& r) { return r.status == "ok" || r.status.rfin
 // over the tasks it has a number for.
 struct Row {
   nn::Mixer attention;
+  nn::Gate gate = nn::Gate::none;
+  std::string label() const { return nn::gated_label(nn::name(attention), gate); }
   double cells[kNumTasks] = {-1, -1, -1, -1, -1};
   double avg = -1;
   int in_avg = 0;
@@ -47,10 +49,11 @@ struct Row {
 std::vector<Row> rows_of(const std::vector<LraRunResult>& results) {
   std::vector<Row> rows;
   for (const auto& r : results) {
-    auto it = std::find_if(rows.begin(), rows.end(), [&](const Row& x) { return x.attention == r.attention; });
+    auto it = std::find_if(rows.begin(), rows.end(), [&](const Row& x) { return x.attention == r.attention && x.gate == r.gate; });
     if (it == rows.end()) {
       rows.push_back(Row{});
       rows.back().attention = r.attention;
+      rows.back().gate = r.gate;
       it = rows.end() - 1;
     }
     for (int t = 0; t < kNumTasks; ++t)
@@ -92,19 +95,21 @@ std::string cell_text(double v, const double* paper, int column) {
 }
 
 nlohmann::json to_json(const LraRunResult& r) {
-  return {{"task", r.task},
-          {"attention", nn::name(r.attention)},
-          {"status", r.status},
-          {"test_accuracy", r.test_accuracy},
-          {"val_accuracy", r.val_accuracy},
-          {"best_step", r.best_step},
-          {"steps", r.steps},
-          {"seconds", r.seconds},
-          {"steps_per_second", r.steps_per_second},
-          {"params", r.params},
-          {"eval_steps", r.eval_steps},
-          {"train_loss", r.train_loss},
-          {"val_acc", r.val_acc}};
+  nlohmann::json j = {{"task", r.task},
+                      {"attention", nn::name(r.attention)},
+                      {"status", r.status},
+                      {"test_accuracy", r.test_accuracy},
+                      {"val_accuracy", r.val_accuracy},
+                      {"best_step", r.best_step},
+                      {"steps", r.steps},
+                      {"seconds", r.seconds},
+                      {"steps_per_second", r.steps_per_second},
+                      {"params", r.params},
+                      {"eval_steps", r.eval_steps},
+                      {"train_loss", r.train_loss},
+                      {"val_acc", r.val_acc}};
+  if (r.gate != nn::Gate::none) j["gate"] = nn::name(r.gate);  // only gated runs: other results unchanged
+  return j;
 }
 
 std::string index_html(const std::vector<LraRunResult>& results) {
@@ -114,8 +119,8 @@ std::string index_html(const std::vector<LraRunResult>& results) {
   for (const char* c : kColumns) os << "<th>" << c << "</th>";
   os << "<th>Avg</th></tr>\n";
   for (const Row& row : rows_of(results)) {
-    const double* paper = lra_paper_row(row.attention);
-    os << "<tr><td>" << xml_escape(nn::name(row.attention)) << "</td>";
+    const double* paper = (row.gate == nn::Gate::none ? lra_paper_row(row.attention) : nullptr);
+    os << "<tr><td>" << xml_escape(row.label()) << "</td>";
     for (int t = 0; t <= kNumTasks; ++t) {
       const double v = t < kNumTasks ? row.cells[t] : row.avg;
       os << "<td>" << (v >= 0 ? num(std::round(v * 100) / 100) : v == -2 ? "failed" : "");
@@ -128,7 +133,7 @@ std::string index_html(const std::vector<LraRunResult>& results) {
   for (const auto& r : results) {
     char line[256];
     std::snprintf(line, sizeof line, "%-11s %-20s val %6.2f%% (step %lld)  %7.2f steps/s  %8.1f s  ", r.task.c_str(),
-                  nn::name(r.attention).c_str(), 100 * r.val_accuracy, static_cast<long long>(r.best_step),
+                  nn::gated_label(nn::name(r.attention), r.gate).c_str(), 100 * r.val_accuracy, static_cast<long long>(r.best_step),
                   r.steps_per_second, r.seconds);
     os << xml_escape(line + r.status) << "\n";
   }
@@ -160,8 +165,8 @@ std::string lra_table(const std::vector<LraRunResult>& results) {
   }
   os << " Avg\n" << std::string(20 + 6 * 15, '-') << "\n";
   for (const Row& row : rows_of(results)) {
-    const double* paper = lra_paper_row(row.attention);
-    std::snprintf(buf, sizeof buf, "%-20s", nn::name(row.attention).c_str());
+    const double* paper = (row.gate == nn::Gate::none ? lra_paper_row(row.attention) : nullptr);
+    std::snprintf(buf, sizeof buf, "%-20s", row.label().c_str());
     os << buf;
     for (int t = 0; t <= kNumTasks; ++t) {
       std::snprintf(buf, sizeof buf, " %-14s", cell_text(t < kNumTasks ? row.cells[t] : row.avg, paper, t).c_str());
@@ -170,7 +175,7 @@ std::string lra_table(const std::vector<LraRunResult>& results) {
     os << "\n";
   }
   for (const auto& r : results)
-    if (r.status != "ok") os << nn::name(r.attention) << " on " << r.task << ": " << r.status << "\n";
+    if (r.status != "ok") os << nn::gated_label(nn::name(r.attention), r.gate) << " on " << r.task << ": " << r.status << "\n";
   return os.str();
 }
 
@@ -183,10 +188,10 @@ void write_lra_results(const std::string& dir, const std::vector<LraRunResult>& 
   for (const char* c : kColumns) csv << ",paper_" << c;
   csv << ",paper_Avg\n";
   for (const Row& row : rows_of(results)) {
-    csv << nn::name(row.attention);  // flag values: no commas or quotes
+    csv << row.label();  // flag values: no commas or quotes
     for (int t = 0; t < kNumTasks; ++t) csv << "," << (row.cells[t] >= 0 ? num(row.cells[t]) : "");
     csv << "," << (row.avg >= 0 ? num(row.avg) : "") << "," << row.in_avg;
-    const double* paper = lra_paper_row(row.attention);
+    const double* paper = (row.gate == nn::Gate::none ? lra_paper_row(row.attention) : nullptr);
     for (int t = 0; t <= kNumTasks; ++t) csv << "," << (paper ? num(paper[t]) : "");
     csv << "\n";
   }
@@ -205,7 +210,7 @@ void write_lra_report(const std::string& dir, const std::vector<LraRunResult>& r
   for (const auto& r : results) {
     if (r.val_acc.empty()) continue;
     LineSeries ls;
-    ls.name = r.task + " " + nn::name(r.attention);
+    ls.name = r.task + " " + nn::gated_label(nn::name(r.attention), r.gate);
     for (size_t i = 0; i < r.val_acc.size(); ++i) {
       ls.x.push_back(static_cast<double>(r.eval_steps[i]));
       ls.y.push_back(100.0 * r.val_acc[i]);
@@ -231,6 +236,7 @@ LraRunResult parse_lra_result(const std::string& json_text, const std::string& s
     const nlohmann::json j = nlohmann::json::parse(json_text);
     r.task = j.at("task").get<std::string>();
     r.attention = nn::parse_mixer(j.at("attention").get<std::string>(), str("lra result ", source, ": attention"));
+    r.gate = nn::parse_gate(j.value("gate", std::string("none")), str("lra result ", source, ": gate"));
     r.status = j.at("status").get<std::string>();
     r.test_accuracy = j.at("test_accuracy").get<double>();
     r.val_accuracy = j.at("val_accuracy").get<double>();

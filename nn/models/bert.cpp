@@ -87,6 +87,7 @@ EncoderSelfAttention::EncoderSelfAttention(int64_t hidden, int64_t h, bool bias,
                                                                          Init{init.gen, init.device, init.dtype}));
   // (The feature map's new weights are always drawn, also when the HF ones are not.)
   // Bidirectional: a linear mixer runs its non-causal form (or the quadratic one when asked).
+  HH_CHECK(opts.gate == Gate::none, "bert: gate '", name(opts.gate), "' needs a causal model (a gated recurrent state)");
   mixer = AttentionMixer(MixerConfig{opts.mixer, false, opts.form, opts.chunk, opts.eps, opts.window}, feature_map);
 }
 

@@ -59,7 +59,7 @@ GPT2Config GPT2Config::from_hf(const HFConfig& config) {
 
 namespace {
 MixerConfig mixer_config(const HFModelOptions& o) {
-  return MixerConfig{o.mixer, true, o.form, o.chunk, o.eps, o.window};
+  return MixerConfig{o.mixer, true, o.form, o.chunk, o.eps, o.window, o.gate};
 }
 }  // namespace
 
@@ -69,7 +69,8 @@ GPT2Attention::GPT2Attention(const GPT2Config& c, const HFModelOptions& o, Init 
   c_proj = register_module("c_proj", std::make_shared<Linear>(c.n_embd, c.n_embd, true, init));
   if (o.mixer.is_linear())
     feature_map =
-        register_module("feature_map", make_mixer_feature_map(o.mixer, o.feature_map, heads_, head_dim_, init));
+        register_module("feature_map", make_mixer_feature_map(o.mixer, o.feature_map, heads_, head_dim_, init, o.gate,
+                                                              c.n_embd));
   mixer = AttentionMixer(mixer_config(o), feature_map);
 }
 
@@ -91,13 +92,13 @@ Tensor GPT2Attention::merge_heads(const Tensor& y) const {
 Tensor GPT2Attention::forward(const Tensor& x, TraceRequest* trace) const {
   Tensor q, k, v;
   split_heads(x, q, k, v);
-  return merge_heads(mixer.forward(q, k, v, Tensor(), trace));
+  return merge_heads(mixer.forward(q, k, v, Tensor(), trace, GateInput{x, k}));  // GPT-2 has no RoPE
 }
 
 Tensor GPT2Attention::step(const Tensor& x, DecodeCache& cache) const {
   Tensor q, k, v;
   split_heads(x, q, k, v);
-  return merge_heads(mixer.step(q, k, v, cache));
+  return merge_heads(mixer.step(q, k, v, cache, GateInput{x, k}));
 }
 
 GPT2MLP::GPT2MLP(const GPT2Config& c, Init init) : act(c.activation) {

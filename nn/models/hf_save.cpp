@@ -111,6 +111,7 @@ ExportConfig export_config(const std::string& config_json, const std::string& co
                             {"seed", f.seed}}}};
     if (o.mixer.is_hybrid()) config["hedgehog"]["window"] = o.window;  // only hybrids: other sections unchanged
     if (!o.softmax_layers.empty()) config["hedgehog"]["softmax_layers"] = o.softmax_layers;
+    if (o.gate != Gate::none) config["hedgehog"]["gate"] = name(o.gate);  // only gated mixers: others unchanged
   }
   return {config.dump(2) + "\n", python};
 }
@@ -285,6 +286,8 @@ void apply_hedgehog_section(const HFConfig& config, HFModelOptions& options) {
   options.window = h.get_int("window", options.window);
   HH_CHECK(options.window >= 1, "hf: ", h.origin(), ": window must be >= 1");
   if (h.has("softmax_layers")) options.softmax_layers = h.get_ints("softmax_layers");  // checked by the family
+  options.gate = parse_gate(h.get_string("gate", "none"), str("hf: ", h.origin(), ": gate"));
+  check_gate_built(options.gate, str("hf: ", h.origin(), ": gate"));
   if (h.has("feature_map")) {
     const HFConfig f = h.child("feature_map");
     FeatureMapConfig& fm = options.feature_map;

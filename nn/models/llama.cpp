@@ -193,6 +193,7 @@ LlamaAttention::LlamaAttention(const LlamaConfig& c, const HFModelOptions& o, In
   if (o.mixer.is_linear())
     feature_map =
         register_module("feature_map", make_mixer_feature_map(o.mixer, o.feature_map, heads_, head_dim_, init));
+  HH_CHECK(o.gate == Gate::none, "llama: gate '", name(o.gate), "' is not wired into this family yet (gpt2 has it)");
   MixerConfig mc{o.mixer, true, o.form, o.chunk, o.eps, o.window};
   mc.sliding_window = layer < c.layer_window.size() ? c.layer_window[layer] : 0;
   mixer = AttentionMixer(mc, feature_map);

@@ -64,17 +64,6 @@ std::vector<Tensor> hybrid_inputs(Generator& g, DType t, int64_t B, int64_t H, i
           uniform({H}, 0.2, 0.9, g, {t})};
 }
 
-// (B,L) bool: batch 0 has scattered holes and a padded tail, batch 1 padded keys in front (its
-// first queries see no key at all), the others every key.
-Tensor test_mask(int64_t B, int64_t L) {
-  std::vector<double> m(static_cast<size_t>(B * L), 1.0);
-  for (int64_t l = 0; l < L; ++l) {
-    m[static_cast<size_t>(l)] = (l % 4 == 2 || l >= L - 3) ? 0.0 : 1.0;
-    if (B > 1) m[static_cast<size_t>(L + l)] = l < 3 ? 0.0 : 1.0;
-  }
-  return from_vector(m, {B, L}, {DType::boolean});
-}
-
 void hybrid_errors(const std::string& op, const std::function<Tensor(const std::vector<Tensor>&, int64_t)>& call) {
   Generator g(3);
   const std::vector<Tensor> x = hybrid_inputs(g, DType::f32, 1, 2, 4, 3, 2, 5);
@@ -102,7 +91,7 @@ OpSpec base_spec(const char* op, const std::string& variant, Shape dims, int64_t
   const int64_t B = dims[0], H = dims[1], L = dims[2], D = dims[3], Dv = dims[4], F = dims[5];
   s.inputs = [=](Generator& g, DType t) {
     std::vector<Tensor> x = hybrid_inputs(g, t, B, H, L, D, Dv, F);
-    if (masked) x.push_back(test_mask(B, L));
+    if (masked) x.push_back(padding_test_mask(B, L));
     return x;
   };
   s.reference = [=](const std::vector<Host>& in) { return hybrid_ref(in, W, scale); };
@@ -239,7 +228,7 @@ TEST_CASE("hybrid attention: chunked and recurrent equal the quadratic reference
       Generator g(static_cast<uint64_t>(100 * L + W));
       const std::vector<Tensor> base = hybrid_inputs(g, DType::f64, B, H, L, D, Dv, F);
       const Tensor wy = uniform({B, H, L, Dv}, -1, 1, g, {DType::f64});
-      const Tensor mask = masked ? test_mask(B, L) : Tensor();
+      const Tensor mask = masked ? padding_test_mask(B, L) : Tensor();
       std::vector<Tensor> xq = leaves(base);
       Tensor yq = hybrid_attention_quadratic(xq[0], xq[1], xq[2], xq[3], xq[4], xq[5], xq[6], W, -1, mask);
       sum(mul(yq, wy)).backward();
@@ -294,7 +283,7 @@ TEST_CASE("hybrid attention: the quadratic form's weights") {
   const int64_t B = 2, H = 2, L = 9;
   Generator g(43);
   const std::vector<Tensor> x = hybrid_inputs(g, DType::f64, B, H, L, 3, 2, 4);
-  const Tensor mask = test_mask(B, L);
+  const Tensor mask = padding_test_mask(B, L);
   Tensor w;
   Tensor y = hybrid_attention_quadratic(x[0], x[1], x[2], x[3], x[4], x[5], x[6], 3, -1, mask, &w);
   REQUIRE(w.shape() == Shape{B, H, L, L});

@@ -1,0 +1,64 @@
+// Causal linear attention with a diagonal gate on the state (RetNet's fixed decay, GLA's
+// data-dependent per-channel gate, Liger's gate from the key projection: the caller builds log α),
+// in three forms: the quadratic reference (materialized decay), the chunked form (training and
+// prefill) and the recurrent decoding step. The gated delta rule is another op family.
+//
+// Semantics. pq = φ(q), pk = φ(k) (B,H,L,F), v (B,H,L,Dv), log_a = log α (B,H,L,F) per key
+// channel or (B,H,L,1) per head (a scalar decay), every entry <= 0 (a decay; checked):
+//   S_t = diag(α_t) S_{t-1} + pk_t v_tᵀ        (F,Dv)
+//   z_t = α_t ⊙ z_{t-1} + pk_t                   (F)
+//   y_t = pq_tᵀ S_t                              normalize = false (GLA, RetNet, Liger)
+//   y_t = pq_tᵀ S_t / (pq_tᵀ z_t + eps)          normalize = true (the engine's linear attention)
+// Equivalently y_i = Σ_{j<=i} Σ_f pq_if pk_jf exp(b_if - b_jf) v_j with b the inclusive cumsum of
+// log_a along L. No scale is applied (GLA's q·K^-1/2 is the caller's). key_mask (B,L) (true or
+// nonzero = a real token), optional: a padded token adds nothing to the state and does not decay
+// it (its key and its log gate count as zero), as if it were absent. A group norm of the output
+// is the module's (nn/), not the op's. Computed in the inputs' dtype (all alike, floating).
+#pragma once
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace hh {
+
+// The reference: the (B,H,L,L) decay exp(b_i - b_j) (j <= i) materialized, per channel when
+// log_a is per channel ((B,H,L,L,F) then): O(L²·F) memory. Differences of global cumsums lose
+// precision at long L in f32: use it at short lengths. With `weights`, *weights receives the
+// (B,H,L,L) weights that multiply v (normalized when `normalize`).
+Tensor gated_attention_quadratic(const Tensor& pq, const Tensor& pk, const Tensor& v, const Tensor& log_a,
+                                 bool normalize = false, double eps = 1e-6, const Tensor& key_mask = Tensor(),
+                                 Tensor* weights = nullptr);
+
+// The same function, chunked: chunks of `chunk` tokens, cumulative log gates kept relative to
+// the chunk start (b <= 0 inside a chunk). Across chunks a scan over per-chunk states
+// (S_{c+1} = diag(exp(b_last)) S_c + Σ_s pk_s exp(b_last - b_s) v_sᵀ, one step per chunk); the
+// queries read it through pq exp(b). Inside a chunk, for a per-channel gate, fla's split of
+// exp(b_r - b_s) with a reference point: sub-blocks of gcd(chunk, 16) tokens; for a query in
+// sub-block i and a key before it, exp(b_r - e_i)·exp(e_i - b_s) with e_i the cumsum just before
+// sub-block i (both factors <= 1); pairs inside one sub-block are exponentiated one by one.
+// Every exponent is <= 0, so nothing overflows at any length. Memory O(L·(chunk + 16·F) +
+// (L/chunk)·F·Dv).
+Tensor gated_attention_chunked(const Tensor& pq, const Tensor& pk, const Tensor& v, const Tensor& log_a,
+                               bool normalize = false, double eps = 1e-6, const Tensor& key_mask = Tensor(),
+                               int64_t chunk = 64);
+
+// Recurrent decoding state, per (B,H): S (F,Dv) and, when normalizing, z (F,1). Undefined until
+// the first step.
+struct GatedDecodeState {
+  Tensor S;  // (B,H,F,Dv)
+  Tensor z;  // (B,H,F,1), normalize only
+  int64_t tokens = 0;
+};
+
+// One token: pq_t, pk_t (B,H,1,F), v_t (B,H,1,Dv), log_a_t (B,H,1,F or 1) -> y_t (B,H,1,Dv);
+// the state moves one token on. Differentiable (the recurrent reference of the other forms is
+// this step over a sequence); memory per token is constant. A NaN/Inf state is an error.
+Tensor gated_attention_step(GatedDecodeState& state, const Tensor& pq_t, const Tensor& pk_t, const Tensor& v_t,
+                            const Tensor& log_a_t, bool normalize = false, double eps = 1e-6);
+
+// The recurrent form over a whole sequence (one step per token, outputs concatenated along L):
+// the reference the other forms are tested against, with the same inputs as they take.
+Tensor gated_attention_recurrent(const Tensor& pq, const Tensor& pk, const Tensor& v, const Tensor& log_a,
+                                 bool normalize = false, double eps = 1e-6, const Tensor& key_mask = Tensor());
+
+}  // namespace hh

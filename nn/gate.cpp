@@ -1,0 +1,100 @@
+// Gates of linear mixers: parsing and naming, and the log gates the gated attention op takes
+// (RetNet's decays, GLA's low-rank projection, Liger's pooled key).
+#include "nn/gate.h"
+
+#include <cmath>
+#include <utility>
+#include <vector>
+
+#include "autograd/ops.h"
+#include "core/error.h"
+
+namespace hh::nn {
+
+Gate parse_gate(const std::string& text, const std::string& what) {
+  if (text == "none") return Gate::none;
+  if (text == "decay") return Gate::decay;
+  if (text == "gla") return Gate::gla;
+  if (text == "liger") return Gate::liger;
+  if (text == "delta") return Gate::delta;
+  fail(str(what, ": unknown gate '", text, "' (expected none, decay, gla, liger, delta)"));
+}
+
+std::string name(Gate g) {
+  switch (g) {
+    case Gate::none: return "none";
+    case Gate::decay: return "decay";
+    case Gate::gla: return "gla";
+    case Gate::liger: return "liger";
+    case Gate::delta: return "delta";
+  }
+  return "none";
+}
+
+void check_gate_built(Gate g, const std::string& what) {
+  HH_CHECK(g != Gate::delta, what, " delta: not built yet");
+}
+
+std::string gated_label(const std::string& mixer_name, Gate g) {
+  return g == Gate::none ? mixer_name : mixer_name + "+" + name(g);
+}
+
+std::vector<double> retnet_log_decays(int64_t heads) {
+  std::vector<double> d(static_cast<size_t>(heads));
+  for (int64_t h = 0; h < heads; ++h) d[static_cast<size_t>(h)] = std::log1p(-std::pow(2.0, -5.0 - double(h)));
+  return d;
+}
+
+Tensor liger_log_gate(const Tensor& k, int64_t F) {
+  HH_CHECK(k.dim() == 4 && F > 0, "liger gate: expected k (B,H,L,D) and F > 0, got ", k.shape(), " and ", F);
+  const int64_t D = k.size(3);
+  // Liger (Lan et al. 2025, OpenSparseLLMs/Linearization, LigerGatedLinearAttention): g =
+  // AdaptiveAvgPool1d(k_proj(x)), log α = logsigmoid(g) / 16 (gate_logit_normalizer); its pool's
+  // output size is the key width, so g is the key projection itself, taken before RoPE. Here the
+  // pool maps each head's D values to the F feature channels (the identity when F = D).
+  std::vector<double> pool(static_cast<size_t>(D * F), 0.0);  // (D,F): column i averages its bin
+  for (int64_t i = 0; i < F; ++i) {
+    const int64_t lo = (i * D) / F, hi = ((i + 1) * D + F - 1) / F;
+    for (int64_t d = lo; d < hi; ++d) pool[static_cast<size_t>(d * F + i)] = 1.0 / double(hi - lo);
+  }
+  Tensor g = matmul(k, from_vector(pool, {D, F}, {k.dtype(), k.device()}));  // (B,H,L,F)
+  return div(neg(softplus(neg(g))), kGateLogitNormalizer);                   // logsigmoid(g) / 16
+}
+
+GatedFeatureMap::GatedFeatureMap(std::shared_ptr<FeatureMap> m, Gate g, int64_t h, int64_t model_dim, Init init)
+    : FeatureMap(m->name()), map(std::move(m)), gate(g), heads(h) {
+  HH_CHECK(heads > 0, "feature map '", name(), "': heads must be positive, got ", heads);
+  HH_CHECK(gate != Gate::none, "feature map '", name(), "': a gated map needs a gate");
+  check_gate_built(gate, "gate");
+  register_module("map", map);
+  if (gate == Gate::gla) {
+    HH_CHECK(model_dim > 0, "feature map '", name(), "': the gla gate needs the model width, got ", model_dim);
+    gate_down = register_module("gate_down", std::make_shared<Linear>(model_dim, kGlaGateRank, false, init));
+    gate_up = register_module("gate_up",
+                              std::make_shared<Linear>(kGlaGateRank, heads * map->feature_dim(), true, init));
+  }
+}
+
+Tensor GatedFeatureMap::log_gate(const GateInput& in, DType dtype) const {
+  const int64_t F = map->feature_dim();
+  if (gate == Gate::liger) {
+    HH_CHECK(in.k.defined() && in.k.dim() == 4 && in.k.size(1) == heads, "gate liger: needs the key projection k ",
+             "(B,", heads, ",L,D), got ", in.k.defined() ? in.k.shape() : Shape{});
+    return liger_log_gate(in.k, F).to(dtype);
+  }
+  if (gate == Gate::gla) {
+    HH_CHECK(in.x.defined() && in.x.dim() == 3, "gate gla: needs the layer input x (B,L,C), got ",
+             in.x.defined() ? in.x.shape() : Shape{});
+    const int64_t B = in.x.size(0), L = in.x.size(1);
+    Tensor z = transpose(reshape(gate_up->forward(gate_down->forward(in.x)), {B, L, heads, F}), 1, 2);  // (B,H,L,F)
+    return div(neg(softplus(neg(z))), kGateLogitNormalizer).to(dtype);  // logsigmoid(z) / τ
+  }
+  // decay: fixed, no parameters.
+  const Tensor& ref = in.x.defined() ? in.x : in.k;
+  HH_CHECK(ref.defined(), "gate decay: needs x or k for the batch and length");
+  const int64_t B = ref.size(0), L = in.x.defined() ? in.x.size(1) : in.k.size(2);
+  Tensor d = from_vector(retnet_log_decays(heads), {1, heads, 1, 1}, {dtype, ref.device()});
+  return expand(d, {B, heads, L, 1});
+}
+
+}  // namespace hh::nn
