@@ -136,10 +136,11 @@ Tensor hybrid_attention_chunked(const Tensor& q, const Tensor& k, const Tensor& 
   std::vector<Tensor> win = hybrid_window_attention(q, k, v, W, s, key_mask);
   Tensor wf4 = per_head(wf, 4), lf4 = per_head(lf, 4);
   Tensor num = mul(win[0], wf4), den = mul(win[1], wf4);
-  if (W < L) {
+  {
     // Linear part: query i reads keys j <= i-W, i.e. an inclusive causal scan over the keys and
     // values shifted down by W rows (row i holds key i-W; the first W rows are zero), in blocks
     // of T rows: the masked (T,T) product inside a block, the exclusive prefix state before it.
+    // W = L leaves only zero rows, but pq, pk and lf stay in the graph (zero gradients).
     const int64_t T = chunk, nb = (L + T - 1) / T, P = nb * T;
     Tensor pkm = mul(pk, reshape(keep_of(key_mask, B, L, dt, dev), {B, 1, L, 1}));  // padded keys add nothing
     auto blocks = [&](const Tensor& x, int64_t shift) {  // (B,H,L,C) -> (B,H,nb,T,C), rows moved down by shift
