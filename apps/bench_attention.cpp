@@ -170,12 +170,12 @@ json row_json(const Row& r, int64_t batch) {
 }
 
 void print_header() {
-  std::printf("%-10s %-10s %6s %5s %10s %11s %9s %11s %11s %11s\n", "map", "form", "L", "F", "fwd ms", "fwd+bwd ms",
+  std::printf("%-15s %-10s %6s %5s %10s %11s %9s %11s %11s %11s\n", "map", "form", "L", "F", "fwd ms", "fwd+bwd ms",
               "fwd MiB", "f+b MiB", "fwd tok/s", "f+b tok/s");
 }
 
 void print_row(const Row& r, int64_t batch) {
-  std::printf("%-10s %-10s %6lld %5lld ", nn::name(r.map).c_str(), r.form.c_str(), (long long)r.L, (long long)r.F);
+  std::printf("%-15s %-10s %6lld %5lld ", nn::name(r.map).c_str(), r.form.c_str(), (long long)r.L, (long long)r.F);
   if (r.status == "ok") {
     const double tokens = static_cast<double>(batch * r.L);
     std::printf("%10.2f %11.2f %9.1f %11.1f %11.0f %11.0f\n", r.fwd.ms, r.train.ms, r.fwd.peak_mib, r.train.peak_mib,
@@ -347,7 +347,7 @@ int run_attention(const apps::Flags& f, Device device, json& out) {
         if (form == "softmax") continue;
         int64_t a = crossover(rows, map, form, false), b = crossover(rows, map, form, true);
         auto say = [](int64_t L) { return L > 0 ? "L=" + std::to_string(L) : std::string("not within the measured lengths"); };
-        std::printf("  %-10s %-10s fwd: %-32s fwd+bwd: %s\n", nn::name(map).c_str(), form.c_str(), say(a).c_str(),
+        std::printf("  %-15s %-10s fwd: %-32s fwd+bwd: %s\n", nn::name(map).c_str(), form.c_str(), say(a).c_str(),
                     say(b).c_str());
         jcross.push_back({{"map", nn::name(map)}, {"form", form}, {"fwd_L", a > 0 ? json(a) : json(nullptr)},
                           {"fwd_bwd_L", b > 0 ? json(b) : json(nullptr)}});

@@ -446,7 +446,7 @@ def main():
         if name.startswith("hybrid-"):
             check_hybrid(torch, name[len("hybrid-"):], H, args.head_dim, args.chunk, args.window)
     cmp_hdr = f" {'hh/t fwd':>8} {'hh/t f+b':>8}" if hh else ""
-    print(f"{'map':<10} {'form':<10} {'L':>6} {'F':>5} {'fwd ms':>10} {'fwd+bwd ms':>11} {'fwd MiB':>9} "
+    print(f"{'map':<15} {'form':<10} {'L':>6} {'F':>5} {'fwd ms':>10} {'fwd+bwd ms':>11} {'fwd MiB':>9} "
           f"{'f+b MiB':>11} {'fwd tok/s':>11} {'f+b tok/s':>11}{cmp_hdr}")
     rows = []
     failures = 0
@@ -464,7 +464,7 @@ def main():
                          "status": "error", "reason": str(e).splitlines()[0]}
                     failures += 1
                 rows.append(r)
-                head = f"{name:<10} {form:<10} {L:6d} {r['F']:5d} "
+                head = f"{name:<15} {form:<10} {L:6d} {r['F']:5d} "
                 if r["status"] != "ok":
                     print(f"{head}{r['status']} ({r['reason']})", flush=True)
                     continue
@@ -490,7 +490,7 @@ def main():
                     continue
                 a, b = crossover(rows, name, form, "fwd_ms"), crossover(rows, name, form, "fwd_bwd_ms")
                 say = lambda L: f"L={L}" if L else "not within the measured lengths"  # noqa: E731
-                print(f"  {name:<10} {form:<10} fwd: {say(a):<32} fwd+bwd: {say(b)}")
+                print(f"  {name:<15} {form:<10} fwd: {say(a):<32} fwd+bwd: {say(b)}")
                 cross.append({"map": name, "form": form, "fwd_L": a, "fwd_bwd_L": b})
     out = {"library": f"torch {torch.__version__}", "device": str(device), "threads": threads, "dtype": "f32",
            "benchmark": "attention", "batch": args.batch, "heads": H, "head_dim": args.head_dim,
