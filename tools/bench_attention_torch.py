@@ -30,7 +30,8 @@ window scores exp(s·q·k - max over the window), no eps:
              come from an exclusive prefix sum of per-block φkᵀv and Σφk states
   quadratic  the (L,L) weights materialized (hybrid_attention_quadratic)
   recurrent  skipped (the decoding step is not a training form)
-Before timing, the chunked twin is checked against the quadratic one in f64 (≤ 1e-10 relative).
+Before timing, the chunked twin is checked against the quadratic one in f64, values and
+gradients (≤ 1e-10 relative).
 Feature maps as in nn/feature_maps.cpp: hedgehog (per-head identity-initialized W (H,D,D), b = 0,
 φ = [softmax(xW+b), softmax(-(xW+b))], F = 2D), elu (elu(x)+1, F = D), taylor (1, x/D^¼,
 vec(xxᵀ)/(√2·√D), F = 1+D+D²), relu.
@@ -292,16 +293,22 @@ def check_hybrid(torch, name, H, D, chunk, W):
     q, k, v = (torch.randn(1, H, L, D, generator=g, dtype=torch.float64) for _ in range(3))
     with torch.no_grad():
         pq, pk = phi(q.float(), True).double(), phi(k.float(), False).double()
-        wf = torch.sigmoid(torch.randn(H, generator=g, dtype=torch.float64))
-        lf = torch.ones(H, dtype=torch.float64)
-        for w in sorted({1, W, L + 3}):
-            ref = hybrid_quadratic(torch, q, k, v, pq, pk, wf, lf, w)
-            got = hybrid_chunked(torch, q, k, v, pq, pk, wf, lf, w, chunk)
-            rel = ((got - ref).abs().max() / ref.abs().max()).item()
-            if not rel <= 1e-10:
-                sys.exit(f"error: hybrid-{name} chunked twin differs from the quadratic reference (W={w}): "
-                         f"relative {rel:.3g} > 1e-10")
-    print(f"hybrid-{name}: chunked twin = quadratic reference in f64 (W=1, {W}, {L + 3}; L={L})")
+    wf = torch.sigmoid(torch.randn(H, generator=g, dtype=torch.float64))
+    lf = torch.ones(H, dtype=torch.float64)
+    wy = torch.randn(1, H, L, v.shape[-1], generator=g, dtype=torch.float64)
+    rel = lambda a, b: ((a - b).abs().max() / b.abs().max().clamp_min(1e-3)).item()  # noqa: E731
+    for w in sorted({1, W, L + 3}):
+        outs = []
+        for fn in (lambda *x: hybrid_quadratic(torch, *x, w), lambda *x: hybrid_chunked(torch, *x, w, chunk)):
+            xs = [t.clone().requires_grad_() for t in (q, k, v, pq, pk, wf, lf)]
+            y = fn(*xs)
+            (y * wy).sum().backward()
+            outs.append([y.detach()] + [t.grad for t in xs])
+        errs = [rel(a, b) for a, b in zip(outs[1], outs[0])]
+        if not max(errs) <= 1e-10:
+            sys.exit(f"error: hybrid-{name} chunked twin differs from the quadratic reference (W={w}): relative "
+                     f"errors of y and the gradients of q, k, v, pq, pk, wf, lf {['%.3g' % e for e in errs]} > 1e-10")
+    print(f"hybrid-{name}: chunked twin = quadratic reference in f64, values and gradients (W=1, {W}, {L + 3}; L={L})")
 
 
 def linear_quadratic(torch, pq, pk, v, eps):
