@@ -4,7 +4,7 @@
 //
 //   bench_attention [--device cpu|cuda[:N]] [--threads N] [--lengths 256,512,...,8192] [--batch 1]
 //                   [--heads N] [--head-dim 64] [--maps softmax,hedgehog,elu,taylor]
-//                   [--forms chunked,quadratic,recurrent] [--reps 3] [--json FILE]
+//                   [--forms chunked,quadratic,recurrent] [--window 64] [--reps 3] [--json FILE]
 //   bench_attention --ar-step [--ar-mixers softmax,hedgehog] [--ar-batch 32] [--ar-len 128] ...
 //
 // Attention rows: q, k, v are random (B,H,L,D) f32 leaves requiring grad. The timed region applies
@@ -13,6 +13,13 @@
 //   chunked    the fused chunked causal op linear_attention_causal (O(L·F·D), the training path)
 //   quadratic  linear attention with the (L,L) weights materialized
 //   recurrent  token-by-token state updates (O(L) small ops; its backward keeps L states)
+// A hybrid map ("hybrid-hedgehog": LoLCATs' softmax window of --window keys + linear attention
+// with that feature map, autograd/ops/hybrid_attention.h) runs these forms instead:
+//   chunked    hybrid_attention_chunked (window band tiles + the chunked linear scan, the
+//              training path), chunk --chunk
+//   quadratic  hybrid_attention_quadratic ((L,L) weights materialized, the reference)
+// with wf = sigmoid(window factor) (init 0, as the mixer) and lf = 1; its recurrent form is the
+// decoding step (no training form), so a hybrid's recurrent row is a skip.
 // "fwd" runs without autograd (inference); "fwd+bwd" records the graph and backpropagates a fixed
 // random dy into q, k, v (and the feature map's weights). Each is the median of --reps runs after
 // one warm-up. Peak memory is the device's peak allocation during one run minus what was
@@ -133,7 +140,7 @@ std::vector<nn::Mixer> parse_mixer_list(const std::string& flag, const std::stri
 
 struct Settings {
   Device device;
-  int64_t batch, heads, head_dim, chunk;
+  int64_t batch, heads, head_dim, chunk, window;
   int reps;
   int64_t max_quadratic, max_recurrent, max_taylor;
   double max_recurrent_mib;
@@ -163,12 +170,12 @@ json row_json(const Row& r, int64_t batch) {
 }
 
 void print_header() {
-  std::printf("%-10s %-10s %6s %5s %10s %11s %9s %11s %11s %11s\n", "map", "form", "L", "F", "fwd ms", "fwd+bwd ms",
+  std::printf("%-15s %-10s %6s %5s %10s %11s %9s %11s %11s %11s\n", "map", "form", "L", "F", "fwd ms", "fwd+bwd ms",
               "fwd MiB", "f+b MiB", "fwd tok/s", "f+b tok/s");
 }
 
 void print_row(const Row& r, int64_t batch) {
-  std::printf("%-10s %-10s %6lld %5lld ", nn::name(r.map).c_str(), r.form.c_str(), (long long)r.L, (long long)r.F);
+  std::printf("%-15s %-10s %6lld %5lld ", nn::name(r.map).c_str(), r.form.c_str(), (long long)r.L, (long long)r.F);
   if (r.status == "ok") {
     const double tokens = static_cast<double>(batch * r.L);
     std::printf("%10.2f %11.2f %9.1f %11.1f %11.0f %11.0f\n", r.fwd.ms, r.train.ms, r.fwd.peak_mib, r.train.peak_mib,
@@ -192,7 +199,10 @@ Row run_case(const Settings& s, const nn::Mixer& map, const std::string& form, i
   r.form = form;
   r.L = L;
   r.F = fm ? fm->feature_dim() : s.head_dim;
-  if (map.feature_map() == "taylor" && L > s.max_taylor) {
+  if (map.is_hybrid() && form == "recurrent") {
+    r.status = "skip";
+    r.reason = "a hybrid's recurrent form is the decoding step, not a training form";
+  } else if (map.feature_map() == "taylor" && L > s.max_taylor) {
     r.status = "skip";
     r.reason = str("taylor above --max-taylor-len ", s.max_taylor);
   } else if (form == "quadratic" && L > s.max_quadratic) {
@@ -217,10 +227,17 @@ Row run_case(const Settings& s, const nn::Mixer& map, const std::string& form, i
   std::vector<Tensor> params = fm ? fm->parameters() : std::vector<Tensor>{};
   const nn::FeatureContext ctx{0, L};
 
-  // q, k, v (B,H,L,D) -> (B,H,L,D), φ included.
+  const auto* hm = dynamic_cast<const nn::HybridFeatureMap*>(fm.get());  // null unless a hybrid
+
+  // q, k, v (B,H,L,D) -> (B,H,L,D), φ included (and a hybrid's window factor).
   auto forward = [&]() -> Tensor {
     if (form == "softmax") return nn::softmax_attention(q, k, v, true, Tensor());
     Tensor pq = fm->forward(q, true, ctx), pk = fm->forward(k, false, ctx);  // (B,H,L,F)
+    if (hm) {
+      Tensor wf = hm->window_weight(DType::f32), lf = hm->linear_weight(DType::f32);  // (H)
+      if (form == "chunked") return hybrid_attention_chunked(q, k, v, pq, pk, wf, lf, s.window, -1, Tensor(), s.chunk);
+      return hybrid_attention_quadratic(q, k, v, pq, pk, wf, lf, s.window, -1, Tensor());
+    }
     if (form == "chunked") return linear_attention_causal(pq, pk, v, s.chunk, kEps);
     if (form == "quadratic") return nn::linear_attention_quadratic(pq, pk, v, true, kEps);
     return nn::linear_attention_recurrent(pq, pk, v, kEps);
@@ -268,6 +285,7 @@ int run_attention(const apps::Flags& f, Device device, json& out) {
   s.heads = heads > 0 ? heads : (device.is_cuda() ? 12 : 4);
   s.head_dim = f.integer("head-dim", 1, 4096);
   s.chunk = f.integer("chunk", 1, 1 << 20);
+  s.window = f.integer("window", 1, int64_t(1) << 24);
   s.reps = static_cast<int>(f.integer("reps", 1, 1000));
   s.max_quadratic = f.integer("max-quadratic-len", 0, INT64_MAX);
   s.max_recurrent = f.integer("max-recurrent-len", 0, INT64_MAX);
@@ -280,25 +298,19 @@ int run_attention(const apps::Flags& f, Device device, json& out) {
     HH_CHECK(fo == "chunked" || fo == "quadratic" || fo == "recurrent" || fo == "softmax", "--forms: unknown form '", fo,
              "' (expected chunked, quadratic, recurrent; softmax is implied by --maps softmax)");
 
-  std::printf("attention benchmark: %s, %d thread(s), B=%lld H=%lld D=%lld, chunk %lld, f32, median of %d after %d "
-              "warm-up\n\n",
+  std::printf("attention benchmark: %s, %d thread(s), B=%lld H=%lld D=%lld, chunk %lld, hybrid window %lld, f32, "
+              "median of %d after %d warm-up\n\n",
               device.str().c_str(), num_threads(), (long long)s.batch, (long long)s.heads, (long long)s.head_dim,
-              (long long)s.chunk, s.reps, kWarmup);
+              (long long)s.chunk, (long long)s.window, s.reps, kWarmup);
   print_header();
   std::vector<Row> rows;
   int failures = 0;
   for (const nn::Mixer& map : maps) {
     std::shared_ptr<nn::FeatureMap> fm;
     std::vector<std::string> map_forms{"softmax"};
-    HH_CHECK(!map.is_hybrid(), "--maps: '", nn::name(map), "': the form benchmark times softmax and the linear forms; ",
-             "a hybrid mixer is not one of them");
     if (map.is_linear()) {
-      nn::FeatureMapConfig fc;
-      fc.name = map.feature_map();
-      fc.heads = s.heads;
-      fc.head_dim = s.head_dim;
       Generator init_gen(7);
-      fm = nn::make_feature_map(fc, {init_gen, device});
+      fm = nn::make_mixer_feature_map(map, nn::FeatureMapConfig(), s.heads, s.head_dim, {init_gen, device});
       map_forms.clear();
       for (const std::string& fo : forms)
         if (fo != "softmax") map_forms.push_back(fo);
@@ -335,7 +347,7 @@ int run_attention(const apps::Flags& f, Device device, json& out) {
         if (form == "softmax") continue;
         int64_t a = crossover(rows, map, form, false), b = crossover(rows, map, form, true);
         auto say = [](int64_t L) { return L > 0 ? "L=" + std::to_string(L) : std::string("not within the measured lengths"); };
-        std::printf("  %-10s %-10s fwd: %-32s fwd+bwd: %s\n", nn::name(map).c_str(), form.c_str(), say(a).c_str(),
+        std::printf("  %-15s %-10s fwd: %-32s fwd+bwd: %s\n", nn::name(map).c_str(), form.c_str(), say(a).c_str(),
                     say(b).c_str());
         jcross.push_back({{"map", nn::name(map)}, {"form", form}, {"fwd_L", a > 0 ? json(a) : json(nullptr)},
                           {"fwd_bwd_L", b > 0 ? json(b) : json(nullptr)}});
@@ -346,6 +358,7 @@ int run_attention(const apps::Flags& f, Device device, json& out) {
   out["heads"] = s.heads;
   out["head_dim"] = s.head_dim;
   out["chunk"] = s.chunk;
+  out["window"] = s.window;
   out["reps"] = s.reps;
   out["warmup"] = kWarmup;
   out["results"] = jrows;
@@ -438,7 +451,7 @@ int run_ar_step(const apps::Flags& f, Device device, json& out) {
 
 int run(int argc, char** argv) {
   apps::Flags f("bench_attention",
-                "Softmax vs linear attention: time, memory and tokens/s per sequence length (fwd and fwd+bwd), "
+                "Softmax vs linear (and hybrid window + linear) attention: time, memory and tokens/s per sequence length (fwd and fwd+bwd), "
                 "or (--ar-step) the AR model's training-step throughput.");
   apps::CommonFlagSpec common;
   common.seed = false;
@@ -450,6 +463,7 @@ int run(int argc, char** argv) {
   f.add("maps", "softmax,hedgehog,elu,taylor", "softmax and/or feature-map names");
   f.add("forms", "chunked,quadratic,recurrent", "linear-attention forms to run for each feature map");
   f.add("chunk", "64", "chunk size of the chunked form");
+  f.add("window", "64", "hybrid maps (hybrid-<map>): the sliding window W");
   f.add("reps", "3", "timed runs per measurement (median)");
   f.add("max-quadratic-len", "4096", "skip the quadratic linear form above this L");
   f.add("max-recurrent-len", "1024", "skip the recurrent linear form above this L");

@@ -180,6 +180,20 @@ class Backend {
   // (B,H,L,C) operands; a false key is never attended (a row with none gets 0, lse -inf). The
   // others get an undefined key_mask and refuse a defined one.
   virtual bool flash_attention_takes_key_mask() const { return false; }
+  // The sliding-window softmax part of the hybrid attention (autograd/ops/hybrid_attention.h):
+  // q, k (G,L,D), v (G,L,Dv) contiguous, G = B·heads; key_mask (B,L) bool contiguous or undefined
+  // (every key real). For query i and the real keys j with i-W < j <= i: s_ij = scale·q_i·k_j,
+  // m (G,L) = max_j s_ij, e_ij = exp(s_ij - m_i), num (G,L,Dv) = Σ_j e_ij v_j, den (G,L) = Σ_j e_ij.
+  // A query without a real key in its window gets num 0, den 0, m 0. No (L,L) buffer.
+  virtual void hybrid_window_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
+                                       int64_t heads, int64_t window, double scale, const Tensor& num,
+                                       const Tensor& den, const Tensor& m) = 0;
+  // Gradients gq, gk (G,L,D), gv (G,L,Dv) of Σ gnum·num + gden·den, with m a function of the
+  // scores (its gradient split evenly among the keys attaining the max, as amax); m from the forward.
+  virtual void hybrid_window_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                const Tensor& key_mask, int64_t heads, int64_t window, double scale,
+                                                const Tensor& m, const Tensor& gnum, const Tensor& gden,
+                                                const Tensor& gq, const Tensor& gk, const Tensor& gv) = 0;
 
   // ---- fused residual/norm, bias+activation, rope ----
   // h = x + residual, then y = layer_norm(h) as layer_norm above, in one pass over each row:

@@ -17,7 +17,7 @@
 namespace hh::cuda_module {
 
 // Bump when Api changes; the loader refuses a module built with another value.
-inline constexpr int kAbiVersion = 3;  // 2: use_own_stream, capture_graph; 3: Backend::flash_attention_takes_views/_takes_key_mask, the key_mask argument, hedgehog_features
+inline constexpr int kAbiVersion = 4;  // 2: use_own_stream, capture_graph; 3: Backend::flash_attention_takes_views/_takes_key_mask, the key_mask argument, hedgehog_features; 4: hybrid_window_attention
 // (the Backend vtable is part of the ABI: the module implements it)
 inline constexpr const char* kEntryPoint = "hh_cuda_module_api";
 inline constexpr const char* kFileName = "libhedgehog_cuda.so";

@@ -167,6 +167,13 @@ class CudaBackend final : public Backend {
   void flash_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
                                 const Tensor& out, const Tensor& lse, const Tensor& gout, bool causal, double scale,
                                 const Tensor& gq, const Tensor& gk, const Tensor& gv) override;
+  void hybrid_window_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask, int64_t heads,
+                               int64_t window, double scale, const Tensor& num, const Tensor& den,
+                               const Tensor& m) override;  // cuda_hybrid_window.cu
+  void hybrid_window_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
+                                        int64_t heads, int64_t window, double scale, const Tensor& m,
+                                        const Tensor& gnum, const Tensor& gden, const Tensor& gq, const Tensor& gk,
+                                        const Tensor& gv) override;
 
   // Fused transformer-block kernels (cuda_fused.cu).
   void add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias, double eps,

@@ -5,7 +5,7 @@ forward and forward+backward time, peak memory and tokens/s, with the same flags
 
     python3 tools/bench_attention_torch.py [--device cpu|cuda] [--threads N] [--lengths 256,...]
         [--batch 1] [--heads N] [--head-dim 64] [--maps softmax,hedgehog,elu,taylor]
-        [--forms chunked,quadratic,recurrent] [--chunk 64] [--reps 3] [--json FILE]
+        [--forms chunked,quadratic,recurrent] [--chunk 64] [--window 64] [--reps 3] [--json FILE]
         [--compare HH_JSON]
 
 Rows (q, k, v random (B,H,L,D) f32 leaves requiring grad; φ applied inside the timed region):
@@ -20,6 +20,18 @@ Rows (q, k, v random (B,H,L,D) f32 leaves requiring grad; φ applied inside the 
   fla        FLA's Triton kernels (fla-core: fla.ops.linear_attn.chunk_linear_attn, scale 1,
              normalize=True) on the same φq, φk; CUDA only (pip install fla-core). --compare sets
              it beside hedgehog's chunked row
+Hybrid maps (hybrid-<map>, LoLCATs' softmax window of the last --window keys + linear attention
+with <map> on the earlier keys, one shared normalizer; autograd/ops/hybrid_attention.h), the same
+arithmetic as hedgehog's ops: wf = sigmoid(p) (p (H) init 0, a leaf), lf = 1, scale 1/sqrt(D),
+window scores exp(s·q·k - max over the window), no eps:
+  chunked    hybrid_attention_chunked's algorithm: query blocks of --chunk rows; each block's band
+             tile of chunk+W-1 keys (an unfold of the keys padded with W-1 zero rows in front)
+             holds its window part and the linear keys inside the band; the keys before the band
+             come from an exclusive prefix sum of per-block φkᵀv and Σφk states
+  quadratic  the (L,L) weights materialized (hybrid_attention_quadratic)
+  recurrent  skipped (the decoding step is not a training form)
+Before timing, the chunked twin is checked against the quadratic one in f64, values and
+gradients (≤ 1e-10 relative).
 Feature maps as in nn/feature_maps.cpp: hedgehog (per-head identity-initialized W (H,D,D), b = 0,
 φ = [softmax(xW+b), softmax(-(xW+b))], F = 2D), elu (elu(x)+1, F = D), taylor (1, x/D^¼,
 vec(xxᵀ)/(√2·√D), F = 1+D+D²), relu.
@@ -46,7 +58,9 @@ os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # quieter profiler (used for CPU
 WARMUP = 1
 EPS = 1e-6
 MIB = 1024.0 * 1024.0
-MAPS = ("softmax", "hedgehog", "elu", "relu", "taylor")
+BASE_MAPS = ("softmax", "hedgehog", "elu", "relu", "taylor")
+MAPS = BASE_MAPS + tuple("hybrid-" + m for m in BASE_MAPS[1:])
+BLOCKED = -1e30  # a blocked window score: exp(BLOCKED - m) is 0 next to any real score
 FORMS = ("chunked", "quadratic", "recurrent")
 TWIN_FORMS = ("fla",)  # forms only the twin has; compared with hedgehog's chunked row
 
@@ -213,6 +227,90 @@ def linear_fla(pq, pk, v):
     return o.transpose(1, 2)
 
 
+def hybrid_quadratic(torch, q, k, v, pq, pk, wf, lf, W):
+    """hybrid_attention_quadratic: (B,H,L,.) inputs, wf, lf (H) -> (B,H,L,Dv) via (L,L) weights."""
+    L = q.shape[2]
+    i = torch.arange(L, device=q.device)
+    d = i[:, None] - i[None, :]                       # query - key
+    win = (d >= 0) & (d < W)
+    lin = d >= W
+    sc = torch.matmul(q, k.transpose(-1, -2)) * q.shape[-1] ** -0.5
+    sc = sc.masked_fill(~win, BLOCKED)
+    m = sc.amax(-1, keepdim=True)
+    aw = torch.exp(sc - m) * win.to(q.dtype) * wf[None, :, None, None]
+    al = torch.matmul(pq, pk.transpose(-1, -2)) * lin.to(q.dtype) * lf[None, :, None, None]
+    a = aw + al
+    den = a.sum(-1, keepdim=True)
+    return torch.matmul(a / (den + (den == 0).to(den.dtype)), v)
+
+
+def hybrid_chunked(torch, q, k, v, pq, pk, wf, lf, W, T):
+    """hybrid_attention_chunked's arithmetic: band tiles (window + linear keys in the band) plus
+    the exclusive prefix state of the keys before the band."""
+    pad = torch.nn.functional.pad
+    B, H, L, D = q.shape
+    Dv, Fd = v.shape[-1], pq.shape[-1]
+    W = min(W, L)
+    nb = (L + T - 1) // T
+    P, E = nb * T, T + W - 1
+    rows = lambda x, a, b: pad(x, (0, 0, a, b))  # noqa: E731  zero rows before/after along L
+    kp, vp, pkp = rows(k, W - 1, P - L), rows(v, W - 1, P - L), rows(pk, W - 1, P - L)
+    tiles = lambda x: x.unfold(2, E, T).transpose(-1, -2)  # noqa: E731  (B,H,nb,E,C)
+    kt, vt, pkt = tiles(kp), tiles(vp), tiles(pkp)
+    dev = q.device
+    r = torch.arange(T, device=dev)[:, None]
+    u = torch.arange(E, device=dev)[None, :]
+    key = torch.arange(nb, device=dev)[:, None, None] * T - (W - 1) + u  # (nb,1,E) key index
+    win = (u >= r) & (u <= r + W - 1) & (key >= 0) & (key < L)           # (nb,T,E)
+    lin = (u < r).to(q.dtype)                                            # (T,E)
+    qb = rows(q, 0, P - L).reshape(B, H, nb, T, D)
+    pqb = rows(pq, 0, P - L).reshape(B, H, nb, T, Fd)
+    wf5, lf5 = wf[None, :, None, None, None], lf[None, :, None, None, None]
+    sc = torch.matmul(qb, kt.transpose(-1, -2)) * D ** -0.5             # (B,H,nb,T,E)
+    sc = sc.masked_fill(~win, BLOCKED)
+    m = sc.amax(-1, keepdim=True)
+    aw = torch.exp(sc - m) * win.to(q.dtype) * wf5
+    al = torch.matmul(pqb, pkt.transpose(-1, -2)) * lin * lf5
+    a = aw + al
+    num = torch.matmul(a, vt)                                           # (B,H,nb,T,Dv)
+    den = a.sum(-1, keepdim=True)
+    pk_blk = pkp[:, :, :P].reshape(B, H, nb, T, Fd)
+    v_blk = vp[:, :, :P].reshape(B, H, nb, T, Dv)
+    U = torch.matmul(pk_blk.transpose(-1, -2), v_blk)                   # (B,H,nb,F,Dv)
+    Z = pk_blk.sum(3, keepdim=True)                                     # (B,H,nb,1,F)
+    S, z = U.cumsum(2) - U, Z.cumsum(2) - Z                             # exclusive prefixes
+    num = num + torch.matmul(pqb, S) * lf5
+    den = den + torch.matmul(pqb, z.transpose(-1, -2)) * lf5
+    y = num / (den + (den == 0).to(den.dtype))
+    return y.reshape(B, H, P, Dv)[:, :, :L]
+
+
+def check_hybrid(torch, name, H, D, chunk, W):
+    """The chunked twin equals the quadratic one (f64, values; L not a multiple of the chunk)."""
+    phi, _, _ = make_feature_map(torch, name, H, D, torch.device("cpu"))
+    g = torch.Generator().manual_seed(5)
+    L = 3 * chunk + 5
+    q, k, v = (torch.randn(1, H, L, D, generator=g, dtype=torch.float64) for _ in range(3))
+    with torch.no_grad():
+        pq, pk = phi(q.float(), True).double(), phi(k.float(), False).double()
+    wf = torch.sigmoid(torch.randn(H, generator=g, dtype=torch.float64))
+    lf = torch.ones(H, dtype=torch.float64)
+    wy = torch.randn(1, H, L, v.shape[-1], generator=g, dtype=torch.float64)
+    rel = lambda a, b: ((a - b).abs().max() / b.abs().max().clamp_min(1e-3)).item()  # noqa: E731
+    for w in sorted({1, W, L + 3}):
+        outs = []
+        for fn in (lambda *x: hybrid_quadratic(torch, *x, w), lambda *x: hybrid_chunked(torch, *x, w, chunk)):
+            xs = [t.clone().requires_grad_() for t in (q, k, v, pq, pk, wf, lf)]
+            y = fn(*xs)
+            (y * wy).sum().backward()
+            outs.append([y.detach()] + [t.grad for t in xs])
+        errs = [rel(a, b) for a, b in zip(outs[1], outs[0])]
+        if not max(errs) <= 1e-10:
+            sys.exit(f"error: hybrid-{name} chunked twin differs from the quadratic reference (W={w}): relative "
+                     f"errors of y and the gradients of q, k, v, pq, pk, wf, lf {['%.3g' % e for e in errs]} > 1e-10")
+    print(f"hybrid-{name}: chunked twin = quadratic reference in f64, values and gradients (W=1, {W}, {L + 3}; L={L})")
+
+
 def linear_quadratic(torch, pq, pk, v, eps):
     a = torch.matmul(pq, pk.transpose(-1, -2)).tril()
     return torch.matmul(a / (a.sum(-1, keepdim=True) + eps), v)
@@ -234,7 +332,9 @@ def linear_recurrent(torch, pq, pk, v, eps):
 # ---------------------------------------------------------------- driver
 
 def skip_reason(args, H, Fd, name, form, L):
-    if name == "taylor" and L > args.max_taylor_len:
+    if name.startswith("hybrid-") and form == "recurrent":
+        return "a hybrid's recurrent form is the decoding step, not a training form"
+    if name.endswith("taylor") and L > args.max_taylor_len:
         return f"taylor above --max-taylor-len {args.max_taylor_len}"
     if form == "quadratic" and L > args.max_quadratic_len:
         return f"quadratic above --max-quadratic-len {args.max_quadratic_len}"
@@ -250,6 +350,7 @@ def skip_reason(args, H, Fd, name, form, L):
 def run_case(torch, args, device, H, name, form, L, fmap):
     F = torch.nn.functional
     phi, Fd, params = fmap if fmap else (None, args.head_dim, [])
+    hybrid = name.startswith("hybrid-")
     row = {"map": name, "form": form, "L": L, "F": Fd, "status": "ok"}
     reason = skip_reason(args, H, Fd, name, form, L)
     if reason:
@@ -268,6 +369,11 @@ def run_case(torch, args, device, H, name, form, L, fmap):
         if form == "softmax":
             return F.scaled_dot_product_attention(q, k, v, is_causal=True)
         pq, pk = phi(q, True), phi(k, False)
+        if hybrid:  # params[-1]: the window factor p (H)
+            wf, lf = torch.sigmoid(params[-1]), torch.ones(H, device=device)
+            if form == "chunked":
+                return hybrid_chunked(torch, q, k, v, pq, pk, wf, lf, args.window, args.chunk)
+            return hybrid_quadratic(torch, q, k, v, pq, pk, wf, lf, args.window)
         if form == "chunked":
             return linear_chunked(torch, pq, pk, v, args.chunk, EPS)
         if form == "quadratic":
@@ -324,6 +430,7 @@ def main():
     p.add_argument("--maps", type=name_list(MAPS), default=["softmax", "hedgehog", "elu", "taylor"])
     p.add_argument("--forms", type=name_list(FORMS + TWIN_FORMS + ("softmax",)), default=list(FORMS))
     p.add_argument("--chunk", type=positive_int, default=64)
+    p.add_argument("--window", type=positive_int, default=64, help="hybrid maps: the sliding window W")
     p.add_argument("--softmax", choices=("sdpa", "math"), default="sdpa",
                    help="softmax rows: F.scaled_dot_product_attention or the composed (L,L) math")
     p.add_argument("--reps", type=positive_int, default=3)
@@ -340,14 +447,20 @@ def main():
     H = args.heads or (12 if device.type == "cuda" else 4)
     threads = torch.get_num_threads()
     print(f"torch {torch.__version__} attention benchmark: {device}, {threads} thread(s), B={args.batch} H={H} "
-          f"D={args.head_dim}, chunk {args.chunk}, softmax {args.softmax}, f32, median of {args.reps} after {WARMUP} warm-up\n")
+          f"D={args.head_dim}, chunk {args.chunk}, hybrid window {args.window}, softmax {args.softmax}, f32, median of "
+          f"{args.reps} after {WARMUP} warm-up\n")
+    for name in args.maps:
+        if name.startswith("hybrid-"):
+            check_hybrid(torch, name[len("hybrid-"):], H, args.head_dim, args.chunk, args.window)
     cmp_hdr = f" {'hh/t fwd':>8} {'hh/t f+b':>8}" if hh else ""
-    print(f"{'map':<10} {'form':<10} {'L':>6} {'F':>5} {'fwd ms':>10} {'fwd+bwd ms':>11} {'fwd MiB':>9} "
+    print(f"{'map':<15} {'form':<10} {'L':>6} {'F':>5} {'fwd ms':>10} {'fwd+bwd ms':>11} {'fwd MiB':>9} "
           f"{'f+b MiB':>11} {'fwd tok/s':>11} {'f+b tok/s':>11}{cmp_hdr}")
     rows = []
     failures = 0
     for name in args.maps:
-        fmap = None if name == "softmax" else make_feature_map(torch, name, H, args.head_dim, device)
+        fmap = None if name == "softmax" else make_feature_map(torch, name.replace("hybrid-", ""), H, args.head_dim, device)
+        if name.startswith("hybrid-"):  # the window factor p (H), init 0, after the map's parameters
+            fmap = (fmap[0], fmap[1], fmap[2] + [torch.zeros(H, device=device, requires_grad=True)])
         forms = ["softmax"] if name == "softmax" else [f for f in args.forms if f != "softmax"]
         for form in forms:
             for L in args.lengths:
@@ -358,7 +471,7 @@ def main():
                          "status": "error", "reason": str(e).splitlines()[0]}
                     failures += 1
                 rows.append(r)
-                head = f"{name:<10} {form:<10} {L:6d} {r['F']:5d} "
+                head = f"{name:<15} {form:<10} {L:6d} {r['F']:5d} "
                 if r["status"] != "ok":
                     print(f"{head}{r['status']} ({r['reason']})", flush=True)
                     continue
@@ -384,11 +497,11 @@ def main():
                     continue
                 a, b = crossover(rows, name, form, "fwd_ms"), crossover(rows, name, form, "fwd_bwd_ms")
                 say = lambda L: f"L={L}" if L else "not within the measured lengths"  # noqa: E731
-                print(f"  {name:<10} {form:<10} fwd: {say(a):<32} fwd+bwd: {say(b)}")
+                print(f"  {name:<15} {form:<10} fwd: {say(a):<32} fwd+bwd: {say(b)}")
                 cross.append({"map": name, "form": form, "fwd_L": a, "fwd_bwd_L": b})
     out = {"library": f"torch {torch.__version__}", "device": str(device), "threads": threads, "dtype": "f32",
            "benchmark": "attention", "batch": args.batch, "heads": H, "head_dim": args.head_dim,
-           "chunk": args.chunk, "softmax_impl": args.softmax, "reps": args.reps, "warmup": WARMUP, "results": rows, "crossover": cross}
+           "chunk": args.chunk, "window": args.window, "softmax_impl": args.softmax, "reps": args.reps, "warmup": WARMUP, "results": rows, "crossover": cross}
     if args.json:
         write_json(args.json, out)
         print(f"\nwrote {args.json}")

@@ -1,6 +1,7 @@
 // LoLCATs' hybrid sliding-window + linear attention (semantics in hybrid_attention.h): the
-// quadratic reference, the chunked form and the recurrent step, all composed from existing ops
-// (autograd differentiates the first two; the step runs without gradient).
+// quadratic reference, the chunked form and the recurrent step, composed from existing ops
+// (autograd differentiates the first two; the step runs without gradient), and the window part as
+// one kernel with its backward (hybrid_window_attention), the chunked form's window.
 #include "autograd/ops/hybrid_attention.h"
 
 #include <algorithm>
@@ -8,13 +9,16 @@
 #include <vector>
 
 #include "autograd/grad_mode.h"
+#include "autograd/node.h"
 #include "autograd/ops.h"
+#include "core/backend.h"
 
 namespace hh {
 
 static const OpName reg_hybrid_attention_quadratic("hybrid_attention_quadratic");
 static const OpName reg_hybrid_attention_chunked("hybrid_attention_chunked");
 static const OpName reg_hybrid_attention_step("hybrid_attention_step");
+static const OpName reg_hybrid_window_attention("hybrid_window_attention");
 
 namespace {
 
@@ -122,69 +126,98 @@ Tensor hybrid_attention_chunked(const Tensor& q, const Tensor& k, const Tensor& 
   const char* op = "hybrid_attention_chunked";
   const double s = check_inputs(op, q, k, v, pq, pk, wf, lf, window, scale, key_mask);
   HH_CHECK(chunk > 0, op, ": chunk size must be positive, got ", chunk);
-  const int64_t B = q.size(0), H = q.size(1), L = q.size(2), Dv = v.size(3), F = pq.size(3);
+  const int64_t B = q.size(0), H = q.size(1), L = q.size(2), Dv = v.size(3);
   const DType dt = q.dtype();
   const Device dev = q.device();
   if (L == 0) return zeros({B, H, 0, Dv}, {dt, dev});
   // A window of L or more is the whole causal prefix: every W >= L computes the same.
   const int64_t W = std::min(window, L);
-  const int64_t T = chunk, nb = (L + T - 1) / T, P = nb * T, E = T + W - 1;  // E: band tile width
-  // Keys padded with W-1 zero rows in front and P-L behind: block c's tile is rows [cT, cT+E) of
-  // them (keys cT-W+1 .. cT+T-1), and the keys before the tile are the rows before cT.
-  Tensor km = keep_of(key_mask, B, L, dt, dev);  // (B,L)
-  Tensor pkm = mul(pk, reshape(km, {B, 1, L, 1}));  // padded keys: no linear contribution
-  Tensor kp = pad_rows(k, W - 1, P - L), vp = pad_rows(v, W - 1, P - L), pkp = pad_rows(pkm, W - 1, P - L);
-  Tensor valid = reshape(pad_rows(reshape(km, {B, 1, L, 1}), W - 1, P - L), {B, W - 1 + P});
-  std::vector<int64_t> idx(static_cast<size_t>(nb * E));
-  for (int64_t c = 0; c < nb; ++c)
-    for (int64_t u = 0; u < E; ++u) idx[static_cast<size_t>(c * E + u)] = c * T + u;
-  Tensor index = from_vector(idx, {nb * E}, {DType::i64, dev});
-  auto tiles = [&](const Tensor& x) {  // (B,H,W-1+P,C) -> (B,H,nb,E,C)
-    return reshape(index_select(x, 2, index), {B, H, nb, E, x.size(3)});
-  };
-  Tensor kt = tiles(kp), vt = tiles(vp), pkt = tiles(pkp);
-  Tensor vmask = reshape(index_select(valid, 1, index), {B, 1, nb, 1, E});  // key j is real
-  // Band masks (T,E): row r (query cT+r), column u (key cT-W+1+u): window r <= u <= r+W-1,
-  // linear keys of the tile u < r (the keys before the tile are in the prefix state).
-  std::vector<double> win(static_cast<size_t>(T * E), 0.0), lin(static_cast<size_t>(T * E), 0.0);
-  for (int64_t r = 0; r < T; ++r)
-    for (int64_t u = 0; u < E; ++u) {
-      if (u >= r && u <= r + W - 1) win[static_cast<size_t>(r * E + u)] = 1.0;
-      if (u < r) lin[static_cast<size_t>(r * E + u)] = 1.0;
-    }
-  Tensor wkeep = mul(from_vector(win, {T, E}, {dt, dev}), vmask);  // (B,1,nb,T,E)
-  Tensor lkeep = from_vector(lin, {T, E}, {dt, dev});              // padded keys have pk = 0
-  auto blocks = [&](const Tensor& x) {  // (B,H,L,C) -> (B,H,nb,T,C)
-    return reshape(pad_rows(x, 0, P - L), {B, H, nb, T, x.size(3)});
-  };
-  Tensor qb = blocks(q), pqb = blocks(pq);
-  // Window part of every block's band.
-  Tensor sc = mul(matmul(qb, transpose(kt, -1, -2)), s);  // (B,H,nb,T,E)
-  sc = masked_fill(sc, eq(wkeep, 0.0), kBlocked);
-  Tensor m = amax(sc, {-1}, true);  // (B,H,nb,T,1)
-  Tensor aw = mul(mul(exp(sub(sc, m)), wkeep), per_head(wf, 5));
-  // Linear keys inside the band.
-  Tensor al = mul(mul(matmul(pqb, transpose(pkt, -1, -2)), lkeep), per_head(lf, 5));
-  Tensor a = add(aw, al);                                // (B,H,nb,T,E)
-  Tensor num = matmul(a, vt);                            // (B,H,nb,T,Dv)
-  Tensor den = sum(a, {-1}, true);                       // (B,H,nb,T,1)
-  // Linear keys before the band: exclusive prefix over blocks of the padded rows [0, P).
-  Tensor pk_blk = reshape(slice(pkp, 2, 0, P), {B, H, nb, T, F});
-  Tensor v_blk = reshape(slice(vp, 2, 0, P), {B, H, nb, T, Dv});
-  Tensor U = matmul(transpose(pk_blk, -1, -2), v_blk);  // (B,H,nb,F,Dv)
-  Tensor Z = sum(pk_blk, {3}, true);                    // (B,H,nb,1,F)
-  auto exclusive = [&](const Tensor& x) {               // block c: Σ_{c' < c} x_c'
-    Shape s0 = x.shape();
-    s0[2] = 1;
-    Tensor shifted = nb == 1 ? zeros(s0, {dt, dev}) : cat({zeros(s0, {dt, dev}), slice(x, 2, 0, nb - 1)}, 2);
-    return cumsum(shifted, 2);
-  };
-  Tensor S = exclusive(U), z = exclusive(Z);            // (B,H,nb,F,Dv), (B,H,nb,1,F)
-  Tensor lf5 = per_head(lf, 5);
-  num = add(num, mul(matmul(pqb, S), lf5));
-  den = add(den, mul(matmul(pqb, transpose(z, -1, -2)), lf5));
-  Tensor y = div(num, safe_den(den));                   // (B,H,nb,T,Dv)
-  return slice(reshape(y, {B, H, P, Dv}), 2, 0, L);     // (B,H,L,Dv)
+  // Window part: one kernel, (B,H,L,Dv) and (B,H,L,1).
+  std::vector<Tensor> win = hybrid_window_attention(q, k, v, W, s, key_mask);
+  Tensor wf4 = per_head(wf, 4), lf4 = per_head(lf, 4);
+  Tensor num = mul(win[0], wf4), den = mul(win[1], wf4);
+  {
+    // Linear part: query i reads keys j <= i-W, i.e. an inclusive causal scan over the keys and
+    // values shifted down by W rows (row i holds key i-W; the first W rows are zero), in blocks
+    // of T rows: the masked (T,T) product inside a block, the exclusive prefix state before it.
+    // W = L leaves only zero rows, but pq, pk and lf stay in the graph (zero gradients).
+    const int64_t T = chunk, nb = (L + T - 1) / T, P = nb * T;
+    Tensor pkm = mul(pk, reshape(keep_of(key_mask, B, L, dt, dev), {B, 1, L, 1}));  // padded keys add nothing
+    auto blocks = [&](const Tensor& x, int64_t shift) {  // (B,H,L,C) -> (B,H,nb,T,C), rows moved down by shift
+      return reshape(pad_rows(slice(x, 2, 0, L - shift), shift, P - L), {B, H, nb, T, x.size(3)});
+    };
+    Tensor pqb = blocks(pq, 0), pkb = blocks(pkm, W), vb = blocks(v, W);
+    std::vector<double> tri(static_cast<size_t>(T * T), 0.0);
+    for (int64_t r = 0; r < T; ++r)
+      for (int64_t u = 0; u <= r; ++u) tri[static_cast<size_t>(r * T + u)] = 1.0;
+    Tensor a = mul(matmul(pqb, transpose(pkb, -1, -2)), from_vector(tri, {T, T}, {dt, dev}));  // (B,H,nb,T,T)
+    Tensor U = matmul(transpose(pkb, -1, -2), vb);  // (B,H,nb,F,Dv)
+    Tensor Z = sum(pkb, {3}, true);                 // (B,H,nb,1,F)
+    auto exclusive = [&](const Tensor& x) {         // block c: Σ_{c' < c} x_c'
+      Shape s0 = x.shape();
+      s0[2] = 1;
+      Tensor shifted = nb == 1 ? zeros(s0, {dt, dev}) : cat({zeros(s0, {dt, dev}), slice(x, 2, 0, nb - 1)}, 2);
+      return cumsum(shifted, 2);
+    };
+    Tensor S = exclusive(U), z = exclusive(Z);  // (B,H,nb,F,Dv), (B,H,nb,1,F)
+    Tensor num_l = add(matmul(a, vb), matmul(pqb, S));                                     // (B,H,nb,T,Dv)
+    Tensor den_l = add(sum(a, {-1}, true), matmul(pqb, transpose(z, -1, -2)));             // (B,H,nb,T,1)
+    auto rows = [&](const Tensor& x) { return slice(reshape(x, {B, H, P, x.size(4)}), 2, 0, L); };
+    num = add(num, mul(rows(num_l), lf4));
+    den = add(den, mul(rows(den_l), lf4));
+  }
+  return div(num, safe_den(den));  // (B,H,L,Dv)
+}
+
+std::vector<Tensor> hybrid_window_attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t window,
+                                            double scale, const Tensor& key_mask) {
+  const char* op = "hybrid_window_attention";
+  HH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, op, ": expected q, k (B,H,L,D), v (B,H,L,Dv), got ",
+           q.shape(), ", ", k.shape(), ", ", v.shape());
+  HH_CHECK(k.shape() == q.shape(), op, ": k ", k.shape(), " does not match q ", q.shape());
+  HH_CHECK(v.size(0) == q.size(0) && v.size(1) == q.size(1) && v.size(2) == q.size(2), op, ": v ", v.shape(),
+           " does not match q ", q.shape(), " in (B,H,L)");
+  HH_CHECK(k.dtype() == q.dtype() && v.dtype() == q.dtype(), op, ": dtypes ", q.dtype(), ", ", k.dtype(), ", ",
+           v.dtype(), " differ");
+  HH_CHECK(is_floating(q.dtype()), op, ": expected floating inputs, got ", q.dtype());
+  HH_CHECK(k.device() == q.device() && v.device() == q.device(), op, ": inputs on different devices (", q.device(),
+           ", ", k.device(), ", ", v.device(), ")");
+  HH_CHECK(window >= 1, op, ": window must be >= 1, got ", window);
+  HH_CHECK(q.size(3) > 0, op, ": head dim must be positive, got q ", q.shape());
+  HH_CHECK(scale == -1 || (std::isfinite(scale) && scale > 0), op, ": scale must be positive and finite (or -1 for ",
+           "1/sqrt(D)), got ", scale);
+  const int64_t B = q.size(0), H = q.size(1), L = q.size(2), D = q.size(3), Dv = v.size(3), G = B * H;
+  const double s = scale == -1 ? 1.0 / std::sqrt(static_cast<double>(D)) : scale;
+  Tensor mask;  // (B,L) bool, contiguous, or undefined
+  if (key_mask.defined()) {
+    HH_CHECK(key_mask.dim() == 2 && key_mask.size(0) == B && key_mask.size(1) == L, op, ": key mask ",
+             key_mask.shape(), " does not match (B,L) = (", B, ", ", L, ")");
+    HH_CHECK(key_mask.device() == q.device(), op, ": key mask on ", key_mask.device(), ", inputs on ", q.device());
+    Tensor km = detach(key_mask);
+    mask = contiguous(km.dtype() == DType::boolean ? km : ne(km, 0.0));
+  }
+  const DType in = q.dtype(), ct = in == DType::f64 ? DType::f64 : DType::f32;
+  const Device dev = q.device();
+  auto prep = [&](const Tensor& t, int64_t last) { return contiguous(t.to(ct).detach()).reshape({G, L, last}); };
+  Tensor qc = prep(q, D), kc = prep(k, D), vc = prep(v, Dv);
+  Tensor num = empty({G, L, Dv}, {ct, dev}), den = empty({G, L}, {ct, dev}), m = empty({G, L}, {ct, dev});
+  if (G * L > 0) backend_of(num).hybrid_window_attention(qc, kc, vc, mask, H, window, s, num, den, m);
+  std::vector<Tensor> outs{num.reshape({B, H, L, Dv}).to(in), den.reshape({B, H, L, 1}).to(in)};
+  const Shape qs = q.shape(), vs = v.shape();
+  return record_outputs(op, std::move(outs), {q, k, v}, {qc, kc, vc, m},
+                        [=](const std::vector<Tensor>& g, const NeedsGrad&) {
+                          auto grad = [&](size_t i, const Shape& shape) {
+                            return g[i].defined() ? contiguous(g[i].to(ct)).reshape(shape) : zeros(shape, {ct, dev});
+                          };
+                          Tensor gnum = grad(0, {G, L, Dv}), gden = grad(1, {G, L});
+                          Tensor gq = empty({G, L, D}, {ct, dev}), gk = empty({G, L, D}, {ct, dev});
+                          Tensor gv = empty({G, L, Dv}, {ct, dev});
+                          if (G * L > 0)
+                            backend_of(gv).hybrid_window_attention_backward(qc, kc, vc, mask, H, window, s, m, gnum,
+                                                                            gden, gq, gk, gv);
+                          return std::vector<Tensor>{gq.reshape(qs).to(in), gk.reshape(qs).to(in),
+                                                     gv.reshape(vs).to(in)};
+                        });
 }
 
 Tensor hybrid_attention_step(HybridDecodeState& st, const Tensor& q_t, const Tensor& k_t, const Tensor& v_t,

@@ -1,7 +1,8 @@
 // The hybrid sliding-window + linear attention of LoLCATs (HazyResearch/lolcats,
 // `hybrid_attention_quadratic`), causal, in three forms: the quadratic reference (materialized
 // (L,L) weights), the chunked form (band tiles + a prefix state, never an (L,L) tensor) and the
-// recurrent decoding step (a W-token ring + the linear state of the keys that left the window).
+// recurrent decoding step (a W-token ring + the linear state of the keys that left the window);
+// and the window part alone as one kernel (hybrid_window_attention), which the chunked form uses.
 //
 // Semantics. q, k (B,H,L,D), v (B,H,L,Dv), pq = φ(q), pk = φ(k) (B,H,L,F), per-head factors
 // wf, lf (H) (LoLCATs passes sigmoid(p) and 1 or 1 - sigmoid(p)), window W >= 1, scale s
@@ -17,6 +18,7 @@
 // Computed in the inputs' dtype (all alike, floating); no autocast of its own.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -28,15 +30,25 @@ Tensor hybrid_attention_quadratic(const Tensor& q, const Tensor& k, const Tensor
                                   const Tensor& pk, const Tensor& wf, const Tensor& lf, int64_t window,
                                   double scale = -1, const Tensor& key_mask = Tensor(), Tensor* weights = nullptr);
 
-// The same function, chunked: query blocks of `chunk` rows; each block's window part is a
-// (chunk, chunk+W-1) band tile against keys [start-W+1, start+chunk), its linear part the band's
-// keys before the window plus the exclusive prefix state S = Σ_{j <= start-W} pk_j v_jᵀ,
-// z = Σ pk_j (a cumsum over per-block states). All blocks are batched (one gather of the tiles),
-// so the graph has a fixed number of nodes. Cost O(L·(chunk+W)·(D+Dv+F) + (L/chunk)·F·Dv) and
-// memory of the same order (W is clamped to L); exact for any W and chunk.
+// The same function, efficient: the window part is hybrid_window_attention (one kernel, O(L·W·(D+Dv))
+// time, O(L·Dv) memory); the linear part (keys j <= i-W) is an inclusive chunked causal scan over
+// the keys and values shifted down by W rows: blocks of `chunk` queries, the masked (chunk,chunk)
+// product inside a block, the exclusive prefix state S = Σ pk_j v_jᵀ, z = Σ pk_j of the blocks
+// before it (a cumsum over per-block states); both parts meet in the shared normalizer. All blocks
+// are batched, so the graph has a fixed number of nodes. Linear cost O(L·chunk·(F+Dv) +
+// (L/chunk)·F·Dv), no (L,L) tensor (W is clamped to L); exact for any W and chunk.
 Tensor hybrid_attention_chunked(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pq,
                                 const Tensor& pk, const Tensor& wf, const Tensor& lf, int64_t window,
                                 double scale = -1, const Tensor& key_mask = Tensor(), int64_t chunk = 64);
+
+// The window part alone, unnormalized: q, k (B,H,L,D), v (B,H,L,Dv) -> {num (B,H,L,Dv),
+// den (B,H,L,1)} with, for query i over the real keys j, i-W < j <= i: e_ij = exp(s·q_i·k_j - m_i),
+// m_i = max_j s·q_i·k_j, num_i = Σ_j e_ij v_j, den_i = Σ_j e_ij (0 and 0 for a query without
+// such a key). The gradient flows through m_i as through amax (split among ties). One backend
+// kernel each way (Backend::hybrid_window_attention), no (L,L) or band buffer; key_mask (B,L) as
+// above; computed in f32 (f64 for f64 inputs).
+std::vector<Tensor> hybrid_window_attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t window,
+                                            double scale = -1, const Tensor& key_mask = Tensor());
 
 // Recurrent decoding state, per (B,H): the last min(W, tokens) keys, values and features in a
 // ring (token t in slot t mod W; the ring grows by doubling up to W slots, so a W far beyond the

@@ -68,6 +68,13 @@ class CpuBackend final : public Backend {
                                 const Tensor& out, const Tensor& lse, const Tensor& gout, bool causal, double scale,
                                 const Tensor& gq, const Tensor& gk, const Tensor& gv) override;
   bool flash_attention_takes_views() const override { return true; }
+  void hybrid_window_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask, int64_t heads,
+                               int64_t window, double scale, const Tensor& num, const Tensor& den,
+                               const Tensor& m) override;  // cpu_attention.cpp
+  void hybrid_window_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
+                                        int64_t heads, int64_t window, double scale, const Tensor& m,
+                                        const Tensor& gnum, const Tensor& gden, const Tensor& gq, const Tensor& gk,
+                                        const Tensor& gv) override;
   bool flash_attention_takes_key_mask() const override { return true; }
 
   void add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias, double eps,

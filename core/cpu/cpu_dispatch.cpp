@@ -63,6 +63,20 @@ void CpuBackend::linear_attention_causal_backward(const Tensor& q, const Tensor&
   with_cpu_kernels(
       [&](auto kernels) { kernels.linear_attention_causal_backward(q, k, v, y, den, gy, chunk, gq, gk, gv); });
 }
+void CpuBackend::hybrid_window_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
+                                         int64_t heads, int64_t window, double scale, const Tensor& num,
+                                         const Tensor& den, const Tensor& m) {
+  with_cpu_kernels(
+      [&](auto kernels) { kernels.hybrid_window_attention(q, k, v, key_mask, heads, window, scale, num, den, m); });
+}
+void CpuBackend::hybrid_window_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                  const Tensor& key_mask, int64_t heads, int64_t window, double scale,
+                                                  const Tensor& m, const Tensor& gnum, const Tensor& gden,
+                                                  const Tensor& gq, const Tensor& gk, const Tensor& gv) {
+  with_cpu_kernels([&](auto kernels) {
+    kernels.hybrid_window_attention_backward(q, k, v, key_mask, heads, window, scale, m, gnum, gden, gq, gk, gv);
+  });
+}
 void CpuBackend::flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask, bool causal,
                                  double scale, const Tensor& out, const Tensor& lse) {
   with_cpu_kernels([&](auto kernels) { kernels.flash_attention(q, k, v, key_mask, causal, scale, out, lse); });

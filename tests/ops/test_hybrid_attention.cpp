@@ -1,5 +1,6 @@
 // LoLCATs' hybrid sliding-window + linear attention: op-table rows for the quadratic, chunked and
-// recurrent forms against plain loops over (i, j), the chunked form's values and gradients and the
+// recurrent forms and the window kernel (hybrid_window_attention) against plain loops over (i, j),
+// the chunked form's values and gradients and the
 // recurrent step's values against the quadratic reference over windows, chunk sizes and key
 // masks, W >= L as plain causal softmax attention, and the chunked form's memory at long L.
 #include <algorithm>
@@ -51,6 +52,37 @@ Host hybrid_ref(const std::vector<Host>& in, int64_t W, double scale) {
         }
         for (int64_t c = 0; c < Dv; ++c)
           out.v[static_cast<size_t>(((b * H + h) * L + i) * Dv + c)] = den == 0 ? 0.0 : num[static_cast<size_t>(c)] / den;
+      }
+  return out;
+}
+
+// The window part alone, plain loops: inputs q, k, v[, key mask (B,L)] -> [num, den] (B,H,L,Dv+1).
+Host window_ref(const std::vector<Host>& in, int64_t W, double scale) {
+  const Host &q = in[0], &k = in[1], &v = in[2];
+  const bool masked = in.size() > 3;
+  const int64_t B = q.shape[0], H = q.shape[1], L = q.shape[2], D = q.shape[3], Dv = v.shape[3];
+  const double s = scale < 0 ? 1.0 / std::sqrt(static_cast<double>(D)) : scale;
+  Host out{{B, H, L, Dv + 1}, std::vector<double>(static_cast<size_t>(B * H * L * (Dv + 1)), 0.0)};
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < L; ++i) {
+        auto real = [&](int64_t j) { return !masked || in[3].at({b, j}) != 0.0; };
+        auto score = [&](int64_t j) {
+          double a = 0;
+          for (int64_t d = 0; d < D; ++d) a += q.at({b, h, i, d}) * k.at({b, h, j, d});
+          return s * a;
+        };
+        const int64_t j0 = std::max<int64_t>(0, i - W + 1);
+        double m = -std::numeric_limits<double>::infinity();
+        for (int64_t j = j0; j <= i; ++j)
+          if (real(j)) m = std::max(m, score(j));
+        double* row = &out.v[static_cast<size_t>(((b * H + h) * L + i) * (Dv + 1))];
+        for (int64_t j = j0; j <= i; ++j) {
+          if (!real(j)) continue;
+          const double e = std::exp(score(j) - m);
+          for (int64_t c = 0; c < Dv; ++c) row[c] += e * v.at({b, h, j, c});
+          row[Dv] += e;
+        }
       }
   return out;
 }
@@ -177,8 +209,43 @@ OpSpec step_spec(const std::string& variant, Shape dims, int64_t W) {
   return s;
 }
 
+OpSpec window_spec(const std::string& variant, Shape dims, int64_t W, bool masked, double scale = -1) {
+  OpSpec s;
+  s.op = "hybrid_window_attention";
+  s.variant = variant;
+  const int64_t B = dims[0], H = dims[1], L = dims[2], D = dims[3], Dv = dims[4];
+  s.inputs = [=](Generator& g, DType t) {
+    std::vector<Tensor> x = hybrid_inputs(g, t, B, H, L, D, Dv, 1);
+    x.resize(3);  // q, k, v
+    if (masked) x.push_back(padding_test_mask(B, L));
+    return x;
+  };
+  s.reference = [=](const std::vector<Host>& in) { return window_ref(in, W, scale); };
+  s.fn = [=](const std::vector<Tensor>& x) {
+    std::vector<Tensor> parts = hybrid_window_attention(x[0], x[1], x[2], W, scale, x.size() > 3 ? x[3] : Tensor());
+    return cat(parts, -1);  // (B,H,L,Dv+1): num, den
+  };
+  s.errors = [] {
+    const char* op = "hybrid_window_attention";
+    Generator g(4);
+    std::vector<Tensor> x = hybrid_inputs(g, DType::f32, 1, 2, 4, 3, 2, 5);
+    check_throws([&] { hybrid_window_attention(x[0], x[1], x[2], 0); }, {op, "window", "0"});
+    check_throws([&] { hybrid_window_attention(x[0], x[3], x[2], 2); }, {op, "k", "does not match q"});
+    check_throws([&] { hybrid_window_attention(x[0], x[1], slice(x[2], 2, 0, 3), 2); }, {op, "v", "(B,H,L)"});
+    check_throws([&] { hybrid_window_attention(x[0], x[1], x[2], 2, -1, ones({1, 5})); }, {op, "key mask", "(1, 5)"});
+    check_throws([&] { hybrid_window_attention(x[0], x[1], x[2], 2, 0.0); }, {op, "scale"});
+    check_throws([&] { hybrid_window_attention(x[0], x[1], to_dtype(x[2], DType::f64), 2); }, {op, "dtypes"});
+  };
+  return s;
+}
+
 // dims: B, H, L, D, Dv, F
 const bool reg = add_specs({
+    window_spec("W = 3, L = 7", {2, 2, 7, 3, 2, 1}, 3, false),
+    window_spec("W = 1 (the diagonal only), explicit scale", {1, 2, 6, 2, 3, 1}, 1, false, 0.7),
+    window_spec("W >= L: causal softmax parts", {1, 1, 5, 3, 2, 1}, 9, false),
+    window_spec("W = 2, key mask (rows without a real key)", {2, 1, 8, 2, 2, 1}, 2, true),
+    window_spec("W = 17, L = 40: bands of 16 rows", {1, 2, 40, 3, 2, 1}, 17, true),
     quadratic_spec("W = 3", {2, 2, 7, 3, 2, 4}, 3, false),
     quadratic_spec("W = 1 (the diagonal only), explicit scale", {1, 2, 6, 2, 3, 3}, 1, false, 0.7),
     quadratic_spec("W >= L: causal softmax", {1, 1, 5, 3, 2, 2}, 9, false),
