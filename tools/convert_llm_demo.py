@@ -15,9 +15,10 @@
   ids --count N --vocab V --seed S
       N random token ids in [0, V - 1) (no <|endoftext|>), comma-separated: the decode benchmark's
       prompt (decoding speed does not depend on the text).
-  table --out DIR --window W --lengths L1,L2,L3 --decode-context C
+  table --out DIR --window W --lengths L1,L2,L3 --decode-context C --short-context S
       Reads DIR/convert/<run>/results.json (perplexity), DIR/passkey/<row>/<length>/results.json and
-      DIR/decode/<row>/results.json, prints one table and writes DIR/results.md and results.json.
+      DIR/decode/<context>/<row>/results.json (hf_run), prints one table and writes DIR/results.md
+      and results.json.
 """
 import argparse
 import json
@@ -147,13 +148,16 @@ def table(args):
             ppl = teacher_ppl
         else:
             _, ppl = convert_row(args.out, run, row)
-        dec = load(os.path.join(args.out, "decode", key, "results.json"))
+        dec = load(os.path.join(args.out, "decode", str(args.decode_context), key, "results.json"))
+        short = load(os.path.join(args.out, "decode", str(args.short_context), key, "results.json"))
         rows.append({
             "key": key, "recipe": recipe, "test_perplexity": ppl,
             "passkey": {str(n): passkey(args.out, key, n) for n in lengths},
             "decode_tokens_per_second": dec["tokens_per_second"] if dec else None,
             "decode_peak_mib": dec["decode_peak_bytes"] / 2**20 if dec and "decode_peak_bytes" in dec else None,
             "decode_context": len(dec["prompt_ids"]) + len(dec["generated_ids"]) if dec else None,
+            "short_tokens_per_second": short["tokens_per_second"] if short else None,
+            "short_peak_mib": short["decode_peak_bytes"] / 2**20 if short and "decode_peak_bytes" in short else None,
         })
     for r in rows:
         p = r["test_perplexity"]
@@ -173,14 +177,15 @@ def table(args):
 
     w = args.window
     head = (["recipe", "test ppl", "gap"] + [f"passkey {n} ({n // w}×W{w})" for n in lengths] +
-            [f"decode tok/s @{args.decode_context}", "×teacher", "decode MiB"])
+            [f"decode tok/s @{args.decode_context}", "×teacher", f"decode MiB @{args.short_context}",
+             f"decode MiB @{args.decode_context}"])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         cells = [r["recipe"], fmt(r["test_perplexity"], ".3f"),
                  "-" if r["key"] == "teacher" else fmt(r["gap_to_teacher"], "+.3f")]
         cells += [pk(r, n) for n in lengths]
         cells += [fmt(r["decode_tokens_per_second"], ".1f"), fmt(r["decode_speedup_vs_teacher"], ".2f"),
-                  fmt(r["decode_peak_mib"], ".2f")]
+                  fmt(r["short_peak_mib"], ".2f"), fmt(r["decode_peak_mib"], ".2f")]
         lines.append("| " + " | ".join(cells) + " |")
     notes = [n for r in rows for c in r["passkey"].values() if c and "error" in c for n in [c["error"]]]
     md = "\n".join(lines) + "\n"
@@ -190,7 +195,8 @@ def table(args):
     with open(os.path.join(args.out, "results.md"), "w") as f:
         f.write(md)
     with open(os.path.join(args.out, "results.json"), "w") as f:
-        json.dump({"window": w, "passkey_lengths": lengths, "decode_context": args.decode_context, "rows": rows},
+        json.dump({"window": w, "passkey_lengths": lengths, "decode_context": args.decode_context,
+                   "short_context": args.short_context, "rows": rows},
                   f, indent=2)
         f.write("\n")
 
@@ -213,6 +219,7 @@ def main():
     s.add_argument("--window", type=int, required=True)
     s.add_argument("--lengths", required=True)
     s.add_argument("--decode-context", type=int, required=True)
+    s.add_argument("--short-context", type=int, required=True)
     a = p.parse_args()
     {"splits": splits, "tokenizer": tokenizer, "ids": ids, "table": table}[a.cmd](a)
 
