@@ -265,7 +265,7 @@ json run_decoder(nn::CausalLM& lm, const apps::Flags& f, const Inputs& in) {
     r["text"] = tok->decode(all32, true);
     std::cout << "text: " << r["text"].get<std::string>() << "\n";
   }
-  std::printf("%zu tokens in %.3f s (%.1f tokens/s; prompt of %zu tokens in %.3f s; decoding memory %.2f MiB above the weights)\n",
+  std::printf("%zu tokens in %.3f s (%.1f tokens/s; prompt of %zu tokens in %.3f s; decoding memory %.3f MiB above the weights)\n",
               generated.size(), gen_s, r["tokens_per_second"].get<double>(), prompt.size(), prefill_s,
               static_cast<double>(decode_bytes) / (1 << 20));
   return r;
