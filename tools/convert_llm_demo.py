@@ -9,7 +9,8 @@
       to valid, the rest to test. Files that are not UTF-8 are skipped (convert_gpt2 reads UTF-8).
   tokenizer FOLDER
       Writes vocab.json + merges.txt for train_lm's byte-level tokenizer into a model folder that
-      train_lm exported (it writes none for "bytes"): GPT-2 byte-level BPE with no merges, byte b ->
+      an older train_lm exported without them (data::write_byte_tokenizer_files writes the same
+      files now): GPT-2 byte-level BPE with no merges, byte b ->
       id b (GPT-2's byte-to-character table), <|endoftext|> = 256, so convert_gpt2, eval_lm, hf_run
       and transformers tokenize exactly as train_lm did.
   ids --count N --vocab V --seed S
