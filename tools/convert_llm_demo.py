@@ -18,7 +18,7 @@
       prompt (decoding speed does not depend on the text).
   table --out DIR --window W --lengths L1,L2,L3 --decode-context C --short-context S
       Reads DIR/convert/<run>/results.json (perplexity), DIR/passkey/<row>/<length>/results.json and
-      DIR/decode/<context>/<row>/results.json (hf_run), prints one table and writes DIR/results.md
+      DIR/decode/<context>/<row>/run*/results.json (hf_run: the fastest run), prints one table and writes DIR/results.md
       and results.json.
 """
 import argparse
@@ -121,6 +121,14 @@ def convert_row(out, run, row):
     return r["teacher"]["perplexity"], None
 
 
+def fastest(folder):
+    """The hf_run result of folder/run*/ with the most tokens/s (None when there is none)."""
+    runs = [load(os.path.join(folder, r, "results.json")) for r in sorted(os.listdir(folder))] \
+        if os.path.isdir(folder) else []
+    runs = [r for r in runs if r is not None]
+    return max(runs, key=lambda r: r["tokens_per_second"]) if runs else None
+
+
 def passkey(out, key, length):
     d = os.path.join(out, "passkey", key, str(length))
     r = load(os.path.join(d, "results.json"))
@@ -149,8 +157,8 @@ def table(args):
             ppl = teacher_ppl
         else:
             _, ppl = convert_row(args.out, run, row)
-        dec = load(os.path.join(args.out, "decode", str(args.decode_context), key, "results.json"))
-        short = load(os.path.join(args.out, "decode", str(args.short_context), key, "results.json"))
+        dec = fastest(os.path.join(args.out, "decode", str(args.decode_context), key))
+        short = fastest(os.path.join(args.out, "decode", str(args.short_context), key))
         rows.append({
             "key": key, "recipe": recipe, "test_perplexity": ppl,
             "passkey": {str(n): passkey(args.out, key, n) for n in lengths},
