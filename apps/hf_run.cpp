@@ -31,6 +31,7 @@
 #include "train/run_dir.h"
 #include "core/atomic_file.h"
 #include "core/backend.h"
+#include "core/memory.h"
 #include "core/npy.h"
 #include "core/parallel.h"
 #include "core/progress.h"
@@ -239,7 +240,13 @@ json run_decoder(nn::CausalLM& lm, const apps::Flags& f, const Inputs& in) {
   Progress bar(po);
   const auto t1 = std::chrono::steady_clock::now();
   go.on_token = [&](int64_t n, int64_t) { bar.update(n, {{"tok/s", n / std::max(seconds_since(t1), 1e-9)}}); };
+  // Decoding memory: the allocator's peak during generate above what was live before it (the
+  // weights): the decode state (KV cache or recurrent state) at its largest plus one step's temporaries.
+  const Device dev = lm.parameters().empty() ? Device::cpu() : lm.parameters().front().device();
+  const size_t live_before = memory_stats(dev).current;
+  reset_peak_memory(dev);
   nn::Generation g = nn::generate(lm, prompt, sampler, go);
+  const size_t decode_bytes = memory_stats(dev).peak - std::min(live_before, memory_stats(dev).peak);
   bar.finish();
   const std::vector<int64_t>& generated = g.ids;
   const double prefill_s = g.prefill_seconds, gen_s = g.generate_seconds;
@@ -248,7 +255,8 @@ json run_decoder(nn::CausalLM& lm, const apps::Flags& f, const Inputs& in) {
             {"generated_ids", generated},
             {"prefill_seconds", prefill_s},
             {"generate_seconds", gen_s},
-            {"tokens_per_second", generated.empty() ? 0.0 : generated.size() / std::max(gen_s, 1e-9)}};
+            {"tokens_per_second", generated.empty() ? 0.0 : generated.size() / std::max(gen_s, 1e-9)},
+            {"decode_peak_bytes", decode_bytes}};
   std::vector<int32_t> all32(prompt.begin(), prompt.end()), gen32(generated.begin(), generated.end());
   all32.insert(all32.end(), gen32.begin(), gen32.end());
   std::cout << "prompt ids:    " << json(prompt).dump() << "\ngenerated ids: " << json(generated).dump() << "\n";
@@ -258,8 +266,9 @@ json run_decoder(nn::CausalLM& lm, const apps::Flags& f, const Inputs& in) {
     r["text"] = tok->decode(all32, true);
     std::cout << "text: " << r["text"].get<std::string>() << "\n";
   }
-  std::printf("%zu tokens in %.3f s (%.1f tokens/s; prompt of %zu tokens in %.3f s)\n", generated.size(), gen_s,
-              r["tokens_per_second"].get<double>(), prompt.size(), prefill_s);
+  std::printf("%zu tokens in %.3f s (%.1f tokens/s; prompt of %zu tokens in %.3f s; decoding memory %.3f MiB above the weights)\n",
+              generated.size(), gen_s, r["tokens_per_second"].get<double>(), prompt.size(), prefill_s,
+              static_cast<double>(decode_bytes) / (1 << 20));
   return r;
 }
 

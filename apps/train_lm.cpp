@@ -346,8 +346,11 @@ int train_cmd(int argc, char** argv) {
       // interrupted one (--stop-after-steps) is not.
       if (res.status != "ok" && res.status.rfind("interrupted", 0) != 0) ++failures;
       if (root && res.status == "ok") {
-        nn::save_hf_model(*res.model, (fs::path(r.cfg.out_dir) / "model").string(), res.config_json,
-                          "train_lm model config", tokenizer_files);
+        const std::string model_dir = (fs::path(r.cfg.out_dir) / "model").string();
+        nn::save_hf_model(*res.model, model_dir, res.config_json, "train_lm model config", tokenizer_files);
+        // The byte-level tokenizer has no files to copy: written as GPT-2 files, so every app
+        // (and transformers) reads the folder's tokenizer.
+        if (info.tokenizer == "bytes") data::write_byte_tokenizer_files(model_dir);
         PrecisionGuard autocast(precision);
         s.samples = draw_samples(*res.model, *tok, n_samples, sample_tokens, so, "");
       }

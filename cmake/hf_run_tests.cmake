@@ -30,6 +30,13 @@ set_tests_properties(hf_run_qwen3_greedy PROPERTIES PASS_REGULAR_EXPRESSION
 add_test(NAME hf_run_qwen3_linear COMMAND hf_run --model ${HF}/qwen3-tiny --ids 1,15,27 --mixer hedgehog
          --form recurrent --max-new-tokens 5 --top-k 10 --seed 3)
 set_tests_properties(hf_run_qwen3_linear PROPERTIES PASS_REGULAR_EXPRESSION "generated ids: \\[[0-9]+,[0-9]+,[0-9]+,[0-9]+,[0-9]+\\]")
+# Decoding memory: 4 + 28 tokens of softmax attention leave a KV cache of 2 layers x (k, v) x
+# 5 heads x 32 positions x 8 x 4 bytes = 20 KiB (0.0195 MiB); the reported peak above the weights
+# holds it plus one step's temporaries (less than a second cache).
+add_test(NAME hf_run_gpt2_decode_memory COMMAND hf_run --model ${HF}/gpt2-tiny --ids 5,17,99,42 --temperature 0
+         --max-new-tokens 28)
+set_tests_properties(hf_run_gpt2_decode_memory PROPERTIES PASS_REGULAR_EXPRESSION
+                     "28 tokens in [0-9.]+ s \\([0-9.]+ tokens/s; prompt of 4 tokens in [0-9.]+ s; decoding memory 0\\.0[23][0-9] MiB above the weights\\)")
 # LoLCATs' hybrid (sliding window of 4 + hedgehog linear attention) on GPT-2: forward and greedy decoding.
 add_test(NAME hf_run_gpt2_hybrid COMMAND hf_run --model ${HF}/gpt2-tiny --ids 5,17,99,42,8,3 --mixer hybrid-hedgehog
          --window 4 --temperature 0 --max-new-tokens 6)

@@ -32,6 +32,20 @@ add_test(NAME train_lm_export_hf_run COMMAND hf_run --model ${TLM}/runs/softmax/
          --max-new-tokens 3 --stop-at-eos=false)
 set_tests_properties(train_lm_export_hf_run PROPERTIES FIXTURES_REQUIRED train_lm_runs
                      PASS_REGULAR_EXPRESSION "generated ids: \\[[0-9]+,[0-9]+,[0-9]+\\]")
+# The byte-level tokenizer (prepare's default) has no files: the export writes it as GPT-2 files,
+# which hf_run reads as the same tokenizer ("Hé" is the bytes 72, 195, 169).
+add_test(NAME train_lm_prepare_bytes COMMAND train_lm prepare --input ${LMFX}/wikitext --out ${TLM}/data_bytes --quiet)
+set_tests_properties(train_lm_prepare_bytes PROPERTIES FIXTURES_SETUP train_lm_data_bytes
+                     PASS_REGULAR_EXPRESSION "vocabulary 257")
+add_test(NAME train_lm_tiny_bytes COMMAND train_lm train --data ${TLM}/data_bytes --preset tiny --context 32 --steps 2
+         --samples 0 --quiet --attentions softmax --out ${TLM}/runs_bytes)
+set_tests_properties(train_lm_tiny_bytes PROPERTIES FIXTURES_REQUIRED train_lm_data_bytes
+                     FIXTURES_SETUP train_lm_runs_bytes PASS_REGULAR_EXPRESSION "softmax +[0-9.]+ .*ok
+")
+add_test(NAME train_lm_export_bytes_tokenizer COMMAND hf_run --model ${TLM}/runs_bytes/softmax/model --prompt "Hé"
+         --temperature 0 --max-new-tokens 1)
+set_tests_properties(train_lm_export_bytes_tokenizer PROPERTIES FIXTURES_REQUIRED train_lm_runs_bytes
+                     PASS_REGULAR_EXPRESSION "prompt ids: +\\[72,195,169\\]")
 # --resume with other settings is refused before any work; with the same ones the finished runs stand.
 add_test(NAME train_lm_resume_other COMMAND train_lm ${TLM_TINY} --dim 64 --resume --out ${TLM}/runs)
 set_tests_properties(train_lm_resume_other PROPERTIES FIXTURES_REQUIRED train_lm_runs

@@ -1,6 +1,10 @@
 #include "data/tokenizer_bytes.h"
 
+#include <nlohmann/json.hpp>
+
+#include "core/atomic_file.h"
 #include "core/error.h"
+#include "data/tokenizer_gpt2.h"
 #include "data/unicode.h"
 
 namespace hh::data {
@@ -35,6 +39,18 @@ std::string ByteTokenizer::decode(const std::vector<int32_t>& ids, bool skip_spe
     }
   }
   return unicode::sanitize_utf8(bytes);
+}
+
+void write_byte_tokenizer_files(const std::string& folder) {
+  nlohmann::json vocab = nlohmann::json::object();
+  for (int b = 0; b < 256; ++b) {
+    std::string token;
+    unicode::append_utf8(token, gpt2_byte_to_char(static_cast<uint8_t>(b)));
+    vocab[token] = b;
+  }
+  vocab["<|endoftext|>"] = ByteTokenizer::kEndOfText;
+  write_file_atomic(folder + "/vocab.json", vocab.dump());
+  write_file_atomic(folder + "/merges.txt", "#version: 0.2\n");
 }
 
 std::shared_ptr<Tokenizer> make_lm_tokenizer(const std::string& spec) {

@@ -27,6 +27,12 @@ class ByteTokenizer : public Tokenizer {
   int64_t vocab_size() const override { return 257; }
 };
 
+// The byte-level tokenizer as HF GPT-2 tokenizer files in `folder` (an existing folder): vocab.json
+// (byte b -> id b through GPT-2's printable stand-ins, "<|endoftext|>" -> 256) and merges.txt with
+// no merges, which load_tokenizer and transformers' GPT2Tokenizer read as the same tokenizer (the
+// same ids for every text). Written atomically; an error names the file.
+void write_byte_tokenizer_files(const std::string& folder);
+
 // "bytes" -> ByteTokenizer; anything else is an HF tokenizer folder -> load_tokenizer(folder). A
 // spec that is not a folder with a tokenizer is an error naming the spec and saying that "bytes" is
 // the other choice.

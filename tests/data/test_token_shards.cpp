@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "data/token_shards.h"
 #include "data/tokenizer_bytes.h"
+#include "data/unicode.h"
 #include "tests/temp_dir.h"
 
 using namespace hh;
@@ -72,6 +73,28 @@ TEST_CASE("byte tokenizer: make_lm_tokenizer picks bytes or an HF folder, and na
   CHECK_THROWS_WITH_AS(make_lm_tokenizer(dir.file("nowhere")),
                        doctest::Contains(("tokenizer '" + dir.file("nowhere") + "'").c_str()), Error);
   CHECK_THROWS_WITH_AS(make_lm_tokenizer(dir.path.string()), doctest::Contains("\"bytes\""), Error);
+}
+
+TEST_CASE("byte tokenizer: written as GPT-2 files, it loads as the same tokenizer") {
+  TempDir dir("bytefiles");
+  write_byte_tokenizer_files(dir.path.string());
+  const auto loaded = make_lm_tokenizer(dir.path.string());
+  const ByteTokenizer bytes;
+  CHECK(loaded->vocab_size() == 257);
+  CHECK(loaded->eos_id() == 256);
+  // Every byte UTF-8 text can hold: U+0001..U+07FF (ASCII, the lead bytes C2..DF, every
+  // continuation byte), a character per 3-byte lead E0..EF and per 4-byte lead F0..F4.
+  std::string all;
+  for (char32_t c = 1; c < 0x800; ++c) unicode::append_utf8(all, c);
+  for (char32_t c : {0x800, 0x1000, 0x2000, 0x3000, 0x4000, 0x5000, 0x6000, 0x7000, 0x8000, 0x9000, 0xA000, 0xB000,
+                     0xC000, 0xD000, 0xE000, 0xF000, 0x10000, 0x40000, 0x80000, 0xC0000, 0x100000})
+    unicode::append_utf8(all, c);
+  const std::string texts[] = {"h\xC3\xA9 w\xC3\xB6rld!\n\t-- A. Person  <x>", "  two  spaces\r\n", all};
+  for (const std::string& t : texts) {
+    CHECK(loaded->encode(t, false) == bytes.encode(t, false));
+    CHECK(loaded->decode(bytes.encode(t, false)) == bytes.decode(bytes.encode(t, false)));
+  }
+  CHECK(loaded->decode({'a', 256, 'b'}, /*skip_special_tokens=*/true) == "ab");
 }
 
 TEST_CASE("token shards: uint16 and uint32 round trips, header bytes as documented") {
