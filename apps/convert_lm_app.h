@@ -44,6 +44,8 @@ inline void add_lm_conversion_flags(Flags& f) {
         "linear: each --feature-map row is plain linear attention; hybrid: LoLCATs' sliding window (--window "
         "softmax keys) + linear attention with the row's map");
   f.add("window", "64", "hybrid attention: the sliding window W (softmax over the last W keys)");
+  f.add("window-affine", "false",
+        "hybrid attention: weight the linear part by 1 - the window factor (LoLCATs' affine factors) instead of 1");
   f.add("blocks", "0",
         "stage 1 as LoLCATs' block-wise transfer, this many layers at a time on the teacher's hidden states "
         "(0 = the whole model at once)");
@@ -109,6 +111,7 @@ inline nlohmann::json lm_conversion_settings(const std::string& app, const Flags
             {"chunk", f.integer("chunk", 1, 1 << 20)}});
   // Settings added later are written only when set, so earlier runs' fingerprints still match.
   if (f.str("attention") != "linear") s.update({{"attention", f.str("attention")}, {"window", f.integer("window", 1, 1 << 20)}});
+  if (f.boolean("window-affine")) s["window_affine"] = true;
   if (c.distill.blocks > 0) s.update({{"blocks", c.distill.blocks}, {"hidden_on", train::hidden_place_name(c.distill.hidden)}});
   if (c.logits.tokens > 0)
     s.update({{"logit_distill_tokens", c.logits.tokens},
@@ -162,6 +165,7 @@ inline std::shared_ptr<nn::CausalLM> load_lm_student(const Flags& f, const nn::M
   o.form = nn::LinearForm::chunked;
   o.chunk = f.integer("chunk", 1, 1 << 20);
   o.window = f.integer("window", 1, 1 << 20);
+  o.feature_map.hybrid_affine = f.boolean("window-affine");
   o.seed = seed;
   o.device = device;
   return nn::load_causal_lm(f.str("model"), o);

@@ -165,7 +165,7 @@ std::shared_ptr<FeatureMap> make_mixer_feature_map(const Mixer& mixer, FeatureMa
   fc.heads = heads;
   fc.head_dim = head_dim;
   std::shared_ptr<FeatureMap> map = make_feature_map(fc, init);
-  if (mixer.is_hybrid()) return std::make_shared<HybridFeatureMap>(std::move(map), heads, init);
+  if (mixer.is_hybrid()) return std::make_shared<HybridFeatureMap>(std::move(map), heads, init, fc.hybrid_affine);
   if (gate != Gate::none) return std::make_shared<GatedFeatureMap>(std::move(map), gate, heads, model_dim, init);
   return map;
 }

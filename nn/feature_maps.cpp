@@ -304,8 +304,8 @@ std::shared_ptr<FeatureMap> make_feature_map(const FeatureMapConfig& c, Init ini
   fail(str("feature map: unknown name '", c.name, "' (expected softmax or one of: ", all, ")"));
 }
 
-HybridFeatureMap::HybridFeatureMap(std::shared_ptr<FeatureMap> m, int64_t heads, Init init)
-    : FeatureMap("hybrid-" + m->name()), map(std::move(m)) {
+HybridFeatureMap::HybridFeatureMap(std::shared_ptr<FeatureMap> m, int64_t heads, Init init, bool affine_)
+    : FeatureMap("hybrid-" + m->name()), map(std::move(m)), affine(affine_) {
   HH_CHECK(heads > 0, "feature map '", name(), "': heads must be positive, got ", heads);
   register_module("map", map);
   register_parameter("window_factor", &window_factor, zeros({heads}, {init.dtype, init.device}));
@@ -314,6 +314,7 @@ HybridFeatureMap::HybridFeatureMap(std::shared_ptr<FeatureMap> m, int64_t heads,
 Tensor HybridFeatureMap::window_weight(DType dtype) const { return sigmoid(window_factor).to(dtype); }
 
 Tensor HybridFeatureMap::linear_weight(DType dtype) const {
+  if (affine) return sub(1.0, sigmoid(window_factor)).to(dtype);
   return ones({window_factor.size(0)}, {dtype, window_factor.device()});
 }
 

@@ -24,6 +24,9 @@ struct FeatureMapConfig {
   bool taylor_packed = false;    // taylor: 1 + D + D(D+1)/2 features
   int64_t cosformer_length = 0;  // cosformer M; 0 = the length of the sequence being processed
   uint64_t seed = 0;             // performer's Generator
+  // Hybrid mixers: the linear part weighted 1 − sigmoid(window factor) instead of 1 (LoLCATs'
+  // affine_attention_factors).
+  bool hybrid_affine = false;
 };
 
 // Where the tokens sit in the sequence (cosformer needs absolute positions, the exp maps a
@@ -65,18 +68,21 @@ std::shared_ptr<FeatureMap> make_feature_map(const FeatureMapConfig& cfg, Init i
 // the inner map's.
 class HybridFeatureMap : public FeatureMap {
  public:
-  HybridFeatureMap(std::shared_ptr<FeatureMap> map, int64_t heads, Init init);
+  // affine: lf = 1 − wf (LoLCATs' affine_attention_factors) instead of lf = 1.
+  HybridFeatureMap(std::shared_ptr<FeatureMap> map, int64_t heads, Init init, bool affine = false);
   Tensor forward(const Tensor& x, bool is_query, const FeatureContext& ctx) override {
     return map->forward(x, is_query, ctx);
   }
   int64_t feature_dim() const override { return map->feature_dim(); }
   void on_step() override { map->on_step(); }
-  // wf = sigmoid(window_factor) and lf = 1, (H) each, as `dtype`.
+  // wf = sigmoid(window_factor) (init 0: wf = 0.5, as LoLCATs) and lf = 1 (or 1 − wf when
+  // affine), (H) each, as `dtype`.
   Tensor window_weight(DType dtype) const;
   Tensor linear_weight(DType dtype) const;
 
   std::shared_ptr<FeatureMap> map;
   Tensor window_factor;  // (H)
+  bool affine = false;
 };
 // Every accepted name, in the order of REFERENCE.md §2 (softmax excluded).
 const std::vector<std::string>& feature_map_names();

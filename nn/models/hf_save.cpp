@@ -110,6 +110,7 @@ ExportConfig export_config(const std::string& config_json, const std::string& co
                             {"cosformer_length", f.cosformer_length},
                             {"seed", f.seed}}}};
     if (o.mixer.is_hybrid()) config["hedgehog"]["window"] = o.window;  // only hybrids: other sections unchanged
+    if (o.mixer.is_hybrid() && f.hybrid_affine) config["hedgehog"]["feature_map"]["hybrid_affine"] = true;
     if (!o.softmax_layers.empty()) config["hedgehog"]["softmax_layers"] = o.softmax_layers;
     if (o.gate != Gate::none) config["hedgehog"]["gate"] = name(o.gate);  // only gated mixers: others unchanged
   }
@@ -299,6 +300,7 @@ void apply_hedgehog_section(const HFConfig& config, HFModelOptions& options) {
     fm.taylor_packed = f.get_bool("taylor_packed", fm.taylor_packed);
     fm.cosformer_length = f.get_int("cosformer_length", fm.cosformer_length);
     fm.seed = static_cast<uint64_t>(f.get_int("seed", static_cast<int64_t>(fm.seed)));
+    fm.hybrid_affine = f.get_bool("hybrid_affine", fm.hybrid_affine);
     HH_CHECK(fm.feature_dim >= 0 && fm.redraw_interval >= 0 && fm.cosformer_length >= 0, "hf: ", f.origin(),
              ": feature_dim, redraw_interval and cosformer_length must be >= 0");
   }

@@ -246,3 +246,46 @@ TEST_CASE("attention transfer: the MSE alone traces outputs without any (L,L) ma
   none.weights = false;
   CHECK_THROWS_WITH(distill_trace_request(none), doctest::Contains("no loss term"));
 }
+
+TEST_CASE("hybrid mixer: the affine option weights the linear part by 1 - the window factor (LoLCATs)") {
+  Generator g(21);
+  const int64_t B = 1, H = 2, L = 11, D = 4;
+  Tensor q = randn({B, H, L, D}, g, {DType::f64}), k = randn({B, H, L, D}, g, {DType::f64}),
+         v = randn({B, H, L, D}, g, {DType::f64});
+  Generator ig(5);
+  MixerConfig mc;
+  mc.mixer = parse_mixer("hybrid-hedgehog", "test");
+  mc.window = 3;
+  mc.chunk = 4;
+  FeatureMapConfig fc;
+  fc.hybrid_affine = true;
+  AttentionMixer m(mc, make_mixer_feature_map(mc.mixer, fc, H, D, {ig, Device::cpu(), DType::f64}));
+  auto hm = std::static_pointer_cast<HybridFeatureMap>(m.feature_map);
+  REQUIRE(hm->affine);
+  {
+    NoGradGuard ng;
+    Generator pg(6);
+    copy_(hm->window_factor, randn({H}, pg, {DType::f64}));
+  }
+  Tensor wf = sigmoid(hm->window_factor);
+  CHECK(max_diff(hm->linear_weight(DType::f64), sub(1.0, wf)) < 1e-15);
+  FeatureContext ctx{0, L, Tensor()};
+  Tensor want = hybrid_attention_quadratic(q, k, v, hm->forward(q, true, ctx), hm->forward(k, false, ctx), wf,
+                                           sub(1.0, wf), 3, -1, Tensor());
+  Tensor y = m.forward(q, k, v, Tensor(), nullptr);
+  CHECK(max_diff(y, want) < 1e-12);
+  DecodeCache cache;
+  std::vector<Tensor> ys;
+  for (int64_t t = 0; t < L; ++t)
+    ys.push_back(m.step(slice(q, 2, t, t + 1), slice(k, 2, t, t + 1), slice(v, 2, t, t + 1), cache));
+  CHECK(max_diff(cat(ys, 2), y) < 1e-12);
+  // Without the option lf = 1: a different output, so the check above can fail.
+  AttentionMixer plain(mc, make_mixer_feature_map(mc.mixer, FeatureMapConfig{}, H, D, {ig, Device::cpu(), DType::f64}));
+  auto pm = std::static_pointer_cast<HybridFeatureMap>(plain.feature_map);
+  {
+    NoGradGuard ng;
+    copy_(pm->window_factor, hm->window_factor);
+    for (const auto& kv : hm->map->named_parameters()) copy_(pm->map->parameter(kv.first), kv.second);
+  }
+  CHECK(max_diff(plain.forward(q, k, v, Tensor(), nullptr), y) > 1e-3);
+}

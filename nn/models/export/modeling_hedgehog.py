@@ -185,7 +185,9 @@ def hedgehog_mixer(module, q, k, v):
         sc = sc.masked_fill(~win, -1e30)
         m = sc.amax(-1, keepdim=True)
         wf = torch.sigmoid(fmap.window_factor).to(q.dtype).view(1, -1, 1, 1)
-        a = torch.exp(sc - m) * win.to(q.dtype) * wf + a_lin * lin.to(q.dtype)  # lf = 1
+        # lf = 1, or 1 - wf with LoLCATs' affine factors (feature_map.hybrid_affine)
+        lf = (1 - wf) if bool(h.get("feature_map", {}).get("hybrid_affine", False)) else 1.0
+        a = torch.exp(sc - m) * win.to(q.dtype) * wf + a_lin * lin.to(q.dtype) * lf
         den = a.sum(-1, keepdim=True)
         den = den + (den == 0).to(den.dtype)
         return torch.matmul(a / den, v)

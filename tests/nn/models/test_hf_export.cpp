@@ -69,6 +69,7 @@ std::vector<ExportCase> export_cases() {
       {"hybrid-hedgehog-w4", "hybrid-hedgehog", {}, 4},
       {"hybrid-elu-w4", "hybrid-elu", {}, 4},
       {"hybrid-hedgehog-w4-kept0", "hybrid-hedgehog", {}, 4, 0},  // layer 0 kept as softmax
+      {"hybrid-hedgehog-w4-affine", "hybrid-hedgehog", fm_with([](FeatureMapConfig& f) { f.hybrid_affine = true; }), 4},
   };
 }
 
