@@ -192,7 +192,9 @@ TEST_CASE("hf export: the engine's logits of the re-saved tiny models match tran
   test::TempDir dir("hf_export_logits");
   const std::map<std::string, Tensor> ours = export_all(dir.path);
   CHECK(ours.size() == expected.tensors.size());
-  for (const auto& [key, logits] : ours) {
+  for (const auto& kv : ours) {  // clang 14 cannot capture a structured binding in doctest's macros
+    const std::string& key = kv.first;
+    const Tensor& logits = kv.second;
     CAPTURE(key);
     REQUIRE_MESSAGE(expected.tensors.count(key) == 1, key, " is not in ", logits_fixture(),
                     " (run tools/make_hf_export_fixtures.py)");
