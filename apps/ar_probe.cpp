@@ -210,7 +210,8 @@ int run(int argc, char** argv) {
   f.add("chunk", "64", "chunk size of the chunked causal linear form");
   f.add("window", "64", "sliding-window size of the hybrid-<map> mixers");
   f.add("gate", "none", "gates of the linear maps' state, a comma list: none, decay (RetNet), gla, liger,\n"
-        "                       delta (Gated DeltaNet) (each linear map runs once per gate; softmax and hybrids once, ungated)");
+        "                       delta (Gated DeltaNet) (each linear map runs once per gate; softmax and hybrids\n"
+        "                       once, ungated)");
   apps::CommonFlagSpec common;
   common.seed_help = "seed for data and initialization";
   common.threads_default = "";

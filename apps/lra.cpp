@@ -118,7 +118,8 @@ int run(int argc, char** argv) {
   f.add("tasks", "listops,pathfinder", "comma list of listops, text, retrieval, image, pathfinder");
   f.add("attentions", "softmax,hedgehog,elu", "comma list: softmax or feature maps of REFERENCE.md §2 (non-causal linear form)");
   f.add("gate", "none", "gates of the linear maps' state, a comma list: none, decay (RetNet), gla, liger,\n"
-        "                       delta (Gated DeltaNet) (each linear map runs once per gate; a gated map runs causally, left to right)");
+        "                       delta (Gated DeltaNet) (each linear map runs once per gate; a gated map runs\n"
+        "                       causally, left to right)");
   f.add("preset", "demo", "paper (REFERENCE.md §4 protocol), demo (minutes on a CPU, generated data) or tiny (tests)");
   f.add("data", "", "folder of the release files, one sub-folder per task (DIR/listops, DIR/text, ...)");
   f.add("generate", "false", "generate ListOps / Pathfinder into <out>/data/<task> instead of --data", true);

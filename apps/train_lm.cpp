@@ -155,7 +155,8 @@ void add_train_flags(apps::Flags& f, const TrainPreset& p) {
   f.add("chunk", "64", "chunk size of the chunked form");
   f.add("window", "64", "sliding-window size of the hybrid-<map> mixers");
   f.add("gate", "none", "gates of the linear attentions' state, a comma list: none, decay (RetNet), gla, liger,\n"
-        "                       delta (Gated DeltaNet) (each linear attention runs once per gate; softmax and hybrids once, ungated)");
+        "                       delta (Gated DeltaNet) (each linear attention runs once per gate; softmax and\n"
+        "                       hybrids once, ungated)");
   f.add("feature-dim", "0", "feature dimension of hedgehog / t2r (0 = head dim) or performer (0 = 256)");
   f.add("map-temperature", "1", "exp / hedgehog temperature");
   f.add("batch", std::to_string(p.batch), "sequences per optimizer step (over every rank and micro-batch)");
