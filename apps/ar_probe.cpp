@@ -136,7 +136,7 @@ struct MemoryEstimate {
 };
 
 MemoryEstimate estimate_memory(const ArConfig& d, const train::ArRunConfig& rc, int64_t max_batch, int64_t jobs,
-                               bool channel_gates) {
+                               bool channel_gates, bool delta_gate) {
   const nn::TransformerConfig& m = rc.model;
   const double L = static_cast<double>(d.seq_len), V = static_cast<double>(d.vocab);
   const double dim = static_cast<double>(m.dim), hidden = static_cast<double>(m.mlp_hidden);
@@ -152,7 +152,10 @@ MemoryEstimate estimate_memory(const ArConfig& d, const train::ArRunConfig& rc, 
     const double tokens = static_cast<double>(std::max<int64_t>(max_batch, 64)) * L;
     // A per-channel gate (gla, liger) keeps about six (16, F) blocks per token and head for its
     // backward (gated_attention_chunked's pairs inside a sub-block of 16 tokens).
-    const double gate = channel_gates ? 6 * heads * 16 * fdim : 0;
+    // The delta rule's chunked WY form keeps about six (C, C) blocks per chunk and head (the decays,
+    // T, the query-key products), six chunk-wide rows per token and head.
+    const double chunk = static_cast<double>(m.attention.chunk);
+    const double gate = (channel_gates ? 6 * heads * 16 * fdim : 0) + (delta_gate ? 6 * heads * chunk : 0);
     const double per_layer = 12 * dim + 3 * hidden + 3 * heads * std::max(L, fdim) + gate;
     const double act = 2.0 * 4.0 * tokens * (layers * per_layer + 3 * V);
     e.per_run += 7.0 * 4.0 * params + act;
@@ -206,8 +209,9 @@ int run(int argc, char** argv) {
   f.add("temperature", "1", "temperature for exp / hedgehog-exp when not given as exp:T");
   f.add("chunk", "64", "chunk size of the chunked causal linear form");
   f.add("window", "64", "sliding-window size of the hybrid-<map> mixers");
-  f.add("gate", "none", "gates of the linear maps' state, a comma list: none, decay (RetNet), gla, liger (each\n"
-        "                       linear map runs once per gate; softmax and hybrids once, ungated)");
+  f.add("gate", "none", "gates of the linear maps' state, a comma list: none, decay (RetNet), gla, liger,\n"
+        "                       delta (Gated DeltaNet) (each linear map runs once per gate; softmax and hybrids\n"
+        "                       once, ungated)");
   apps::CommonFlagSpec common;
   common.seed_help = "seed for data and initialization";
   common.threads_default = "";
@@ -308,7 +312,6 @@ int run(int argc, char** argv) {
   std::vector<nn::Gate> gates;
   for (const std::string& g : apps::Flags::split_list(f.str("gate"))) {
     const nn::Gate gate = nn::parse_gate(g, "--gate");
-    nn::check_gate_built(gate, "--gate");
     HH_CHECK(std::find(gates.begin(), gates.end(), gate) == gates.end(), "--gate: '", g, "' is listed twice");
     gates.push_back(gate);
   }
@@ -335,10 +338,12 @@ int run(int argc, char** argv) {
   train::RunDir run_dir(out, rdo);
   int64_t max_batch = 0;
   for (const Grid& g : grid) max_batch = std::max(max_batch, g.batch);
-  bool channel_gates = false;
-  for (const MapSpec& ms : maps)
+  bool channel_gates = false, delta_gate = false;
+  for (const MapSpec& ms : maps) {
     channel_gates = channel_gates || ms.gate == nn::Gate::gla || ms.gate == nn::Gate::liger;
-  const MemoryEstimate need = estimate_memory(data_cfg, rc, max_batch, jobs, channel_gates);
+    delta_gate = delta_gate || ms.gate == nn::Gate::delta;
+  }
+  const MemoryEstimate need = estimate_memory(data_cfg, rc, max_batch, jobs, channel_gates, delta_gate);
   std::string mem_source;
   const double avail = available_memory(mem_source);
   HH_CHECK(need.total <= avail, "this run needs about ", gib(need.total), " of memory (data ", gib(need.data), " for ",

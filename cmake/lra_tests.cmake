@@ -6,10 +6,11 @@ set(LRA_TINY --preset tiny --generate --quiet)
 add_test(NAME lra_tiny_learns COMMAND lra ${LRA_TINY} --tasks listops --attentions softmax,hedgehog
          --steps 400 --min-accuracy 0.4 --out ${LRA_OUT}/tiny)
 set_tests_properties(lra_tiny_learns PROPERTIES PASS_REGULAR_EXPRESSION "attention +ListOps.*\nsoftmax .*\nhedgehog ")
-# A gated map (GLA's gate on hedgehog) runs causally through the same encoder; its row is named.
-add_test(NAME lra_tiny_gated COMMAND lra ${LRA_TINY} --tasks listops --attentions hedgehog --gate gla --steps 20
+# A gated map (GLA's gate, the gated delta rule, on hedgehog) runs causally through the same
+# encoder; its row is named.
+add_test(NAME lra_tiny_gated COMMAND lra ${LRA_TINY} --tasks listops --attentions hedgehog --gate gla,delta --steps 20
          --out ${LRA_OUT}/gated)
-set_tests_properties(lra_tiny_gated PROPERTIES PASS_REGULAR_EXPRESSION "\nhedgehog\\+gla ")
+set_tests_properties(lra_tiny_gated PROPERTIES PASS_REGULAR_EXPRESSION "\nhedgehog\\+gla .*\nhedgehog\\+delta ")
 add_test(NAME lra_resume_stop COMMAND lra ${LRA_TINY} --tasks pathfinder --attentions elu --steps 40
          --stop-after-steps 25 --out ${LRA_OUT}/resume)
 set_tests_properties(lra_resume_stop PROPERTIES FIXTURES_SETUP lra_resume PASS_REGULAR_EXPRESSION "continue with --resume")
@@ -28,10 +29,10 @@ file(WRITE ${LRA_OUT}/bad_data/listops/basic_test.tsv "Source\tTarget\n[MAX 1 2 
 set(LRA_BAD "--tasks=nope" "--attentions=softmax,nope" "--preset=huge" "--generate|--steps=abc" "--data=/nonexistent/hh_lra"
             "--data=${LRA_OUT}/bad_data|--tasks=listops" "--generate|--tasks=text" "--nonsense=1" "--attentions=elu,elu"
             "--generate|--data=${LRA_OUT}/bad_data" "--generate|--listops-len=9:3" "--generate|--device=tpu"
-            "--generate|--min-accuracy=2" "--generate|--gate=delta" "--generate|--gate=nope")
+            "--generate|--min-accuracy=2" "--generate|--gate=delta,delta" "--generate|--gate=nope")
 set(LRA_BAD_MESSAGES "nope" "unknown attention 'nope'" "--preset" "--steps" "/nonexistent/hh_lra"
                      "basic_train.tsv" "only listops and pathfinder" "unknown flag" "listed twice" "exactly one of"
-                     "--listops-len" "tpu" "--min-accuracy" "--gate delta: not built yet" "unknown gate 'nope'")
+                     "--listops-len" "tpu" "--min-accuracy" "'delta' is listed twice" "unknown gate 'nope'")
 list(LENGTH LRA_BAD n)
 math(EXPR last "${n} - 1")
 foreach(i RANGE ${last})

@@ -18,6 +18,12 @@ add_test(NAME train_lm_tiny_gated COMMAND train_lm train --data ${TLM}/data --pr
          --eval-every 6 --samples 1 --sample-tokens 4 --quiet --attentions hedgehog --gate gla --out ${TLM}/gated)
 set_tests_properties(train_lm_tiny_gated PROPERTIES FIXTURES_REQUIRED train_lm_data
                      PASS_REGULAR_EXPRESSION "hedgehog\\+gla +[0-9.]+ .*ok\n.*samples from hedgehog\\+gla.*report: ")
+# The gated delta rule (Gated DeltaNet's gate on hedgehog) likewise: trained through the chunked op,
+# sampled through its decoding step, exported with hedgehog.gate "delta".
+add_test(NAME train_lm_tiny_gated_delta COMMAND train_lm train --data ${TLM}/data --preset tiny --context 32 --steps 6
+         --eval-every 6 --samples 1 --sample-tokens 4 --quiet --attentions hedgehog --gate delta --out ${TLM}/gated_delta)
+set_tests_properties(train_lm_tiny_gated_delta PROPERTIES FIXTURES_REQUIRED train_lm_data
+                     PASS_REGULAR_EXPRESSION "hedgehog\\+delta +[0-9.]+ .*ok\n.*samples from hedgehog\\+delta.*report: ")
 # The exported folder is an HF GPT-2 folder that hf_run and train_lm sample load (Hedgehog attention,
 # recurrent decoding), with the tokenizer files copied.
 add_test(NAME train_lm_sample COMMAND train_lm sample --model ${TLM}/runs/hedgehog/model --tokens 5 --samples 1
@@ -75,7 +81,7 @@ set(TRAIN_LM_BAD
     "${T} --positions 64 --context 65" "--context 65 is longer than the model's 64 positions"
     "${T} --attentions softmax,nope" "unknown attention 'nope'"
     "${T} --attentions softmax,softmax" "'softmax' is given twice"
-    "${T} --gate delta" "--gate delta: not built yet"
+    "${T} --gate delta,delta" "'delta' is given twice"
     "${T} --gate mamba" "unknown gate 'mamba'"
     "${T} --dim 30 --heads 4" "n_embd (30) must be a positive multiple of n_head (4)"
     "${T} --batch 6 --accumulation 4" "--batch 6 must be a positive multiple of --accumulation (4)"

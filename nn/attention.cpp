@@ -149,7 +149,6 @@ AttentionMixer::AttentionMixer(MixerConfig c, std::shared_ptr<FeatureMap> fm) : 
   if (cfg.gate != Gate::none) {
     HH_CHECK(cfg.mixer.is_linear() && !cfg.mixer.is_hybrid(), "attention: gate '", name(cfg.gate),
              "' needs a linear mixer (a feature map), not '", name(cfg.mixer), "'");
-    check_gate_built(cfg.gate, "attention: gate");
     HH_CHECK(std::dynamic_pointer_cast<GatedFeatureMap>(feature_map) != nullptr, "attention: gate '", name(cfg.gate),
              "' needs a gated feature map (make_mixer_feature_map with the gate), got '", feature_map->name(), "'");
   }
@@ -189,6 +188,9 @@ Tensor AttentionMixer::forward(const Tensor& q, const Tensor& k, const Tensor& v
       y = hybrid_attention_quadratic(q, k, v, pq, pk, wf, lf, cfg.window, -1, key_mask, &tr.weights);
     else
       y = hybrid_attention_chunked(q, k, v, pq, pk, wf, lf, cfg.window, -1, key_mask, cfg.chunk);
+  } else if (cfg.gate == Gate::delta) {
+    HH_CHECK(cfg.causal, "attention: gate 'delta' is causal only (a gated recurrent state)");
+    y = delta_forward(q, k, v, key_mask, gate, trace && (trace->weights || trace->teacher) ? &tr.weights : nullptr);
   } else if (cfg.gate != Gate::none) {
     HH_CHECK(cfg.causal, "attention: gate '", name(cfg.gate), "' is causal only (a gated recurrent state)");
     const auto& gm = static_cast<const GatedFeatureMap&>(*feature_map);
@@ -241,6 +243,32 @@ Tensor AttentionMixer::forward(const Tensor& q, const Tensor& k, const Tensor& v
   return y;
 }
 
+Tensor AttentionMixer::delta_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
+                                     const GateInput& gate, Tensor* weights) const {
+  const auto& gm = static_cast<const GatedFeatureMap&>(*feature_map);
+  const int64_t B = q.size(0), H = q.size(1), L = q.size(2);
+  FeatureContext ctx{0, L, key_mask};
+  // The state and the gates in f32 whatever the input dtype (the op casts half inputs anyway), the
+  // output back in v's dtype.
+  const DType ct = gated_compute_dtype(v.dtype());
+  Tensor pq = delta_l2norm(feature_map->forward(q, true, ctx).to(ct));
+  Tensor pk = delta_l2norm(feature_map->forward(k, false, ctx).to(ct));
+  const DeltaGates g = gm.delta_gates(gate, ct);
+  Tensor vv = v.to(ct), y;
+  if (weights || cfg.form == LinearForm::quadratic) {
+    // y is linear in v: W = the rule applied to identity values (B,H,L,L), y = W v.
+    Tensor eye_v = expand(reshape(eye(L, {ct, v.device()}), {1, 1, L, L}), {B, H, L, L});
+    Tensor W = delta_attention_chunked(pq, pk, eye_v, g.beta, g.log_alpha, -1, key_mask, Tensor(), nullptr, cfg.chunk);
+    if (weights) *weights = W;
+    y = matmul(W, vv);
+  } else if (cfg.form == LinearForm::recurrent) {
+    y = delta_attention_recurrent(pq, pk, vv, g.beta, g.log_alpha, -1, key_mask);
+  } else {
+    y = delta_attention_chunked(pq, pk, vv, g.beta, g.log_alpha, -1, key_mask, Tensor(), nullptr, cfg.chunk);
+  }
+  return y.to(v.dtype());
+}
+
 Tensor AttentionMixer::linear_step(const Tensor& q, const Tensor& k, const Tensor& v, RecurrentState& state,
                                    const GateInput& gate) const {
   HH_CHECK(feature_map != nullptr, "attention: recurrent decoding needs a linear (feature-map) mixer, not softmax");
@@ -249,6 +277,14 @@ Tensor AttentionMixer::linear_step(const Tensor& q, const Tensor& k, const Tenso
   HH_CHECK(cfg.causal, "attention: recurrent decoding needs a causal model");
   FeatureContext ctx{state.pos, 0};
   Tensor pq = feature_map->forward(q, true, ctx), pk = feature_map->forward(k, false, ctx);
+  if (cfg.gate == Gate::delta) {
+    const DType ct = gated_compute_dtype(v.dtype());
+    const DeltaGates g = static_cast<const GatedFeatureMap&>(*feature_map).delta_gates(gate, ct);
+    ++state.pos;
+    return delta_attention_step(state.delta, delta_l2norm(pq.to(ct)), delta_l2norm(pk.to(ct)), v.to(ct), g.beta,
+                                g.log_alpha)
+        .to(v.dtype());
+  }
   if (cfg.gate != Gate::none) {
     const DType ct = gated_compute_dtype(v.dtype());
     Tensor log_a = static_cast<const GatedFeatureMap&>(*feature_map).log_gate(gate, ct);

@@ -2,13 +2,15 @@
 // attention with a FeatureMap in one of four forms: quadratic (weights materialized), chunked
 // causal (fused op, the training path), non-causal, and recurrent (O(1) state per step), or the
 // causal hybrid of a sliding softmax window and linear attention (autograd/ops/hybrid_attention.h);
-// a linear mixer may gate its state (nn/gate.h, autograd/ops/gated_attention.h).
+// a linear mixer may gate its state (nn/gate.h, autograd/ops/gated_attention.h) or write it with
+// the gated delta rule (autograd/ops/delta_attention.h).
 #pragma once
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "autograd/ops/delta_attention.h"
 #include "autograd/ops/gated_attention.h"
 #include "autograd/ops/hybrid_attention.h"
 #include "nn/feature_maps.h"
@@ -60,10 +62,12 @@ struct TraceRequest {
 };
 
 // Recurrent decoding state for one layer: S (B,H,F,D), z (B,H,F), tokens seen; a gated mixer
-// keeps its state in `gated`.
+// keeps its state in `gated`, the delta rule its (B,H,F,D) state in `delta`. pos counts the
+// tokens of every kind.
 struct RecurrentState {
   Tensor S, z;
   GatedDecodeState gated;
+  DeltaDecodeState delta;
   int64_t pos = 0;
 };
 
@@ -105,6 +109,12 @@ struct MixerConfig {
   // Linear (non-hybrid, causal) mixers: a gate on the state (none: the plain prefix sum). A gated
   // mixer runs gated_attention in its normalized form (y = pq·S / (pq·z + eps), as the ungated
   // mixer); its feature map is a GatedFeatureMap (make_mixer_feature_map with the gate).
+  // Gate::delta runs the gated delta rule instead (Gated DeltaNet): q, k through the feature map
+  // then L2-normalized per head (fla's use_qk_l2norm_in_kernel), scale 1/sqrt(F), β and log α per
+  // head from the layer input, the state (F,Dv); the chunked WY op in training and prefill (the
+  // recurrent op with LinearForm::recurrent), delta_attention_step in decoding. The rule has no
+  // normalizer (eps unused). Its "weights" (quadratic form, traces) are the (L,L) matrix W with
+  // y = W v (the op applied to identity values): exact, but rows need not be positive or sum to 1.
   Gate gate = Gate::none;
   // Softmax (causal only): each query sees only the last `sliding_window` keys, itself included
   // (a Mistral/Qwen sliding-window layer), in forward and in decoding; 0 = all keys. Linear and
@@ -148,6 +158,11 @@ class AttentionMixer {
 
   MixerConfig cfg;
   std::shared_ptr<FeatureMap> feature_map;
+
+ private:
+  // The delta gate's forward (see MixerConfig::gate); *weights (when given) gets W, y = W v.
+  Tensor delta_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
+                       const GateInput& gate, Tensor* weights) const;
 };
 
 // The feature map of a mixer (null for softmax): fc with name/heads/head_dim set from the arguments;

@@ -1,7 +1,9 @@
 // Gates of linear mixers: parsing and naming, and the log gates the gated attention op takes
-// (RetNet's decays, GLA's low-rank projection, Liger's pooled key).
+// (RetNet's decays, GLA's low-rank projection, Liger's pooled key), and the delta rule's β and
+// log α (Gated DeltaNet's a_proj, b_proj, A_log, dt_bias).
 #include "nn/gate.h"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 #include <vector>
@@ -29,10 +31,6 @@ std::string name(Gate g) {
     case Gate::delta: return "delta";
   }
   return "none";
-}
-
-void check_gate_built(Gate g, const std::string& what) {
-  HH_CHECK(g != Gate::delta, what, " delta: not built yet");
 }
 
 std::string gated_label(const std::string& mixer_name, Gate g) {
@@ -65,7 +63,6 @@ GatedFeatureMap::GatedFeatureMap(std::shared_ptr<FeatureMap> m, Gate g, int64_t 
     : FeatureMap(m->name()), map(std::move(m)), gate(g), heads(h) {
   HH_CHECK(heads > 0, "feature map '", name(), "': heads must be positive, got ", heads);
   HH_CHECK(gate != Gate::none, "feature map '", name(), "': a gated map needs a gate");
-  check_gate_built(gate, "gate");
   register_module("map", map);
   if (gate == Gate::gla) {
     HH_CHECK(model_dim > 0, "feature map '", name(), "': the gla gate needs the model width, got ", model_dim);
@@ -73,7 +70,38 @@ GatedFeatureMap::GatedFeatureMap(std::shared_ptr<FeatureMap> m, Gate g, int64_t 
     gate_up = register_module("gate_up",
                               std::make_shared<Linear>(kGlaGateRank, heads * map->feature_dim(), true, init));
   }
+  if (gate == Gate::delta) {
+    HH_CHECK(model_dim > 0, "feature map '", name(), "': the delta gate needs the model width, got ", model_dim);
+    a_proj = register_module("a_proj", std::make_shared<Linear>(model_dim, heads, false, init));
+    b_proj = register_module("b_proj", std::make_shared<Linear>(model_dim, heads, false, init));
+    // fla's GatedDeltaNet: A ~ U(0,16), A_log = log A; dt = exp(U(0,1)·(log 0.1 − log 0.001) +
+    // log 0.001) clamped to >= 1e-4, dt_bias = softplus⁻¹(dt) = dt + log(−expm1(−dt)).
+    const std::vector<double> ua = to_vector<double>(rand({heads}, init.gen, {DType::f64})),
+                              ud = to_vector<double>(rand({heads}, init.gen, {DType::f64}));
+    std::vector<double> a_log(static_cast<size_t>(heads)), dt_b(static_cast<size_t>(heads));
+    for (size_t h = 0; h < a_log.size(); ++h) {
+      a_log[h] = std::log(16.0 * ua[h]);  // rand is U(0,1]: A > 0
+      const double dt = std::max(std::exp(ud[h] * (std::log(0.1) - std::log(0.001)) + std::log(0.001)), 1e-4);
+      dt_b[h] = dt + std::log(-std::expm1(-dt));
+    }
+    register_parameter("A_log", &A_log, from_vector(a_log, {heads}, {init.dtype, init.device}));
+    register_parameter("dt_bias", &dt_bias, from_vector(dt_b, {heads}, {init.dtype, init.device}));
+  }
 }
+
+DeltaGates GatedFeatureMap::delta_gates(const GateInput& in, DType dtype) const {
+  HH_CHECK(gate == Gate::delta, "feature map '", name(), "': delta gates asked of gate '", hh::nn::name(gate), "'");
+  HH_CHECK(in.x.defined() && in.x.dim() == 3, "gate delta: needs the layer input x (B,L,C), got ",
+           in.x.defined() ? in.x.shape() : Shape{});
+  auto per_head = [](const Tensor& t) { return transpose(t, 1, 2); };  // (B,L,H) -> (B,H,L)
+  Tensor beta = sigmoid(per_head(b_proj->forward(in.x)));
+  // log α = −exp(A_log)·softplus(a x + dt_bias) <= 0, in f32 or f64 whatever x's dtype (fla: .float()).
+  Tensor a = per_head(a_proj->forward(in.x)).to(dtype);
+  Tensor bias = reshape(dt_bias.to(dtype), {1, heads, 1}), A = reshape(exp(A_log.to(dtype)), {1, heads, 1});
+  return {beta.to(dtype), neg(mul(A, softplus(add(a, bias))))};
+}
+
+Tensor delta_l2norm(const Tensor& x) { return mul(x, rsqrt(add(sum(mul(x, x), {-1}, true), 1e-6))); }
 
 Tensor GatedFeatureMap::log_gate(const GateInput& in, DType dtype) const {
   const int64_t F = map->feature_dim();

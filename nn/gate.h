@@ -1,9 +1,10 @@
 // The gate on a linear mixer's state as a type (autograd/ops/gated_attention.h): none (the plain
 // prefix sum), decay (RetNet's fixed per-head γ_h = 1 - 2^(-5-h)), gla (GLA's data-dependent
 // per-key-channel gate log α = logsigmoid(W x)/16, W a low-rank projection of the layer input),
-// liger (Liger's gate from the key projection, no new parameters) and delta (the gated delta rule,
-// parsed but not built yet). Text becomes a Gate once where it enters (a flag, a JSON key) through
-// parse_gate; name() gives the text back.
+// liger (Liger's gate from the key projection, no new parameters) and delta (Gated DeltaNet's gated
+// delta rule, autograd/ops/delta_attention.h: per head a write strength β = σ(b_proj x) and a decay
+// log α = −exp(A_log)·softplus(a_proj x + dt_bias), on L2-normalized features). Text becomes a
+// Gate once where it enters (a flag, a JSON key) through parse_gate; name() gives the text back.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -20,9 +21,6 @@ enum class Gate { none, decay, gla, liger, delta };
 // value: "<what>: unknown gate 'x' (expected none, decay, gla, liger, delta)".
 Gate parse_gate(const std::string& text, const std::string& what);
 std::string name(Gate g);
-// Fails with "<what> delta: not built yet" for the delta gate (its op is not wired into the
-// mixers yet); the others pass.
-void check_gate_built(Gate g, const std::string& what);
 // A run's label: the mixer's name, then "+<gate>" when gated ("hedgehog+gla").
 std::string gated_label(const std::string& mixer_name, Gate g);
 
@@ -31,17 +29,24 @@ std::string gated_label(const std::string& mixer_name, Gate g);
 constexpr int64_t kGlaGateRank = 16;
 constexpr double kGateLogitNormalizer = 16.0;
 
-// What a gate reads besides the features: the layer input x (B,L,C) (gla) and the key projection
-// k (B,H,L,D) before RoPE (liger).
+// What a gate reads besides the features: the layer input x (B,L,C) (gla, delta) and the key
+// projection k (B,H,L,D) before RoPE (liger).
 struct GateInput {
   Tensor x;
   Tensor k;
 };
 
+// The per-head gates of the delta rule, each (B,H,L): β_t in (0,1) and log α_t <= 0.
+struct DeltaGates {
+  Tensor beta, log_alpha;
+};
+
 // The feature map of a gated linear mixer: the map as child "map", and for gla the gate
 // projection x (B,L,C) -> (B,L,H·F) as children gate_down (C -> 16, no bias) and gate_up (16 ->
 // H·F, bias), as fla's GLA (gk_proj). All sit under the attention's "feature_map" child, so they
-// are the new weights of a converted model. forward is the inner map's.
+// are the new weights of a converted model. For delta, as fla's GatedDeltaNet layer: children
+// a_proj and b_proj (C -> H, no bias) and parameters A_log (H), log of U(0,16), and dt_bias (H),
+// softplus⁻¹ of a log-uniform dt in [0.001, 0.1] (floor 1e-4). forward is the inner map's.
 class GatedFeatureMap : public FeatureMap {
  public:
   // model_dim: C, the width of x (gla only).
@@ -54,11 +59,16 @@ class GatedFeatureMap : public FeatureMap {
   // log α for gated_attention_*, as `dtype`: (B,H,L,1) for decay, (B,H,L,F) for gla and liger.
   // B and L are read from in.x or in.k (decay: either).
   Tensor log_gate(const GateInput& in, DType dtype) const;
+  // delta only: β = σ(b_proj x) and log α = −exp(A_log)·softplus(a_proj x + dt_bias) from in.x
+  // (B,L,C), each (B,H,L), as `dtype`.
+  DeltaGates delta_gates(const GateInput& in, DType dtype) const;
 
   std::shared_ptr<FeatureMap> map;
   Gate gate;
   int64_t heads;
   std::shared_ptr<Linear> gate_down, gate_up;  // gla only
+  std::shared_ptr<Linear> a_proj, b_proj;       // delta only
+  Tensor A_log, dt_bias;                        // delta only, (H) each
 };
 
 // RetNet's per-head decays log γ_h = log(1 - 2^(-5-h)), (H) in f64 order h = 0..H-1.
@@ -67,5 +77,8 @@ std::vector<double> retnet_log_decays(int64_t heads);
 // (D values) to F values (torch's AdaptiveAvgPool1d bins: output i averages inputs
 // floor(i·D/F) .. ceil((i+1)·D/F)-1; the identity when F = D). k (B,H,L,D) -> (B,H,L,F).
 Tensor liger_log_gate(const Tensor& k, int64_t F);
+// fla's l2norm of the delta rule's q and k (use_qk_l2norm_in_kernel): x / sqrt(Σ x² + 1e-6) over
+// the last dim.
+Tensor delta_l2norm(const Tensor& x);
 
 }  // namespace hh::nn

@@ -288,7 +288,6 @@ void apply_hedgehog_section(const HFConfig& config, HFModelOptions& options) {
   HH_CHECK(options.window >= 1, "hf: ", h.origin(), ": window must be >= 1");
   if (h.has("softmax_layers")) options.softmax_layers = h.get_ints("softmax_layers");  // checked by the family
   options.gate = parse_gate(h.get_string("gate", "none"), str("hf: ", h.origin(), ": gate"));
-  check_gate_built(options.gate, str("hf: ", h.origin(), ": gate"));
   if (h.has("feature_map")) {
     const HFConfig f = h.child("feature_map");
     FeatureMapConfig& fm = options.feature_map;
