@@ -68,11 +68,12 @@ void check_decodes_like_forward(LlamaForCausalLM& lm, const Tensor& ids) {
 TEST_CASE("gated llama: decay, gla and liger students of Llama, Mistral and Qwen3 decode like their forward") {
   Generator gen(2);
   const Tensor ids = randint(0, 97, {2, 11}, gen);
-  for (const std::string family : {"llama-tiny", "mistral-tiny", "qwen3-tiny"}) {
+  for (const char* family : {"llama-tiny", "mistral-tiny", "qwen3-tiny"}) {
     const int64_t plain = count_params(*gated_student(fixture(family), Gate::none));
     for (Gate gate : {Gate::decay, Gate::gla, Gate::liger}) {
+      const std::string gate_name = name(gate);  // CAPTURE keeps a reference: no temporary
       CAPTURE(family);
-      CAPTURE(name(gate));
+      CAPTURE(gate_name);
       auto lm = gated_student(fixture(family), gate);
       CHECK(lm->options().gate == gate);
       check_decodes_like_forward(*lm, ids);
