@@ -1,7 +1,8 @@
 // Gated linear mixers in the Llama family (nn/models/llama.h: Llama, Mistral, Qwen3 fixtures):
 // decay, gla and liger students run and decode like their forward; Liger's gate reads the key
 // projection before RoPE, repeated to the query heads, and adds no weights; a gated student
-// saves and reloads its gate; kept softmax layers of a gated student are ungated.
+// saves and reloads its gate (engine-only: no transformers module); kept softmax layers of a gated
+// student are ungated.
 #include <doctest/doctest.h>
 #include <unistd.h>
 
@@ -121,6 +122,11 @@ TEST_CASE("gated llama: a liger student saves config.json hedgehog.gate and relo
   save_hf_model(*lm, out.string(), src);
   nlohmann::json cfg = nlohmann::json::parse(std::ifstream(out / "config.json"));
   CHECK(cfg["hedgehog"]["gate"] == "liger");
+  // modeling_hedgehog.py has no gates: no module and no auto_map, so transformers refuses the
+  // folder (model_type hedgehog_llama) instead of running it ungated.
+  CHECK(cfg["model_type"] == "hedgehog_llama");
+  CHECK_FALSE(cfg.contains("auto_map"));
+  CHECK_FALSE(fs::exists(out / "modeling_hedgehog.py"));
   auto back = load_hf_model(out.string());
   CHECK(back->options().gate == Gate::liger);
   CHECK(to_vector<float>(dynamic_cast<CausalLM&>(*back).forward(ids)) == to_vector<float>(logits));
