@@ -188,6 +188,7 @@ int run(int argc, char** argv) {
 
   // ---- every flag checked before any file is read ----
   const std::string model_dir = f.str("model"), data_dir = f.str("data");
+  apps::refuse_gate(f, "convert_bert");
   HH_CHECK(!model_dir.empty(), "--model: no model folder given");
   HH_CHECK(!f.str("task").empty(), "--task: no GLUE task given");
   if (f.str("task") == "embed") {

@@ -22,6 +22,7 @@
 #include "data/word_order.h"
 #include "experiments/ar/ar_convert.h"
 #include "experiments/convert/convert_classify.h"
+#include "nn/gate.h"
 #include "train/convert/convert_report.h"
 
 using namespace hh;
@@ -31,6 +32,7 @@ namespace {
 struct Common {
   std::string out;
   std::vector<train::ConversionRow> rows;
+  nn::Gate gate = nn::Gate::none;  // on the linear students of (a): its rows are "<row>+<gate>"
   uint64_t seed = 0;
   bool quiet = false;
   Precision precision = Precision::f32;
@@ -112,6 +114,7 @@ train::ConversionReport run_ar(const Common& c, int64_t num_train) {
   auto make = [&](const nn::Mixer& mixer) -> std::unique_ptr<train::ConversionTask> {
     nn::TransformerConfig m = mc;
     m.attention.mixer = mixer;
+    m.attention.gate = mixer.is_linear() && !mixer.is_hybrid() ? c.gate : nn::Gate::none;  // the teacher: none
     Generator gen(c.seed + 1);
     auto model = std::make_shared<nn::DecoderLM>(m, nn::Init{gen});
     return std::make_unique<train::ArConversionTask>(model, dc, train_split, val_split, data.test, tc);
@@ -187,6 +190,9 @@ int run(int argc, char** argv) {
                 "distillation, prints the paper's table (teacher; swap + finetune; distilled T2R-HH and Hedgehog).");
   f.add("part", "ar,text", "which demonstrations: ar (associative recall), text (word-order encoder), or ar,text");
   f.add("feature-map", "paper", "the students: paper (the paper's five rows) or a comma list of feature maps");
+  f.add("gate", "none",
+        "gate on the linear students' state in (a), the causal part: none, decay, gla, liger or delta (rows are\n"
+        "                       named <row>+<gate>; (b) is a bidirectional encoder: use --part ar)");
   f.add("ar-train", "16000", "associative recall: training sequences (10% held out for validation)");
   f.add("text", "/usr/share/common-licenses", "word order: a folder of English text files (or one file)");
   f.add("teacher-epochs", "10", "teacher training: maximum epochs (AR stops at 99% validation accuracy; the best\n"
@@ -209,6 +215,9 @@ int run(int argc, char** argv) {
   Common c;
   c.out = flags.out;
   c.rows = train::parse_conversion_rows(f.str("feature-map"));
+  c.gate = nn::parse_gate(f.str("gate"), "--gate");
+  nn::check_gate_built(c.gate, "--gate");
+  c.rows = train::gated_rows(c.rows, c.gate, "--gate");
   c.seed = flags.seed;
   c.quiet = f.boolean("quiet");
   c.precision = flags.precision;
@@ -222,6 +231,8 @@ int run(int argc, char** argv) {
   const std::string parts = f.str("part");
   HH_CHECK(parts == "ar" || parts == "text" || parts == "ar,text" || parts == "text,ar", "--part: expected ar, text ",
            "or ar,text, got '", parts, "'");
+  HH_CHECK(c.gate == nn::Gate::none || parts == "ar", "--gate: part text converts a bidirectional encoder; a gated ",
+           "state needs the causal decoder of part ar (--part ar)");
   const int64_t ar_train = f.integer("ar-train", 100, 10000000);
   std::vector<std::string> text_files;
   if (parts.find("text") != std::string::npos) {

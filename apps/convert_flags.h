@@ -38,6 +38,7 @@
 #include "core/device.h"
 #include "core/parallel.h"
 #include "core/safetensors.h"
+#include "nn/gate.h"
 #include "nn/models/hf_model.h"
 #include "nn/models/hf_save.h"
 #include "train/convert/convert.h"
@@ -105,6 +106,10 @@ inline void add_conversion_flags(Flags& f, const ConversionDefaults& d) {
   const auto num = [](double x) { return number_text(x); };
   const auto integer = [](int64_t x) { return std::to_string(x); };
   f.add("feature-map", d.feature_map, "the students: paper (the paper's five rows) or a comma list of feature maps");
+  f.add("gate", "none",
+        "gate on every linear student's state (causal models only): none, decay (RetNet), gla (a new gate "
+        "projection), liger (Liger: from the key projection, no new weights) or delta; each row is named "
+        "<row>+<gate>");
   f.add("distill-epochs", integer(d.distill_epochs), "stage 1: maximum epochs of attention distillation (0 = skip)");
   f.add("distill-lr", num(d.distill_lr), "stage 1: AdamW learning rate");
   f.add("distill-wd", num(d.distill_wd), "stage 1: AdamW weight decay");
@@ -261,7 +266,8 @@ inline train::ConvertConfig conversion_config(const Flags& f) {
 
 // The shared flags that are not the stages' (checked; --device cuda needs a CUDA build and GPU).
 struct ConversionRun {
-  std::vector<train::ConversionRow> rows;  // --feature-map
+  std::vector<train::ConversionRow> rows;  // --feature-map, labelled "<row>+<gate>" when gated
+  nn::Gate gate = nn::Gate::none;           // --gate
   int64_t batch = 8;
   int64_t fidelity_batches = 8;
   int threads = 1;                          // --threads resolved (0 = every core)
@@ -274,6 +280,9 @@ struct ConversionRun {
 inline ConversionRun conversion_run(const Flags& f) {
   ConversionRun r;
   r.rows = train::parse_conversion_rows(f.str("feature-map"));
+  r.gate = nn::parse_gate(f.str("gate"), "--gate");
+  nn::check_gate_built(r.gate, "--gate");
+  r.rows = train::gated_rows(r.rows, r.gate, "--gate");
   r.batch = f.integer("batch", 1, 1 << 20);
   r.fidelity_batches = f.integer("fidelity-batches", 1, 1 << 20);
   const CommonFlags common = read_common_flags(f, conversion_common(f.str("out")));
@@ -284,6 +293,13 @@ inline ConversionRun conversion_run(const Flags& f) {
   train::refuse_system_folder(r.out);  // the app creates and checks it (train::check_output_folder)
   r.save = f.boolean("save");
   return r;
+}
+
+// Bidirectional apps (convert_bert, convert_vit): a gated state runs causally, so --gate other than
+// none is refused before any work, naming the app.
+inline void refuse_gate(const Flags& f, const std::string& app) {
+  HH_CHECK(f.str("gate") == "none", "--gate: ", app, " converts a bidirectional encoder; a gated state needs a ",
+           "causal model (convert_gpt2, convert_llama), got '", f.str("gate"), "'");
 }
 
 // A cap on the rows (examples, images) an app reads, as every app spells it: -1 = all, else a
@@ -324,6 +340,7 @@ inline nlohmann::json conversion_settings(const Flags& f, const train::ConvertCo
   if (!c.distill.loss.weights) s["transfer"] = "mse";
   if (c.distill.softmax_layers > 0) s["softmax_layers"] = c.distill.softmax_layers;
   if (!c.distill.softmax_layer_list.empty()) s["softmax_layer_list"] = c.distill.softmax_layer_list;
+  if (r.gate != nn::Gate::none) s["gate"] = nn::name(r.gate);
   return s;
 }
 

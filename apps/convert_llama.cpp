@@ -143,7 +143,7 @@ int run(int argc, char** argv) {
   std::cerr << "teacher (softmax, zero-shot) test ROUGE-1 " << rep.teacher.front().second << "\n";
 
   apps::convert_rows(opts, cfg, config, model_dir, true, [&](const nn::Mixer& mixer) {
-    std::shared_ptr<nn::CausalLM> student = apps::load_lm_student(f, mixer, cfg.seed, opts.device);
+    std::shared_ptr<nn::CausalLM> student = apps::load_lm_student(f, mixer, opts.gate, cfg.seed, opts.device);
     return apps::Student{student, std::make_unique<train::SamsumConversionTask>(student, tok, samsum, tc)};
   }, rep);
   apps::finish_conversion(out, rep);

@@ -12,6 +12,7 @@
 
 #include "apps/convert_flags.h"
 #include "data/tokenizer.h"
+#include "nn/gate.h"
 #include "nn/models/hf_model.h"
 #include "train/convert/convert.h"
 
@@ -64,6 +65,8 @@ inline ConversionRun lm_conversion_run(const Flags& f) {
   ConversionRun r = conversion_run(f);
   const std::string a = f.str("attention");
   HH_CHECK(a == "linear" || a == "hybrid", "--attention: expected linear or hybrid, got '", a, "'");
+  HH_CHECK(r.gate == nn::Gate::none || a == "linear", "--gate: a gate needs --attention linear (a hybrid's softmax ",
+           "window has no state to gate)");
   if (a == "hybrid")
     for (train::ConversionRow& row : r.rows) row = train::hybrid_row(row);
   return r;
@@ -157,11 +160,13 @@ inline LmTeacher load_lm_teacher(const Flags& f, const Device& device, const std
   return t;
 }
 
-// A student of --model: the teacher's weights with `mixer` attention in the chunked form.
-inline std::shared_ptr<nn::CausalLM> load_lm_student(const Flags& f, const nn::Mixer& mixer, uint64_t seed,
-                                                     const Device& device) {
+// A student of --model: the teacher's weights with `mixer` attention in the chunked form, its state
+// gated by `gate` (none for a softmax mixer).
+inline std::shared_ptr<nn::CausalLM> load_lm_student(const Flags& f, const nn::Mixer& mixer, nn::Gate gate,
+                                                     uint64_t seed, const Device& device) {
   nn::HFModelOptions o;
   o.mixer = mixer;
+  o.gate = mixer.is_linear() && !mixer.is_hybrid() ? gate : nn::Gate::none;
   o.form = nn::LinearForm::chunked;
   o.chunk = f.integer("chunk", 1, 1 << 20);
   o.window = f.integer("window", 1, 1 << 20);

@@ -61,6 +61,7 @@ int run(int argc, char** argv) {
   const apps::Flags& f = *parsed;
   // Every flag and input is checked before any model runs.
   const std::string model_dir = f.str("model"), data_dir = f.str("data");
+  apps::refuse_gate(f, "convert_vit");
   HH_CHECK(!model_dir.empty(), "--model: no model folder given");
   HH_CHECK(!data_dir.empty(), "--data: no data folder given");
   const train::ConvertConfig cfg = apps::conversion_config(f);

@@ -60,7 +60,8 @@ set(CONVERT_BERT_BAD
     "--model ${HF}/bert-tiny-tok ${CB_OK} --feature-map nope" "unknown feature map 'nope'"
     "--model ${HF}/bert-tiny-tok ${CB_OK} --finetune half" "--finetune: expected full or lora"
     "--model ${HF}/bert-tiny-tok ${CB_OK} --preset huge" "--preset: expected paper or tiny"
-    "--model ${HF}/bert-tiny-tok ${CB_OK} --nonsense 1" "unknown flag --nonsense")
+    "--model ${HF}/bert-tiny-tok ${CB_OK} --nonsense 1" "unknown flag --nonsense"
+    "--model ${HF}/bert-tiny-tok ${CB_OK} --gate liger" "--gate: convert_bert converts a bidirectional encoder")
 list(LENGTH CONVERT_BERT_BAD n)
 math(EXPR last "${n} / 2 - 1")
 foreach(i RANGE ${last})

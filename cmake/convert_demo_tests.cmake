@@ -5,8 +5,15 @@ add_test(NAME convert_demo_tiny COMMAND convert_demo --ar-train 200 --text ${DEM
          --out ${CMAKE_CURRENT_BINARY_DIR}/convert_demo_tiny)
 set_tests_properties(convert_demo_tiny PROPERTIES PASS_REGULAR_EXPRESSION
                      "associative recall.*\n.*\n-+\nsoftmax \\(teacher\\).*\n1\\+ELU .* ok\nHedgehog .* ok.*word order.*Hedgehog .* ok")
-set(DEMO_BAD "--part=nope" "--text=/nonexistent/hh_text" "--feature-map=hedgehog,nope" "--ar-train=5" "--jobs=3")
-set(DEMO_BAD_MESSAGES "--part: expected" "/nonexistent/hh_text" "unknown feature map 'nope'" "--ar-train" "--jobs")
+# (a) with a gated student (Liger's gate on Hedgehog), named Hedgehog+liger; the teacher stays softmax.
+add_test(NAME convert_demo_gated COMMAND convert_demo --part ar --ar-train 200 --teacher-epochs 1 --distill-epochs 1
+         --finetune-epochs 1 --feature-map hedgehog --gate liger --quiet --out ${CMAKE_CURRENT_BINARY_DIR}/convert_demo_gated)
+set_tests_properties(convert_demo_gated PROPERTIES PASS_REGULAR_EXPRESSION
+                     "associative recall.*\n.*\n-+\nsoftmax \\(teacher\\).*\nHedgehog\\+liger .* ok")
+set(DEMO_BAD "--part=nope" "--text=/nonexistent/hh_text" "--feature-map=hedgehog,nope" "--ar-train=5" "--jobs=3"
+    "--gate=liger" "--gate=forget")
+set(DEMO_BAD_MESSAGES "--part: expected" "/nonexistent/hh_text" "unknown feature map 'nope'" "--ar-train" "--jobs"
+    "--gate: part text converts a bidirectional encoder" "--gate: unknown gate 'forget'")
 list(LENGTH DEMO_BAD n)
 math(EXPR last "${n} - 1")
 foreach(i RANGE ${last})

@@ -26,12 +26,29 @@ add_test(NAME convert_gpt2_resume_same COMMAND convert_gpt2 ${GPT2_TINY} --loss 
 set_tests_properties(convert_gpt2_resume_same PROPERTIES FIXTURES_REQUIRED convert_gpt2_saved
                      DEPENDS "convert_gpt2_resume_other_flags;convert_gpt2_saved_runs"
                      PASS_REGULAR_EXPRESSION "\nHedgehog +[0-9.]+.*ok\n" FAIL_REGULAR_EXPRESSION "error: ")
+# Gated students (issue 25): Liger's gate from the key projection (no new weights) on each row,
+# named 1+ELU+liger and Hedgehog+liger, saved with config.json hedgehog.gate; hf_run reloads a folder with its
+# gate and decodes through the gated recurrent state.
+add_test(NAME convert_gpt2_liger COMMAND convert_gpt2 ${GPT2_TINY} --gate liger --save
+         --out ${CMAKE_CURRENT_BINARY_DIR}/convert_gpt2_liger)
+set_tests_properties(convert_gpt2_liger PROPERTIES FIXTURES_SETUP convert_gpt2_liger_saved PASS_REGULAR_EXPRESSION
+                     "softmax \\(teacher\\) +[0-9.]+.*\nHedgehog\\+liger +[0-9.]+.*ok\n.*report: ")
+add_test(NAME convert_gpt2_liger_saved_runs
+         COMMAND sh -c "grep -q '\"gate\": *\"liger\"' \"$1/config.json\" && \"$2\" --model \"$1\" --prompt 'The river' --temperature 0 --max-new-tokens 4"
+         sh ${CMAKE_CURRENT_BINARY_DIR}/convert_gpt2_liger/hedgehogplusliger/model $<TARGET_FILE:hf_run>)
+set_tests_properties(convert_gpt2_liger_saved_runs PROPERTIES FIXTURES_REQUIRED convert_gpt2_liger_saved
+                     PASS_REGULAR_EXPRESSION "generated ids: \\[[0-9]+,[0-9]+,[0-9]+,[0-9]+\\]")
 set(LLAMA_TINY --model ${LMFX}/hf/llama-tiny-tok --data ${LMFX}/samsum --max-length 64 --max-new-tokens 8
     --feature-map hedgehog --distill-epochs 1 --distill-wd 0.01 --finetune-epochs 1 --weight-decay 0.01
     --schedule linear --patience 1 --batch 2 --max-eval 2 --quiet)
 add_test(NAME convert_llama_tiny COMMAND convert_llama ${LLAMA_TINY} --out ${CMAKE_CURRENT_BINARY_DIR}/convert_llama_tiny)
 set_tests_properties(convert_llama_tiny PROPERTIES PASS_REGULAR_EXPRESSION
                      "softmax \\(teacher\\) +[0-9.]+.*\nHedgehog +[0-9.]+.*ok\n.*report: ")
+# Liger's gate on a Llama student (GQA: the key before RoPE, repeated to the query heads).
+add_test(NAME convert_llama_liger COMMAND convert_llama ${LLAMA_TINY} --gate liger
+         --out ${CMAKE_CURRENT_BINARY_DIR}/convert_llama_liger)
+set_tests_properties(convert_llama_liger PROPERTIES PASS_REGULAR_EXPRESSION
+                     "softmax \\(teacher\\) +[0-9.]+.*\nHedgehog\\+liger +[0-9.]+.*ok\n.*report: ")
 
 # The same on Qwen2 (q/k/v biases, a sliding layer, its byte-level tokenizer.json), saved as an HF
 # folder that hf_run loads back as the Hedgehog model it is.
@@ -90,7 +107,10 @@ set(CONVERT_LM_BAD
     "${G} --transfer l2" "--transfer: unknown transfer loss 'l2'"
     "${G} --hidden-on disk" "--hidden-on: only block-wise transfer"
     "${G} --blocks 1 --hidden-on ssd" "--hidden-on: unknown place"
-    "${L} --data ${LMFX}/samsum --logit-finetune half" "--logit-finetune: expected full or lora")
+    "${L} --data ${LMFX}/samsum --logit-finetune half" "--logit-finetune: expected full or lora"
+    "${G} --gate forget" "--gate: unknown gate 'forget'"
+    "${G} --gate liger --attention hybrid" "--gate: a gate needs --attention linear"
+    "${L} --data ${LMFX}/samsum --gate gla --feature-map hybrid-hedgehog" "--gate: row 'Hybrid Hedgehog' is hybrid")
 list(LENGTH CONVERT_LM_BAD n)
 math(EXPR last "${n} / 2 - 1")
 foreach(i RANGE ${last})

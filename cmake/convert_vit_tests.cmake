@@ -32,6 +32,7 @@ set(CONVERT_VIT_BAD
     "--model ${VIT}/vit-cifar-tiny --data ${VIT}/cifar-tiny --preset huge" "--preset: expected paper"
     "--model ${VIT}/vit-cifar-tiny --data ${VIT}/cifar-tiny --finetune some" "--finetune: expected full or lora"
     "--model ${VIT}/vit-cifar-tiny --data ${VIT}/cifar-tiny --nonsense 1" "unknown flag --nonsense"
+    "--model ${VIT}/vit-cifar-tiny --data ${VIT}/cifar-tiny --gate gla" "--gate: convert_vit converts a bidirectional encoder"
     "--model ${VIT}/vit-cifar-tiny --data ${VIT}/cifar-tiny --out ${CMAKE_CURRENT_SOURCE_DIR}/CMakeLists.txt" "not a folder")
 list(LENGTH CONVERT_VIT_BAD n)
 math(EXPR last "${n} / 2 - 1")

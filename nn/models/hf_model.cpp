@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "nn/gate.h"
 #include "nn/models/hf_save.h"
 
 namespace hh::nn {
@@ -116,6 +117,7 @@ void HFModel::keep_softmax(const std::vector<int64_t>& layers) {
     *s.feature_map = nullptr;
     MixerConfig mc = s.mixer->cfg;
     mc.mixer = Mixer::softmax();
+    mc.gate = Gate::none;  // a softmax layer has no state to gate
     *s.mixer = AttentionMixer(mc, nullptr);
   }
   std::sort(next.softmax_layers.begin(), next.softmax_layers.end());

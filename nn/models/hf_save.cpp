@@ -50,8 +50,10 @@ std::string export_family(const nlohmann::json& config) {
 }
 
 // config.json of a converted folder as transformers needs it to find modeling_hedgehog.py, or
-// without those keys (a softmax model saved from a converted folder's config).
-void set_remote_code_keys(nlohmann::json& config, const std::string& family, bool linear) {
+// without those keys (a softmax model saved from a converted folder's config). A gated folder
+// (module = false) keeps its "hedgehog_<family>" model_type but gets no auto_map:
+// modeling_hedgehog.py has no gates, so transformers refuses the folder rather than run it ungated.
+void set_remote_code_keys(nlohmann::json& config, const std::string& family, bool linear, bool module_file) {
   const std::string type = config.value("model_type", std::string());
   if (type.rfind(kModelTypePrefix, 0) == 0) config["model_type"] = type.substr(std::string(kModelTypePrefix).size());
   const std::string module = std::string(kModelingFile).substr(0, std::string(kModelingFile).find('.'));
@@ -65,6 +67,7 @@ void set_remote_code_keys(nlohmann::json& config, const std::string& family, boo
   if (!linear || family.empty()) return;
   const bool llama = family == "llama";
   config["model_type"] = kModelTypePrefix + family;
+  if (!module_file) return;
   config["auto_map"]["AutoConfig"] = module + (llama ? ".HedgehogLlamaConfig" : ".HedgehogGPT2Config");
   config["auto_map"]["AutoModelForCausalLM"] =
       module + (llama ? ".HedgehogLlamaForCausalLM" : ".HedgehogGPT2LMHeadModel");
@@ -86,14 +89,14 @@ ExportConfig export_config(const std::string& config_json, const std::string& co
     config.erase("label2id");
   }
   const std::string family = export_family(config);
-  const bool python = o.mixer.is_linear() && !family.empty();
+  const bool python = o.mixer.is_linear() && !family.empty() && o.gate == Gate::none;  // no gates in the module
   if (python) {
     const std::vector<std::string> maps = internal::exported_feature_maps(internal::kModelingHedgehogPy);
     HH_CHECK(std::find(maps.begin(), maps.end(), o.mixer.feature_map()) != maps.end(), "save_hf_model: mixer '",
              name(o.mixer), "': feature map '", o.mixer.feature_map(), "' has no transformers implementation in ",
              kModelingFile, " (its FEATURE_MAPS), so the folder would not load outside the engine");
   }
-  set_remote_code_keys(config, family, o.mixer.is_linear());
+  set_remote_code_keys(config, family, o.mixer.is_linear(), python);
   if (o.mixer.is_linear()) {
     const FeatureMapConfig& f = o.feature_map;
     config["hedgehog"] = {{"mixer", name(o.mixer)},

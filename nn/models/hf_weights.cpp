@@ -10,6 +10,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/torch_bin.h"
+#include "nn/gate.h"
 
 namespace hh::nn {
 
@@ -17,7 +18,10 @@ HFModelOptions layer_options(const HFModelOptions& o, int64_t layer) {
   HFModelOptions lo = o;
   lo.softmax_layers.clear();
   for (int64_t l : o.softmax_layers)
-    if (l == layer) lo.mixer = Mixer{};
+    if (l == layer) {  // a kept softmax layer has no state to gate
+      lo.mixer = Mixer{};
+      lo.gate = Gate::none;
+    }
   return lo;
 }
 

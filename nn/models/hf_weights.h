@@ -43,7 +43,7 @@ struct HFModelOptions {
   int64_t new_head_labels = 0;
 };
 
-// The options layer `layer` is built with: softmax when it is one of softmax_layers.
+// The options layer `layer` is built with: softmax (ungated) when it is one of softmax_layers.
 HFModelOptions layer_options(const HFModelOptions& o, int64_t layer);
 // softmax_layers must name distinct layers in [0, layers) and needs a linear mixer; errors start
 // with `where`.

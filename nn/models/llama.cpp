@@ -191,15 +191,14 @@ LlamaAttention::LlamaAttention(const LlamaConfig& c, const HFModelOptions& o, In
     k_norm = register_module("k_norm", std::make_shared<RMSNorm>(head_dim_, c.rms_norm_eps, init));
   }
   if (o.mixer.is_linear())
-    feature_map =
-        register_module("feature_map", make_mixer_feature_map(o.mixer, o.feature_map, heads_, head_dim_, init));
-  HH_CHECK(o.gate == Gate::none, "llama: gate '", name(o.gate), "' is not wired into this family yet (gpt2 has it)");
-  MixerConfig mc{o.mixer, true, o.form, o.chunk, o.eps, o.window};
+    feature_map = register_module(
+        "feature_map", make_mixer_feature_map(o.mixer, o.feature_map, heads_, head_dim_, init, o.gate, C));
+  MixerConfig mc{o.mixer, true, o.form, o.chunk, o.eps, o.window, o.gate};
   mc.sliding_window = layer < c.layer_window.size() ? c.layer_window[layer] : 0;
   mixer = AttentionMixer(mc, feature_map);
 }
 
-void LlamaAttention::project(const Tensor& x, int64_t pos, Tensor& q, Tensor& k, Tensor& v) const {
+void LlamaAttention::project(const Tensor& x, int64_t pos, Tensor& q, Tensor& k, Tensor& v, Tensor* k_raw) const {
   const int64_t B = x.size(0), L = x.size(1), rep = heads_ / kv_heads_;
   // (B,L,h·D) -> (B,h,L,D), through the per-head RMSNorm when there is one (Qwen3, before RoPE).
   auto heads = [&](const Tensor& t, int64_t h, const std::shared_ptr<RMSNorm>& norm = nullptr) {
@@ -212,7 +211,9 @@ void LlamaAttention::project(const Tensor& x, int64_t pos, Tensor& q, Tensor& k,
     return reshape(expand(unsqueeze(t, 2), {B, kv_heads_, rep, L, head_dim_}), {B, heads_, L, head_dim_});
   };
   q = apply_rope(heads(q_proj->forward(x), heads_, q_norm), pos, theta_);
-  k = repeat(apply_rope(heads(k_proj->forward(x), kv_heads_, k_norm), pos, theta_));
+  Tensor kh = heads(k_proj->forward(x), kv_heads_, k_norm);
+  if (k_raw) *k_raw = repeat(kh);
+  k = repeat(apply_rope(kh, pos, theta_));
   v = repeat(heads(v_proj->forward(x), kv_heads_));
 }
 
@@ -221,16 +222,18 @@ Tensor LlamaAttention::merge(const Tensor& y) const {
   return o_proj->forward(reshape(transpose(y, 1, 2), {B, L, heads_ * head_dim_}));
 }
 
+// A gated mixer's gate reads x (gla) and the key before RoPE (liger: Liger pools the key
+// projection, so the gate does not rotate with the position).
 Tensor LlamaAttention::forward(const Tensor& x, TraceRequest* trace) const {
-  Tensor q, k, v;
-  project(x, 0, q, k, v);
-  return merge(mixer.forward(q, k, v, Tensor(), trace));
+  Tensor q, k, v, k_raw;
+  project(x, 0, q, k, v, gated() ? &k_raw : nullptr);
+  return merge(mixer.forward(q, k, v, Tensor(), trace, GateInput{x, k_raw}));
 }
 
 Tensor LlamaAttention::step(const Tensor& x, DecodeCache& cache) const {
-  Tensor q, k, v;
-  project(x, cache.pos(), q, k, v);
-  return merge(mixer.step(q, k, v, cache));
+  Tensor q, k, v, k_raw;
+  project(x, cache.pos(), q, k, v, gated() ? &k_raw : nullptr);
+  return merge(mixer.step(q, k, v, cache, GateInput{x, k_raw}));
 }
 
 LlamaMLP::LlamaMLP(const LlamaConfig& c, Init init) : act(c.hidden_act) {

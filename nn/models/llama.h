@@ -2,7 +2,8 @@
 // self_attn.{q,k,v,o}_proj, post_attention_layernorm, mlp.{gate,up,down}_proj}, norm}, lm_head
 // (absent when tie_word_embeddings). RMSNorm, SwiGLU, half-split RoPE with rope_theta, grouped-query
 // attention: k and v are repeated to the query heads before the mixer, so a feature map is per
-// query head.
+// query head. A linear mixer may be gated (HFModelOptions::gate): GLA's gate reads the layer
+// input, Liger's the key projection before RoPE (no new weights).
 // The same decoder, with typed options, is Mistral (a sliding window on every layer), Qwen2 (q/k/v
 // biases, sliding windows on the layers layer_types names) and Qwen3 (per-head q_norm/k_norm before
 // RoPE, head_dim independent of hidden_size): each family is a config reader (LlamaConfig::from_hf),
@@ -14,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "nn/gate.h"
 #include "nn/layers.h"
 #include "nn/models/hf_model.h"
 
@@ -55,11 +57,14 @@ class LlamaAttention : public Module {
   AttentionMixer mixer;
 
   // The two halves of forward, public for layer-by-layer attention transfer (train/layerwise_distill):
-  // x (B,L,C) at positions pos.. -> q, k, v (B,H,L,D) with RoPE on q, k and k, v repeated to H heads.
-  void project(const Tensor& x, int64_t pos, Tensor& q, Tensor& k, Tensor& v) const;
+  // x (B,L,C) at positions pos.. -> q, k, v (B,H,L,D) with RoPE on q, k and k, v repeated to H heads;
+  // k_raw (when given): the key before RoPE (after Qwen3's k_norm), repeated to H heads, which a
+  // Liger gate reads.
+  void project(const Tensor& x, int64_t pos, Tensor& q, Tensor& k, Tensor& v, Tensor* k_raw = nullptr) const;
   Tensor merge(const Tensor& y) const;  // (B,H,L,D) -> o_proj(B,L,H·D)
 
  private:
+  bool gated() const { return mixer.cfg.gate != Gate::none; }
   int64_t heads_, kv_heads_, head_dim_;
   double theta_;
 };

@@ -9,6 +9,7 @@
 
 #include "core/atomic_file.h"
 #include "nn/feature_maps.h"
+#include "nn/gate.h"
 #include "train/report/html.h"
 #include "train/report/svg.h"
 
@@ -39,6 +40,15 @@ double primary(const Metrics& m) { return m.empty() ? std::nan("") : m.front().s
 ConversionRow hybrid_row(const ConversionRow& row) {
   if (row.mixer.is_hybrid()) return row;
   return {"Hybrid " + row.label, nn::parse_mixer("hybrid-" + row.mixer.feature_map(), "conversion row"), true};
+}
+
+std::vector<ConversionRow> gated_rows(std::vector<ConversionRow> rows, nn::Gate gate, const std::string& what) {
+  for (ConversionRow& row : rows) {
+    HH_CHECK(gate == nn::Gate::none || !row.mixer.is_hybrid(), what, ": row '", row.label,
+             "' is hybrid attention (a softmax window); a gate needs plain linear rows");
+    row.label = nn::gated_label(row.label, gate);
+  }
+  return rows;
 }
 
 std::vector<ConversionRow> paper_conversion_rows() {

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "nn/gate.h"
 #include "nn/mixer.h"
 #include "train/convert/convert.h"
 
@@ -31,6 +32,10 @@ std::vector<ConversionRow> parse_conversion_rows(const std::string& list);
 // The row's map as LoLCATs' hybrid (sliding window + linear): "Hybrid <label>", always distilled
 // (the window factors train even when the map has no weights). A hybrid row is returned as is.
 ConversionRow hybrid_row(const ConversionRow& row);
+// The rows with their linear state gated by `gate`: each labelled "<label>+<gate>" (nn::gated_label),
+// e.g. "Hedgehog+liger"; Gate::none leaves them as they are. A hybrid row is refused (its softmax
+// window has no state to gate), the error starting with `what` (the flag).
+std::vector<ConversionRow> gated_rows(std::vector<ConversionRow> rows, nn::Gate gate, const std::string& what);
 
 struct ConversionOutcome {
   ConversionRow row;
