@@ -216,7 +216,6 @@ int run(int argc, char** argv) {
   c.out = flags.out;
   c.rows = train::parse_conversion_rows(f.str("feature-map"));
   c.gate = nn::parse_gate(f.str("gate"), "--gate");
-  nn::check_gate_built(c.gate, "--gate");
   c.rows = train::gated_rows(c.rows, c.gate, "--gate");
   c.seed = flags.seed;
   c.quiet = f.boolean("quiet");

@@ -281,7 +281,6 @@ inline ConversionRun conversion_run(const Flags& f) {
   ConversionRun r;
   r.rows = train::parse_conversion_rows(f.str("feature-map"));
   r.gate = nn::parse_gate(f.str("gate"), "--gate");
-  nn::check_gate_built(r.gate, "--gate");
   r.rows = train::gated_rows(r.rows, r.gate, "--gate");
   r.batch = f.integer("batch", 1, 1 << 20);
   r.fidelity_batches = f.integer("fidelity-batches", 1, 1 << 20);
