@@ -64,7 +64,14 @@ void set_remote_code_keys(nlohmann::json& config, const std::string& family, boo
         map.erase(key);
     if (map.empty()) config.erase("auto_map");
   }
-  if (!linear || family.empty()) return;
+  if (!linear) return;
+  if (family.empty()) {
+    // Decoders transformers has but modeling_hedgehog.py does not subclass: an unknown model_type
+    // makes transformers refuse the folder, where the stock class would run it as softmax.
+    const std::string stock = config.value("model_type", std::string());
+    if (stock == "mistral" || stock == "qwen2" || stock == "qwen3") config["model_type"] = kModelTypePrefix + stock;
+    return;
+  }
   const bool llama = family == "llama";
   config["model_type"] = kModelTypePrefix + family;
   if (!module_file) return;

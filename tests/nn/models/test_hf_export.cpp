@@ -173,6 +173,34 @@ TEST_CASE("hf export: a converted BERT folder stays engine-only (no module, its 
   CHECK(cfg["hedgehog"]["mixer"] == "hedgehog");
 }
 
+TEST_CASE("hf export: converted Mistral/Qwen folders get an unknown model_type, so transformers refuses them") {
+  // modeling_hedgehog.py subclasses Llama and GPT-2 only: the stock Qwen2/Mistral/Qwen3 classes
+  // would ignore the "hedgehog" section and run the folder as softmax.
+  for (const std::string family : {"mistral-tiny", "qwen2-tiny", "qwen3-tiny"}) {
+    CAPTURE(family);
+    test::TempDir dir("hf_export_other");
+    HFModelOptions o;
+    o.mixer = parse_mixer("hedgehog", "test");
+    auto m = load_causal_lm(fixture(family), o);
+    save_hf_model(*m, dir.path.string(), fixture(family));
+    CHECK_FALSE(fs::exists(dir.path / "modeling_hedgehog.py"));
+    nlohmann::json cfg = nlohmann::json::parse(read_file((dir.path / "config.json").string()));
+    const std::string stock = family.substr(0, family.find('-'));
+    CHECK(cfg["model_type"] == "hedgehog_" + stock);
+    CHECK_FALSE(cfg.contains("auto_map"));
+    auto back = load_causal_lm(dir.path.string());  // the engine reads it (by "architectures")
+    Tensor ids = from_vector(std::vector<int64_t>{3, 14, 15, 9, 2}, {1, 5});
+    NoGradGuard ng;
+    CHECK(allclose(back->forward(ids), m->forward(ids), 1e-6, 1e-6));
+    // Saved again as softmax (a re-export of the teacher), the stock model_type comes back.
+    HFModelOptions soft;
+    test::TempDir again("hf_export_other_soft");
+    save_hf_model(*load_causal_lm(fixture(family), soft), again.path.string(), dir.path.string());
+    nlohmann::json c2 = nlohmann::json::parse(read_file((again.path / "config.json").string()));
+    CHECK(c2["model_type"] == stock);
+  }
+}
+
 TEST_CASE("hf export: every feature map the engine has is one modeling_hedgehog.py implements") {
   const std::vector<std::string> maps =
       internal::exported_feature_maps(read_file(source_dir() + "/nn/models/export/modeling_hedgehog.py"));
