@@ -4,7 +4,6 @@
 #include <utility>
 
 #include "autograd/grad_mode.h"
-#include "nn/diagnostics.h"
 #include "autograd/ops/nn.h"
 #include "autograd/ops/shape.h"
 
@@ -51,29 +50,6 @@ Tensor LmConversionTask::loss(Split s, int64_t i, nn::TraceRequest* trace) {
   batch(s, i, inputs, targets);
   Tensor logits = model_->forward(inputs, trace);  // (B,L,V)
   return cross_entropy(reshape(logits, {-1, logits.size(2)}), reshape(targets, {-1}), data::kLmIgnoreIndex);
-}
-
-std::vector<Tensor> LmConversionTask::transfer_batches() {
-  std::vector<Tensor> out;
-  for (int64_t i = 0; i < batches(Split::train); ++i) {
-    Tensor inputs, targets;
-    batch(Split::train, i, inputs, targets);
-    out.push_back(inputs);
-  }
-  return out;
-}
-
-Tensor LmConversionTask::logit_loss(Split s, int64_t i, double temperature) {
-  HH_CHECK(cfg_.teacher != nullptr, "LmConversionTask: logit distillation needs the softmax teacher (no teacher given)");
-  Tensor inputs, targets;
-  batch(s, i, inputs, targets);
-  Tensor teacher;
-  {
-    NoGradGuard ng;
-    cfg_.teacher->eval();
-    teacher = cfg_.teacher->forward(inputs);  // (B,L,V)
-  }
-  return nn::logit_distillation_loss(teacher, model_->forward(inputs), temperature, ne(targets, data::kLmIgnoreIndex));
 }
 
 void LmConversionTask::trace(Split s, int64_t i, nn::TraceRequest& trace) {

@@ -26,34 +26,32 @@ struct LmTaskConfig {
   std::shared_ptr<nn::CausalLM> teacher;
 };
 
-class LmConversionTask : public ConversionTask {
+class LmConversionTask : public CausalLmTask {
  public:
   using Windows = std::shared_ptr<const data::LmWindows>;  // shared by the rows' students
   // Every split needs at least one window; all three share one context length, which must not
   // exceed the model's positions.
   LmConversionTask(std::shared_ptr<nn::CausalLM> model, Windows train, Windows val, Windows test, LmTaskConfig cfg);
   nn::Module& model() override { return *model_; }
-  void keep_softmax(const std::vector<int64_t>& layers) override { model_->keep_softmax(layers); }
-  nn::CausalLM& lm() { return *model_; }
+  nn::CausalLM& lm() override { return *model_; }
   int64_t batches(Split s) const override { return batches_of(s).size(); }
   void shuffle(int64_t epoch) override { train_batches_.set_epoch(epoch); }
   Tensor loss(Split s, int64_t i, nn::TraceRequest* trace) override;
-  // KL(teacher ‖ student) over the positions the loss scores (cfg.teacher).
-  Tensor logit_loss(Split s, int64_t i, double temperature) override;
-  nn::CausalLM* causal_lm() override { return model_.get(); }
-  std::vector<Tensor> transfer_batches() override;  // every training batch's input ids
   // Stage 1 and fidelity need only the attention traces: the last hidden state, no vocabulary head.
   void trace(Split s, int64_t i, nn::TraceRequest& trace) override;
   int64_t tokens(Split s, int64_t i) const override;  // scored predictions in the batch
   // {"perplexity", "nll"}: exp of, and, the mean NLL (nats) over every scored token of the split.
   Metrics evaluate(Split s) override;
   bool higher_is_better() const override { return false; }
+  // (B,L) inputs and (B,L) targets of batch i.
+  void batch(Split s, int64_t i, Tensor& inputs, Tensor& targets) const override;
+
+ protected:
+  nn::CausalLM* teacher() const override { return cfg_.teacher.get(); }
 
  private:
   const data::LmWindows& windows(Split s) const;
   const RowBatches& batches_of(Split s) const;
-  // (B,L) inputs and (B,L) targets of batch i.
-  void batch(Split s, int64_t i, Tensor& inputs, Tensor& targets) const;
   std::shared_ptr<nn::CausalLM> model_;
   Windows train_, val_, test_;
   LmTaskConfig cfg_;

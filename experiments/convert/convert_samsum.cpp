@@ -4,7 +4,6 @@
 #include <utility>
 
 #include "autograd/grad_mode.h"
-#include "nn/diagnostics.h"
 #include "autograd/ops/nn.h"
 #include "autograd/ops/reduce.h"
 #include "autograd/ops/shape.h"
@@ -131,29 +130,6 @@ Tensor SamsumConversionTask::loss(Split s, int64_t i, nn::TraceRequest* trace) {
   batch(s, i, inputs, targets);
   Tensor logits = model_->forward(inputs, trace);
   return cross_entropy(reshape(logits, {-1, logits.size(2)}), reshape(targets, {-1}), -100);
-}
-
-std::vector<Tensor> SamsumConversionTask::transfer_batches() {
-  std::vector<Tensor> out;
-  for (int64_t i = 0; i < batches(Split::train); ++i) {
-    Tensor inputs, targets;
-    batch(Split::train, i, inputs, targets);
-    out.push_back(inputs);
-  }
-  return out;
-}
-
-Tensor SamsumConversionTask::logit_loss(Split s, int64_t i, double temperature) {
-  HH_CHECK(cfg_.teacher != nullptr, "SamsumConversionTask: logit distillation needs the softmax teacher (no teacher given)");
-  Tensor inputs, targets;
-  batch(s, i, inputs, targets);
-  Tensor teacher;
-  {
-    NoGradGuard ng;
-    cfg_.teacher->eval();
-    teacher = cfg_.teacher->forward(inputs);  // (B,L,V)
-  }
-  return nn::logit_distillation_loss(teacher, model_->forward(inputs), temperature, ne(targets, -100));
 }
 
 void SamsumConversionTask::trace(Split s, int64_t i, nn::TraceRequest& trace) {

@@ -62,20 +62,15 @@ struct SamsumTaskConfig {
   std::shared_ptr<nn::CausalLM> teacher;
 };
 
-class SamsumConversionTask : public ConversionTask {
+class SamsumConversionTask : public CausalLmTask {
  public:
   SamsumConversionTask(std::shared_ptr<nn::CausalLM> model, std::shared_ptr<const data::Tokenizer> tok,
                        std::shared_ptr<const SamsumData> data, SamsumTaskConfig cfg);
   nn::Module& model() override { return *model_; }
-  void keep_softmax(const std::vector<int64_t>& layers) override { model_->keep_softmax(layers); }
-  nn::CausalLM& lm() { return *model_; }
+  nn::CausalLM& lm() override { return *model_; }
   int64_t batches(Split s) const override { return batches_of(s).size(); }
   void shuffle(int64_t epoch) override { train_batches_.set_epoch(epoch); }
   Tensor loss(Split s, int64_t i, nn::TraceRequest* trace) override;
-  // KL(teacher ‖ student) over the positions the loss scores (cfg.teacher).
-  Tensor logit_loss(Split s, int64_t i, double temperature) override;
-  nn::CausalLM* causal_lm() override { return model_.get(); }
-  std::vector<Tensor> transfer_batches() override;  // every training batch's input ids
   // Stage 1 and fidelity need only the attention traces: the last hidden state, no vocabulary head.
   void trace(Split s, int64_t i, nn::TraceRequest& trace) override;
   int64_t tokens(Split s, int64_t i) const override;  // input tokens of the batch (padding excluded)
@@ -84,7 +79,10 @@ class SamsumConversionTask : public ConversionTask {
   // The summaries evaluate() generated last (decoded, special tokens skipped).
   const std::vector<std::string>& predictions() const { return predictions_; }
   // (B,L) inputs and targets of batch i (L = longest input of the batch).
-  void batch(Split s, int64_t i, Tensor& inputs, Tensor& targets) const;
+  void batch(Split s, int64_t i, Tensor& inputs, Tensor& targets) const override;
+
+ protected:
+  nn::CausalLM* teacher() const override { return cfg_.teacher.get(); }
 
  private:
   const std::vector<SamsumRow>& rows_of(Split s) const;

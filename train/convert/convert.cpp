@@ -296,6 +296,30 @@ Tensor ConversionTask::logit_loss(Split, int64_t, double) {
   fail("convert: this task has no teacher logits to distill (--logit-distill-tokens)");
 }
 
+std::vector<Tensor> CausalLmTask::transfer_batches() {
+  std::vector<Tensor> out;
+  for (int64_t i = 0; i < batches(Split::train); ++i) {
+    Tensor inputs, targets;
+    batch(Split::train, i, inputs, targets);
+    out.push_back(inputs);
+  }
+  return out;
+}
+
+Tensor CausalLmTask::logit_loss(Split s, int64_t i, double temperature) {
+  nn::CausalLM* t = teacher();
+  HH_CHECK(t != nullptr, "convert: logit distillation needs the softmax teacher (no teacher given)");
+  Tensor inputs, targets;
+  batch(s, i, inputs, targets);
+  Tensor teacher_logits;
+  {
+    NoGradGuard ng;
+    t->eval();
+    teacher_logits = t->forward(inputs);  // (B,L,V)
+  }
+  return nn::logit_distillation_loss(teacher_logits, lm().forward(inputs), temperature, ne(targets, -100));
+}
+
 void ConversionTask::keep_softmax(const std::vector<int64_t>&) {
   fail("convert: this task's model cannot keep softmax layers (--softmax-layers)");
 }

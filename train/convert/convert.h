@@ -61,6 +61,24 @@ class ConversionTask {
   virtual std::vector<Tensor> transfer_batches() { return {}; }
 };
 
+// A task whose student is a causal LM and whose batches are next-token (inputs, targets), targets
+// -100 where not scored: what the LLM stages need follows from that (block-wise transfer over the
+// training inputs; logit distillation against `teacher` over the scored positions).
+class CausalLmTask : public ConversionTask {
+ public:
+  nn::CausalLM* causal_lm() override { return &lm(); }
+  std::vector<Tensor> transfer_batches() override;  // every training batch's input ids
+  // KL(teacher ‖ student) over the positions the loss scores.
+  Tensor logit_loss(Split s, int64_t i, double temperature) override;
+  void keep_softmax(const std::vector<int64_t>& layers) override { lm().keep_softmax(layers); }
+  virtual nn::CausalLM& lm() = 0;
+  // (B,L) inputs and targets of batch i of split s.
+  virtual void batch(Split s, int64_t i, Tensor& inputs, Tensor& targets) const = 0;
+
+ protected:
+  virtual nn::CausalLM* teacher() const = 0;  // the softmax teacher for logit distillation, or null
+};
+
 struct DistillStage {
   int64_t epochs = 5;           // 0 = skip stage 1 (the "swap + finetune" baselines)
   int64_t max_steps = 0;        // stop after this many steps in all (0 = epochs only)
