@@ -4,6 +4,7 @@
 // every batch exceed memory still converts block by block.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
