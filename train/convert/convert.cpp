@@ -73,8 +73,6 @@ int64_t set_trainable(nn::Module& m, Pred train) {
   return n;
 }
 
-nn::TraceRequest distill_trace(const nn::DistillOptions& o) { return nn::distill_trace_request(o); }
-
 // Mean distillation loss over (up to `max_batches`) validation batches, no grad.
 double distill_validation(ConversionTask& task, const nn::DistillOptions& o, int64_t max_batches) {
   NoGradGuard ng;
@@ -84,7 +82,7 @@ double distill_validation(ConversionTask& task, const nn::DistillOptions& o, int
   HH_CHECK(n > 0, "convert: the validation split has no batches");
   double total = 0;
   for (int64_t i = 0; i < n; ++i) {
-    nn::TraceRequest tr = distill_trace(o);
+    nn::TraceRequest tr = nn::distill_trace_request(o);
     task.trace(Split::val, i, tr);
     total += nn::distillation_loss(tr, o).item<double>();
   }
@@ -99,7 +97,7 @@ std::vector<double> layer_transfer_error(ConversionTask& task, const nn::Distill
   if (max_batches > 0) n = std::min(n, max_batches);
   std::vector<double> total;
   for (int64_t i = 0; i < n; ++i) {
-    nn::TraceRequest tr = distill_trace(o);
+    nn::TraceRequest tr = nn::distill_trace_request(o);
     task.trace(Split::val, i, tr);
     const std::vector<double> e = nn::distillation_loss_per_layer(tr, o);
     if (total.empty()) total.assign(e.size(), 0.0);
@@ -529,7 +527,7 @@ ConvertResult convert(ConversionTask& task, const ConvertConfig& cfg) {
       const TrainerResult tr = run_stage(
           s, r.distill, opt, schedule,
           [&](int64_t i) {
-            nn::TraceRequest tr = distill_trace(d.loss);
+            nn::TraceRequest tr = nn::distill_trace_request(d.loss);
             task.trace(Split::train, i, tr);
             return nn::distillation_loss(tr, d.loss);
           },
@@ -641,7 +639,7 @@ ConvertResult convert(ConversionTask& task, const ConvertConfig& cfg) {
         s, r.finetune, opt, schedule,
         [&](int64_t i) {
           if (f.joint_weight <= 0) return task.loss(Split::train, i, nullptr);
-          nn::TraceRequest tr = distill_trace(f.joint_loss);
+          nn::TraceRequest tr = nn::distill_trace_request(f.joint_loss);
           Tensor task_loss = task.loss(Split::train, i, &tr);
           return add(task_loss, mul(nn::distillation_loss(tr, f.joint_loss), f.joint_weight));
         },
