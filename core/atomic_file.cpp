@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <atomic>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -115,7 +116,9 @@ bool temp_owner_gone(const std::string& path, long long pid) {
   struct stat st;
   if (::lstat(path.c_str(), &st) != 0) return false;
   static const double started = process_start_time();  // constant for the process
-  return !(started >= 0 && static_cast<double>(st.st_mtime) >= started);
+  // st_mtime has whole seconds and the start time a fraction: a temp written in the second this
+  // process started counts as possibly live (keeping a stale temp is harmless, removing a live one is not).
+  return !(started >= 0 && static_cast<double>(st.st_mtime) >= std::floor(started));
 }
 
 int remove_stale_temps(const std::string& path) {
