@@ -108,12 +108,6 @@ class Backend {
   // ---- fused nn kernels (rows of the last dim) ----
   virtual void softmax(const Tensor& x, const Tensor& y, bool log) = 0;                  // (N,R)
   virtual void softmax_backward(const Tensor& y, const Tensor& gy, const Tensor& gx, bool log) = 0;
-  // Hedgehog's feature-map nonlinearity on rows: y (N,2F) = [softmax(z), softmax(-z)] of z (N,F);
-  // the backward gz (N,F) = softmax_backward of each half, the second subtracted. All contiguous,
-  // one float dtype. The defaults (core/backend.cpp) compose unary, copy, softmax and binary
-  // kernels, so every backend has them; the CPU overrides them with one-pass kernels.
-  virtual void hedgehog_features(const Tensor& z, const Tensor& y);
-  virtual void hedgehog_features_backward(const Tensor& y, const Tensor& gy, const Tensor& gz);
   // x (N,C); weight/bias (C) or undefined; mean/rstd (N) f32/f64 like x.
   virtual void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
                           const Tensor& y, const Tensor& mean, const Tensor& rstd) = 0;

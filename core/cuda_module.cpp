@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 
 #include "core/cuda_config.h"
 #include "core/cuda_stream.h"
@@ -102,6 +103,20 @@ std::vector<std::string> search_paths() {
 // definitions win there, so this file is never pulled into the module. Keep both sets identical.
 
 Backend& cuda_backend(int index) { return cuda_module::api_or_throw(str("cuda:", index)).backend(index); }
+AnyKernelFn find_cuda_kernel(const char* name, const char* signature) {
+  const cuda_module::Api& api = cuda_module::api_or_throw(str("kernel ", name));
+  for (size_t i = 0; i < api.kernel_count; ++i) {
+    const cuda_module::KernelEntry& e = api.kernels[i];
+    if (std::strcmp(e.name, name) != 0) continue;
+    if (std::strcmp(e.signature, signature) != 0)
+      fail(str("kernel ", name, ": the CUDA module fills it with another signature (", e.signature, ", expected ",
+               signature, "): module and library are from different builds"));
+    return e.fn;
+  }
+  fail(str("kernel ", name, ": the CUDA backend has no such kernel (", api.kernel_count, " kernels in ",
+           cuda_module::kFileName, ")"));
+}
+
 int cuda_device_count() {
   const cuda_module::LoadResult& r = cuda_module::loaded();
   return r.api ? r.api->device_count() : 0;

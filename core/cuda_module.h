@@ -11,16 +11,25 @@
 #include <vector>
 
 #include "core/backend.h"
+#include "core/kernel.h"
 #include "core/cuda_memory.h"
 #include "core/cuda_stream.h"
 
 namespace hh::cuda_module {
 
 // Bump when Api changes; the loader refuses a module built with another value.
-inline constexpr int kAbiVersion = 4;  // 2: use_own_stream, capture_graph; 3: Backend::flash_attention_takes_views/_takes_key_mask, the key_mask argument, hedgehog_features; 4: hybrid_window_attention
+inline constexpr int kAbiVersion = 5;  // 2: use_own_stream, capture_graph; 3: Backend::flash_attention_takes_views/_takes_key_mask, the key_mask argument, hedgehog_features; 4: hybrid_window_attention; 5: the kernel table (core/kernel.h)
 // (the Backend vtable is part of the ABI: the module implements it)
 inline constexpr const char* kEntryPoint = "hh_cuda_module_api";
 inline constexpr const char* kFileName = "libhedgehog_cuda.so";
+
+// One CUDA fill of a core kernel slot (core/kernel.h): its name, the slot's function type (typeid
+// name) and the function. New kernels travel here, so they need no ABI bump.
+struct KernelEntry {
+  const char* name;
+  const char* signature;
+  AnyKernelFn fn;
+};
 
 struct Api {
   int abi_version;
@@ -34,6 +43,8 @@ struct Api {
   bool (*allow_tf32)();
   std::shared_ptr<void> (*use_own_stream)(int index);
   std::shared_ptr<CudaGraphReplay> (*capture_graph)(int index, const std::function<void()>& work);
+  const KernelEntry* kernels;  // kernel_count entries, filled before the module returns the table
+  size_t kernel_count;
 };
 
 using EntryPoint = const Api* (*)();

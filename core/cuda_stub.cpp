@@ -4,6 +4,7 @@
 #include "core/cuda_config.h"
 #include "core/cuda_memory.h"
 #include "core/cuda_stream.h"
+#include "core/kernel.h"
 
 namespace hh {
 
@@ -11,6 +12,9 @@ Backend& cuda_backend(int index) {
   fail(str("cuda:", index, ": hedgehog was built without CUDA (nvcc was not found at configure time)"));
 }
 bool cuda_available() { return false; }
+AnyKernelFn find_cuda_kernel(const char* name, const char* /*signature*/) {
+  fail(str("kernel ", name, ": hedgehog was built without CUDA (nvcc was not found at configure time)"));
+}
 int cuda_device_count() { return 0; }
 std::string cuda_unavailable_reason() {
   return "hedgehog was built without CUDA (nvcc was not found at configure time)";

@@ -4,11 +4,13 @@
 
 #include <array>
 #include <string>
+#include <vector>
 
 #include "core/cuda_config.h"
 #include "core/cuda_memory.h"
 #include "core/cuda_module.h"
 #include "core/cuda_stream.h"
+#include "cuda/cuda_kernel_fill.h"
 
 namespace hh {
 
@@ -218,6 +220,13 @@ std::shared_ptr<void> cuda_use_own_stream(int index) {
   return std::make_shared<Own>(index);
 }
 
+namespace cuda {
+std::vector<cuda_module::KernelEntry>& kernel_fills() {
+  static std::vector<cuda_module::KernelEntry> fills;
+  return fills;
+}
+}  // namespace cuda
+
 }  // namespace hh
 
 // The module's one exported entry point (core/cuda_module.h), looked up by the core's loader.
@@ -226,6 +235,7 @@ extern "C" const hh::cuda_module::Api* hh_cuda_module_api() {
       hh::cuda_module::kAbiVersion, sizeof(hh::Tensor), &hh::cuda_backend,  &hh::cuda_device_count,
       &hh::cuda_memory_stats,       &hh::cuda_reset_peak, &hh::cuda_empty_cache, &hh::set_allow_tf32,
       &hh::allow_tf32,           &hh::cuda_use_own_stream, &hh::cuda_capture_graph,
+      hh::cuda::kernel_fills().data(), hh::cuda::kernel_fills().size(),
   };
   return &api;
 }

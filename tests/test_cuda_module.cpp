@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/backend.h"
+#include "core/kernels/gated_linear.h"
 
 #if defined(HH_WITH_CUDA)
 #include "core/cuda_module.h"
@@ -49,12 +50,34 @@ TEST_CASE("cuda module: the build's module loads, with or without a GPU") {
   CHECK(cuda_unavailable_reason().empty() == (n > 0));
 }
 
+TEST_CASE("cuda module: its kernel table fills the core's kernel slots by name and signature") {
+  // Every fill has a unique name; the gated slots find theirs; a wrong name or signature is an
+  // error naming the kernel (core/kernel.h).
+  cuda_module::LoadResult r = cuda_module::load(cuda_module::search_paths());
+  REQUIRE(r.api != nullptr);
+  REQUIRE(r.api->kernel_count > 0);
+  for (size_t i = 0; i < r.api->kernel_count; ++i)
+    for (size_t j = i + 1; j < r.api->kernel_count; ++j)
+      CHECK(std::string(r.api->kernels[i].name) != r.api->kernels[j].name);
+  CHECK(find_cuda_kernel("gated_linear_forward", kernels::gated_linear_forward.signature()) != nullptr);
+  CHECK(find_cuda_kernel("gated_linear_step", kernels::gated_linear_step.signature()) != nullptr);
+  CHECK_THROWS_WITH(find_cuda_kernel("gated_linear_forward", kernels::gated_linear_step.signature()),
+                    doctest::Contains("another signature"));
+  CHECK_THROWS_WITH(find_cuda_kernel("no_such_kernel", "x"), doctest::Contains("no_such_kernel"));
+}
+
 #else
 
 TEST_CASE("cuda stub: a CPU-only build says CUDA was not built") {
   CHECK_FALSE(cuda_available());
   CHECK(cuda_device_count() == 0);
   CHECK(cuda_unavailable_reason().find("built without CUDA") != std::string::npos);
+}
+
+TEST_CASE("cuda stub: a kernel slot called on CUDA names the kernel") {
+  const Tensor x = zeros({1, 1, 1});
+  CHECK_THROWS_WITH(kernels::gated_linear_step(Device::cuda(0), x, x, x, x, x, x, x),
+                    doctest::Contains("gated_linear_step"));
 }
 
 #endif

@@ -7,6 +7,7 @@
 #include "autograd/ops.h"
 #include "autograd/ops/nn_node.h"
 #include "core/backend.h"
+#include "core/kernels/feature_maps.h"
 
 namespace hh {
 
@@ -224,7 +225,7 @@ Tensor hedgehog_features(const Tensor& z_in) {
   Shape ys = z.shape();
   ys.back() = 2 * f;
   Tensor y = empty(ys, {z.dtype(), z.device()});
-  if (y.numel() > 0) backend_of(y).hedgehog_features(as_rows(zc, n, f), as_rows(y, n, 2 * f));
+  if (y.numel() > 0) kernels::hedgehog_features(y.device(), as_rows(zc, n, f), as_rows(y, n, 2 * f));
   Tensor yd = detach(y);
   return record(op, y, {zc}, {yd}, [yd, n, f](const Tensor& g, const NeedsGrad&) {
     Tensor gc = grad_like(g, yd.dtype());
@@ -232,7 +233,7 @@ Tensor hedgehog_features(const Tensor& z_in) {
     zs.back() = f;
     Tensor gz = empty(zs, {yd.dtype(), yd.device()});
     if (gz.numel() > 0)
-      backend_of(gz).hedgehog_features_backward(as_rows(yd, n, 2 * f), as_rows(gc, n, 2 * f), as_rows(gz, n, f));
+      kernels::hedgehog_features_backward(gz.device(), as_rows(yd, n, 2 * f), as_rows(gc, n, 2 * f), as_rows(gz, n, f));
     return std::vector<Tensor>{gz};
   });
 }

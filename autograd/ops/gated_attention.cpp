@@ -1,15 +1,15 @@
-// Gated causal linear attention (semantics in gated_attention.h): the quadratic reference, the
-// chunked form and the recurrent step, all composed from existing ops, so autograd gives every
-// backward.
+// Gated causal linear attention (semantics in gated_attention.h): the quadratic reference and the
+// recurrent step under autograd, composed from existing ops; the chunked form and the decoding
+// step without gradients are kernels (core/kernels/gated_linear.h) with a hand-derived backward.
 #include "autograd/ops/gated_attention.h"
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 #include <vector>
 
 #include "autograd/grad_mode.h"
 #include "autograd/ops.h"
+#include "core/kernels/gated_linear.h"
 
 namespace hh {
 
@@ -100,39 +100,6 @@ Tensor channel_scores(const Tensor& p, const Tensor& k, const Tensor& d) {
   return sum(mul(mul(unsqueeze(p, r - 1), unsqueeze(k, r - 2)), d), {-1});
 }
 
-// x (B,H,L,C) with `after` zero rows behind along L.
-Tensor pad_tail(const Tensor& x, int64_t after) {
-  if (after == 0) return x;
-  return cat({x, zeros({x.size(0), x.size(1), after, x.size(3)}, {x.dtype(), x.device()})}, 2);
-}
-
-// The weights inside each chunk: qb, kb (B,H,N,C,F), gb and its chunk-local inclusive cumsum b
-// (B,H,N,C,G) -> A (B,H,N,C,C), A_rs = Σ_f qb_rf kb_sf exp(b_rf - b_sf) for s <= r.
-Tensor intra_chunk(const Tensor& qb, const Tensor& kb, const Tensor& gb, const Tensor& b) {
-  const int64_t B = qb.size(0), H = qb.size(1), N = qb.size(2), C = qb.size(3), F = qb.size(4);
-  if (b.size(4) == 1) return mul(matmul(qb, transpose(kb, -1, -2)), decay_matrix(b, true));  // per-head decay
-  // Per-channel gate: sub-blocks of c tokens, reference point e_i = the cumsum before sub-block i.
-  const int64_t c = std::gcd(C, int64_t{16}), ns = C / c;
-  auto sub_blocks = [&](const Tensor& x) { return reshape(x, {B, H, N, ns, c, F}); };
-  Tensor qs = sub_blocks(qb), ks = sub_blocks(kb), bs = sub_blocks(b), gs = sub_blocks(gb);
-  Tensor e = sub(slice(bs, 4, 0, 1), slice(gs, 4, 0, 1));  // (B,H,N,ns,1,F), >= every b of sub-block i
-  // Keys in earlier sub-blocks: q exp(b_r - e_i) · k exp(e_i - b_s), both exponents <= 0.
-  Tensor qt = mul(qs, exp(sub(bs, e)));                    // (B,H,N,ns,c,F)
-  Tensor ex = sub(e, unsqueeze(b, 3));                     // (B,H,N,ns,C,F): e_i - b_s
-  std::vector<double> later(static_cast<size_t>(ns * C), 0.0);  // key s is not before sub-block i
-  for (int64_t i = 0; i < ns; ++i)
-    for (int64_t s = i * c; s < C; ++s) later[static_cast<size_t>(i * C + s)] = 1.0;
-  ex = masked_fill(ex, from_vector(later, {ns, C, 1}, {DType::boolean, b.device()}), kBlocked);
-  Tensor kt = mul(unsqueeze(kb, 3), exp(ex));                       // (B,H,N,ns,C,F)
-  Tensor a_off = matmul(qt, transpose(kt, -1, -2));                 // (B,H,N,ns,c,C)
-  // Pairs inside one sub-block: exp(b_r - b_s) one by one, placed in the sub-block's own columns.
-  Tensor a_diag = channel_scores(qs, ks, decay_matrix(bs, false));  // (B,H,N,ns,c,c)
-  std::vector<double> eye(static_cast<size_t>(ns * ns), 0.0);
-  for (int64_t i = 0; i < ns; ++i) eye[static_cast<size_t>(i * ns + i)] = 1.0;
-  Tensor placed = mul(unsqueeze(a_diag, 5), from_vector(eye, {ns, 1, ns, 1}, {b.dtype(), b.device()}));
-  return reshape(add(a_off, reshape(placed, {B, H, N, ns, c, C})), {B, H, N, C, C});
-}
-
 }  // namespace
 
 Tensor gated_attention_quadratic(const Tensor& pq, const Tensor& pk_in, const Tensor& v, const Tensor& log_a_in,
@@ -156,29 +123,26 @@ Tensor gated_attention_chunked(const Tensor& pq, const Tensor& pk_in, const Tens
   HH_CHECK(chunk > 0, op, ": chunk size must be positive, got ", chunk);
   Tensor pk = pk_in, log_a = log_a_in;
   mask_tokens(key_mask, pk, log_a);
-  const int64_t B = pq.size(0), H = pq.size(1), L = pq.size(2), F = pq.size(3), Dv = v.size(3);
-  const Options o{pq.dtype(), pq.device()};
-  if (L == 0) return zeros({B, H, 0, Dv}, o);
   const Tensor vv = with_ones(v, normalize);  // (B,H,L,E)
-  // A chunk longer than the sequence computes the same as one of length L.
-  const int64_t C = std::min(chunk, L), N = (L + C - 1) / C, P = N * C, E = vv.size(3);
-  auto blocks = [&](const Tensor& x) { return reshape(pad_tail(x, P - L), {B, H, N, C, x.size(3)}); };
-  // The padded tail: no key, no value, no decay; its outputs are cut off.
-  Tensor qb = blocks(pq), kb = blocks(pk), vb = blocks(vv), gb = blocks(log_a);
-  Tensor b = cumsum(gb, 3);  // (B,H,N,C,G): relative to the chunk start, <= 0
-  Tensor y = matmul(intra_chunk(qb, kb, gb, b), vb);  // (B,H,N,C,E)
-  // Across chunks: the state before chunk c, scanned one chunk at a time.
-  Tensor b_last = slice(b, 3, C - 1, C);                           // (B,H,N,1,G)
-  Tensor u = matmul(transpose(mul(kb, exp(sub(b_last, b))), -1, -2), vb);  // (B,H,N,F,E)
-  std::vector<Tensor> us = unbind(u, 2), gammas = unbind(transpose(exp(b_last), -1, -2), 2);  // (B,H,G,1)
-  std::vector<Tensor> states;
-  Tensor S = zeros({B, H, F, E}, o);
-  for (int64_t c = 0; c < N; ++c) {
-    states.push_back(S);
-    if (c + 1 < N) S = add(mul(S, gammas[static_cast<size_t>(c)]), us[static_cast<size_t>(c)]);
-  }
-  y = add(y, matmul(mul(qb, exp(b)), stack(states, 2)));  // (B,H,N,C,E)
-  return finish(slice(reshape(y, {B, H, P, E}), 2, 0, L), normalize, eps);
+  const int64_t B = pq.size(0), H = pq.size(1), L = pq.size(2), F = pq.size(3), E = vv.size(3), A = log_a.size(3);
+  const int64_t G = B * H;
+  const DType in = pq.dtype(), ct = in == DType::f64 ? DType::f64 : DType::f32;
+  const Device dev = pq.device();
+  auto prep = [&](const Tensor& t, int64_t last) { return contiguous(t.to(ct).detach()).reshape({G, L, last}); };
+  Tensor qc = prep(pq, F), kc = prep(pk, F), vc = prep(vv, E), ac = prep(log_a, A);
+  Tensor y = empty({G, L, E}, {ct, dev});
+  if (G * L > 0) kernels::gated_linear_forward(dev, qc, kc, vc, ac, chunk, y);
+  const Shape qs = pq.shape(), vs = vv.shape(), as = log_a.shape();
+  Tensor out = record(op, y.reshape({B, H, L, E}).to(in), {pq, pk, vv, log_a}, {qc, kc, vc, ac},
+                      [=](const Tensor& g, const NeedsGrad&) {
+                        Tensor gy = contiguous(g.to(ct)).reshape({G, L, E});
+                        Tensor gq = empty({G, L, F}, {ct, dev}), gk = empty({G, L, F}, {ct, dev});
+                        Tensor gv = empty({G, L, E}, {ct, dev}), ga = empty({G, L, A}, {ct, dev});
+                        if (G * L > 0) kernels::gated_linear_backward(dev, qc, kc, vc, ac, chunk, gy, gq, gk, gv, ga);
+                        return std::vector<Tensor>{gq.reshape(qs).to(in), gk.reshape(qs).to(in),
+                                                   gv.reshape(vs).to(in), ga.reshape(as).to(in)};
+                      });
+  return finish(out, normalize, eps);
 }
 
 Tensor gated_attention_step(GatedDecodeState& st, const Tensor& pq_t, const Tensor& pk_t, const Tensor& v_t,
@@ -192,6 +156,25 @@ Tensor gated_attention_step(GatedDecodeState& st, const Tensor& pq_t, const Tens
                  st.S.dtype() == pq_t.dtype() && st.S.device() == pq_t.device() && st.z.defined() == normalize,
              op, ": token shapes pq_t ", pq_t.shape(), ", v_t ", v_t.shape(), " do not match the state S ",
              st.S.shape(), " (", st.S.dtype(), st.z.defined() ? ", normalized" : ", not normalized", ")");
+  if (!any_requires_grad({pq_t, pk_t, v_t, log_a_t, st.S, st.z}) &&
+      (pq_t.dtype() == DType::f32 || pq_t.dtype() == DType::f64)) {
+    // Decoding: one kernel per state, no graph. z is a state with a value of ones.
+    const int64_t G = B * H, A = log_a_t.size(3);
+    const Options o{pq_t.dtype(), pq_t.device()};
+    auto row = [&](const Tensor& t, int64_t n) { return contiguous(t).reshape({G, n}); };
+    Tensor q = row(pq_t, F), k = row(pk_t, F), a = row(log_a_t, A);
+    auto advance = [&](Tensor& S, const Tensor& val, int64_t E) {
+      if (!S.defined()) S = zeros({B, H, F, E}, o);
+      Tensor next = empty({B, H, F, E}, o), out = empty({B, H, 1, E}, o);
+      kernels::gated_linear_step(pq_t.device(), q, k, row(val, E), a, contiguous(S), next, out);
+      S = next;
+      return out;
+    };
+    Tensor y = advance(st.S, v_t, Dv);
+    if (normalize) y = div(y, add(advance(st.z, ones({B, H, 1, 1}, o), 1), eps));
+    ++st.tokens;
+    return y;
+  }
   Tensor a = exp(transpose(log_a_t, -1, -2));  // (B,H,G,1)
   Tensor kt = transpose(pk_t, -1, -2);         // (B,H,F,1)
   Tensor kv = matmul(kt, v_t);                 // (B,H,F,Dv)

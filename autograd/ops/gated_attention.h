@@ -29,15 +29,14 @@ Tensor gated_attention_quadratic(const Tensor& pq, const Tensor& pk, const Tenso
                                  bool normalize = false, double eps = 1e-6, const Tensor& key_mask = Tensor(),
                                  Tensor* weights = nullptr);
 
-// The same function, chunked: chunks of `chunk` tokens, cumulative log gates kept relative to
-// the chunk start (b <= 0 inside a chunk). Across chunks a scan over per-chunk states
-// (S_{c+1} = diag(exp(b_last)) S_c + Σ_s pk_s exp(b_last - b_s) v_sᵀ, one step per chunk); the
-// queries read it through pq exp(b). Inside a chunk, for a per-channel gate, fla's split of
-// exp(b_r - b_s) with a reference point: sub-blocks of gcd(chunk, 16) tokens; for a query in
-// sub-block i and a key before it, exp(b_r - e_i)·exp(e_i - b_s) with e_i the cumsum just before
-// sub-block i (both factors <= 1); pairs inside one sub-block are exponentiated one by one.
-// Every exponent is <= 0, so nothing overflows at any length. Memory O(L·(chunk + 16·F) +
-// (L/chunk)·F·Dv).
+// The same function, chunked, as one kernel with a hand-derived backward
+// (core/kernels/gated_linear.h): blocks of n = gcd(chunk, 16) tokens, cumulative log gates kept
+// relative to the block start (b <= 0 inside a block). Inside a block the pairwise factors
+// exp(b_r - b_s) (s <= r) are exponentiated one by one, as fla's sub-blocks do; across blocks
+// the state is carried (S <- diag(exp(b_last)) S + Σ_s (pk_s ⊙ exp(b_last - b_s)) v_sᵀ) and read
+// through pq ⊙ exp(b). Every exponent is <= 0, so nothing overflows at any length. Memory
+// beyond inputs and output: O(F·Dv) per (batch, head), forward and backward (the backward
+// recomputes the states). bf16/f16 inputs are computed in f32.
 Tensor gated_attention_chunked(const Tensor& pq, const Tensor& pk, const Tensor& v, const Tensor& log_a,
                                bool normalize = false, double eps = 1e-6, const Tensor& key_mask = Tensor(),
                                int64_t chunk = 64);
@@ -52,7 +51,8 @@ struct GatedDecodeState {
 
 // One token: pq_t, pk_t (B,H,1,F), v_t (B,H,1,Dv), log_a_t (B,H,1,F or 1) -> y_t (B,H,1,Dv);
 // the state moves one token on. Differentiable (the recurrent reference of the other forms is
-// this step over a sequence); memory per token is constant. A NaN/Inf state is an error.
+// this step over a sequence, composed of ops); without gradients (decoding) it is one kernel per
+// state. Memory per token is constant. A NaN/Inf state is an error.
 Tensor gated_attention_step(GatedDecodeState& state, const Tensor& pq_t, const Tensor& pk_t, const Tensor& v_t,
                             const Tensor& log_a_t, bool normalize = false, double eps = 1e-6);
 

@@ -37,8 +37,6 @@ class CpuBackend final : public Backend {
 
   void softmax(const Tensor& x, const Tensor& y, bool log) override;  // cpu_nn.cpp
   void softmax_backward(const Tensor& y, const Tensor& gy, const Tensor& gx, bool log) override;
-  void hedgehog_features(const Tensor& z, const Tensor& y) override;                     // cpu_nn.cpp
-  void hedgehog_features_backward(const Tensor& y, const Tensor& gy, const Tensor& gz) override;
   void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, const Tensor& y,
                   const Tensor& mean, const Tensor& rstd) override;
   void layer_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd,

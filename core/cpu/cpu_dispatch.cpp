@@ -24,12 +24,6 @@ void CpuBackend::softmax(const Tensor& x, const Tensor& y, bool log) {
 void CpuBackend::softmax_backward(const Tensor& y, const Tensor& gy, const Tensor& gx, bool log) {
   with_cpu_kernels([&](auto kernels) { kernels.softmax_backward(y, gy, gx, log); });
 }
-void CpuBackend::hedgehog_features(const Tensor& z, const Tensor& y) {
-  with_cpu_kernels([&](auto kernels) { kernels.hedgehog_features(z, y); });
-}
-void CpuBackend::hedgehog_features_backward(const Tensor& y, const Tensor& gy, const Tensor& gz) {
-  with_cpu_kernels([&](auto kernels) { kernels.hedgehog_features_backward(y, gy, gz); });
-}
 void CpuBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, const Tensor& y,
                             const Tensor& mean, const Tensor& rstd) {
   with_cpu_kernels([&](auto kernels) { kernels.layer_norm(x, weight, bias, eps, y, mean, rstd); });

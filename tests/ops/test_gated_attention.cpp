@@ -232,6 +232,26 @@ TEST_CASE("gated attention: chunked and quadratic equal the recurrent form (f64,
   MESSAGE("worst relative error against the recurrent form: values ", worst_value, ", gradients ", worst_grad);
 }
 
+TEST_CASE("gated attention: the decoding kernel (no gradient) equals the composed step") {
+  // Without gradients gated_attention_step runs kernels::gated_linear_step (one per state); with
+  // them it is composed of ops. Both over 11 tokens, f32 and f64, per channel and per head.
+  for (DType dt : {DType::f64, DType::f32})
+    for (bool per_channel : {true, false})
+      for (bool normalize : {false, true}) {
+        INFO(dt << (per_channel ? ", per channel" : ", per head") << (normalize ? ", normalized" : ""));
+        Generator g(static_cast<uint64_t>(70 + 4 * per_channel + 2 * normalize + (dt == DType::f32)));
+        const std::vector<Tensor> x = gated_inputs(g, dt, {2, 3, 11, 5, 4}, per_channel, normalize);
+        Tensor with_graph = gated_attention_recurrent(leaves(x)[0], x[1], x[2], x[3], normalize, kEps);
+        REQUIRE(with_graph.requires_grad());
+        Tensor kernel;
+        {
+          NoGradGuard ng;
+          kernel = gated_attention_recurrent(x[0], x[1], x[2], x[3], normalize, kEps);
+        }
+        CHECK(rel_err(kernel, detach(with_graph)) <= (dt == DType::f64 ? 1e-14 : 1e-6));
+      }
+}
+
 TEST_CASE("gated attention: the quadratic weights, and log gates of zero are ungated linear attention") {
   const int64_t B = 2, H = 2, L = 9, F = 3;
   Generator g(43);
