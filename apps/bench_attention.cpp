@@ -276,7 +276,8 @@ Tensor gated_forward(const Settings& s, nn::Gate gate, const std::string& form, 
                      const Tensor& v, const GateInputs& g) {
   if (gate == nn::Gate::delta) {
     Tensor dq = nn::delta_l2norm(pq), dk = nn::delta_l2norm(pk);
-    if (form == "chunked") return delta_attention_chunked(dq, dk, v, g.beta, g.log_alpha, -1, Tensor(), Tensor(), nullptr, s.chunk);
+    if (form == "chunked")
+      return delta_attention_chunked(dq, dk, v, g.beta, g.log_alpha, -1, Tensor(), Tensor(), nullptr, s.chunk);
     return delta_attention_recurrent(dq, dk, v, g.beta, g.log_alpha);
   }
   if (form == "chunked") return gated_attention_chunked(pq, pk, v, g.log_a, true, kEps, Tensor(), s.chunk);
@@ -287,7 +288,8 @@ Tensor gated_forward(const Settings& s, nn::Gate gate, const std::string& form, 
 // Why the row is skipped ("" when it runs).
 std::string skip_reason(const Settings& s, const nn::Mixer& map, nn::Gate gate, const std::string& form, int64_t L,
                         int64_t F) {
-  if (map.is_hybrid() && form == "recurrent") return "a hybrid's recurrent form is the decoding step, not a training form";
+  if (map.is_hybrid() && form == "recurrent")
+    return "a hybrid's recurrent form is the decoding step, not a training form";
   if (gate == nn::Gate::delta && form == "quadratic") return "the delta rule has no quadratic form";
   if (map.feature_map() == "taylor" && L > s.max_taylor) return str("taylor above --max-taylor-len ", s.max_taylor);
   if (form == "quadratic" && L > s.max_quadratic) return str("quadratic above --max-quadratic-len ", s.max_quadratic);
