@@ -33,19 +33,19 @@
 //   delta  the gated delta rule on L2-normalized φ(q), φ(k) (nn::delta_l2norm, scale 1/sqrt(F)),
 //          β = sigmoid(z) (B,H,L) and log α = logsigmoid(z')/16 (B,H,L) ->
 //          delta_attention_chunked / _recurrent; it has no quadratic form (a skip)
-// A per-channel (gla) quadratic row materializes (B,H,L,L,F) decays: skipped when those exceed
-// --max-gated-quadratic-mib (default 2048; L <= 1024 at B=1, H=4, F=128).
+// A per-channel (gla) quadratic row materializes (B,H,L,L,F) decays (several copies in its graph):
+// skipped when one exceeds --max-gated-quadratic-mib (default 512; L <= 512 at B=1, H=4, F=128).
 // "fwd" runs without autograd (inference); "fwd+bwd" records the graph and backpropagates a fixed
 // random dy into q, k, v (and the feature map's weights). Each is the median of --reps runs after
 // one warm-up. Peak memory is the device's peak allocation during one run minus what was
 // allocated just before it (so inputs are excluded, outputs/grads/intermediates included), in MiB.
 // tok/s = B·L / time.
 //
-// Skips (printed as "skip"), gated rows too: quadratic above --max-quadratic-len (default 4096), recurrent above
-// --max-recurrent-len (default 1024) or when the recurrent backward's per-token states
-// (L·B·H·F·D·4 bytes) exceed --max-recurrent-mib (default 2048; this keeps taylor's recurrent
-// form at L <= 480 with B=1, H=4), and every form of "taylor" above --max-taylor-len (default
-// 2048): Taylor's F = 1 + D + D² (4161 at D=64) makes φ(q), φ(k) and the (B,H,L,D,D) outer product
+// Skips (printed as "skip"; gated rows too): quadratic above --max-quadratic-len (default 4096),
+// recurrent above --max-recurrent-len (default 1024) or when the recurrent backward's per-token
+// states (L·B·H·F·D·4 bytes) exceed --max-recurrent-mib (default 2048; this keeps taylor's
+// recurrent form at L <= 480 with B=1, H=4), and every form of "taylor" above --max-taylor-len
+// (default 2048): Taylor's F = 1 + D + D² (4161 at D=64) makes φ(q), φ(k) and the (B,H,L,D,D) outer product
 // huge, so it is slow by design; drop it with --maps. Default heads: 4 on the CPU, 12 on CUDA.
 //
 // --distill-step: the same model with a feature map (default hedgehog), one stage-1 step of a
@@ -591,7 +591,7 @@ int run(int argc, char** argv) {
   f.add("max-taylor-len", "2048", "skip every taylor form above this L (F = 1+D+D^2)");
   f.add("gate", "none", "gates of the linear maps' state, a comma list: none, decay (RetNet), gla, delta\n"
         "                       (Gated DeltaNet); rows <map>+<gate>; softmax and hybrids run ungated");
-  f.add("max-gated-quadratic-mib", "2048", "skip a gla quadratic row when its (B,H,L,L,F) f32 decays exceed this");
+  f.add("max-gated-quadratic-mib", "512", "skip a gla quadratic row when its (B,H,L,L,F) f32 decays exceed this");
   f.add("json", "", "also write the results as JSON to this file");
   f.add("ar-step", "false", "benchmark the AR model's training step instead of the attention table", true);
   f.add("distill-step", "false", "benchmark the stage-1 distillation step of a conversion on the AR model (implies\n"

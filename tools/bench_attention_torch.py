@@ -45,7 +45,7 @@ outside the timed region, as leaves requiring grad (decay's fixed gate excepted)
                sub-block i): q·exp(b_r - e_i) · k·exp(e_i - b_s) for earlier sub-blocks, pairs
                inside one exponentiated one by one; a Python loop scans the per-chunk states
     quadratic  gated_attention_quadratic: (B,H,L,L) decays ((B,H,L,L,F) for gla, skipped when
-               above --max-gated-quadratic-mib, 2048) of global cumsums
+               above --max-gated-quadratic-mib, 512) of global cumsums
     recurrent  a Python loop over tokens carrying S (F,D) and z (F), both decayed
   delta      the gated delta rule on l2-normalized φq, φk (nn::delta_l2norm), scale 1/sqrt(F),
              β = sigmoid(z) and log α = logsigmoid(z')/16 (B,H,L)
@@ -728,7 +728,7 @@ def main():
     p.add_argument("--max-taylor-len", type=nonneg_int, default=2048)
     p.add_argument("--gate", type=gate_list, default=["none"],
                    help="gates of the linear maps' state, a comma list of none, decay, gla, delta (rows <map>+<gate>)")
-    p.add_argument("--max-gated-quadratic-mib", type=float, default=2048.0)
+    p.add_argument("--max-gated-quadratic-mib", type=float, default=512.0)
     p.add_argument("--json", metavar="FILE")
     p.add_argument("--compare", metavar="HH_JSON", help="bench_attention --json output to compare against")
     args = p.parse_args()
