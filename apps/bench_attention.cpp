@@ -4,7 +4,8 @@
 //
 //   bench_attention [--device cpu|cuda[:N]] [--threads N] [--lengths 256,512,...,8192] [--batch 1]
 //                   [--heads N] [--head-dim 64] [--maps softmax,hedgehog,elu,taylor]
-//                   [--forms chunked,quadratic,recurrent] [--window 64] [--reps 3] [--json FILE]
+//                   [--forms chunked,quadratic,recurrent] [--gate none,decay,gla,delta] [--window 64]
+//                   [--reps 3] [--json FILE]
 //   bench_attention --ar-step [--ar-mixers softmax,hedgehog] [--ar-batch 32] [--ar-len 128] ...
 //
 // Attention rows: q, k, v are random (B,H,L,D) f32 leaves requiring grad. The timed region applies
@@ -20,17 +21,31 @@
 //   quadratic  hybrid_attention_quadratic ((L,L) weights materialized, the reference)
 // with wf = sigmoid(window factor) (init 0, as the mixer) and lf = 1; its recurrent form is the
 // decoding step (no training form), so a hybrid's recurrent row is a skip.
+// --gate (a comma list, default none): each pure linear map runs once per gate, its rows named
+// "<map>+<gate>" (softmax and hybrid maps run once, ungated). The gate's inputs are drawn once
+// outside the timed region like q, k, v (leaves requiring grad, except decay's fixed gate), and
+// the mixer forms run the gated ops on φ(q), φ(k), normalized as the engine's gated mixer
+// (nn/attention.cpp: normalize = true, eps 1e-6):
+//   decay  RetNet's fixed per-head log gate log γ_h = log(1 - 2^(-5-h)) (B,H,L,1)
+//          (nn::retnet_log_decays) -> gated_attention_chunked / _quadratic / _recurrent
+//   gla    a per-channel data-dependent log gate logsigmoid(z)/16 (B,H,L,F), z ~ N(0,1) (GLA's
+//          gate_logit_normalizer 16) -> the same three ops
+//   delta  the gated delta rule on L2-normalized φ(q), φ(k) (nn::delta_l2norm, scale 1/sqrt(F)),
+//          β = sigmoid(z) (B,H,L) and log α = logsigmoid(z')/16 (B,H,L) ->
+//          delta_attention_chunked / _recurrent; it has no quadratic form (a skip)
+// A per-channel (gla) quadratic row materializes (B,H,L,L,F) decays (several copies in its graph):
+// skipped when one exceeds --max-gated-quadratic-mib (default 512; L <= 512 at B=1, H=4, F=128).
 // "fwd" runs without autograd (inference); "fwd+bwd" records the graph and backpropagates a fixed
 // random dy into q, k, v (and the feature map's weights). Each is the median of --reps runs after
 // one warm-up. Peak memory is the device's peak allocation during one run minus what was
 // allocated just before it (so inputs are excluded, outputs/grads/intermediates included), in MiB.
 // tok/s = B·L / time.
 //
-// Skips (printed as "skip"): quadratic above --max-quadratic-len (default 4096), recurrent above
-// --max-recurrent-len (default 1024) or when the recurrent backward's per-token states
-// (L·B·H·F·D·4 bytes) exceed --max-recurrent-mib (default 2048; this keeps taylor's recurrent
-// form at L <= 480 with B=1, H=4), and every form of "taylor" above --max-taylor-len (default
-// 2048): Taylor's F = 1 + D + D² (4161 at D=64) makes φ(q), φ(k) and the (B,H,L,D,D) outer product
+// Skips (printed as "skip"; gated rows too): quadratic above --max-quadratic-len (default 4096),
+// recurrent above --max-recurrent-len (default 1024) or when the recurrent backward's per-token
+// states (L·B·H·F·D·4 bytes) exceed --max-recurrent-mib (default 2048; this keeps taylor's
+// recurrent form at L <= 480 with B=1, H=4), and every form of "taylor" above --max-taylor-len
+// (default 2048): Taylor's F = 1 + D + D² (4161 at D=64) makes φ(q), φ(k) and the (B,H,L,D,D) outer product
 // huge, so it is slow by design; drop it with --maps. Default heads: 4 on the CPU, 12 on CUDA.
 //
 // --distill-step: the same model with a feature map (default hedgehog), one stage-1 step of a
@@ -61,6 +76,7 @@
 #include "nn/attention.h"
 #include "nn/diagnostics.h"
 #include "nn/feature_maps.h"
+#include "nn/gate.h"
 #include "nn/transformer.h"
 #include "train/optim.h"
 
@@ -136,6 +152,25 @@ std::vector<nn::Mixer> parse_mixer_list(const std::string& flag, const std::stri
   return out;
 }
 
+// --gate: a comma list of none, decay, gla, delta, each once (liger reads the key projection, which
+// this benchmark does not model).
+std::vector<nn::Gate> parse_gate_list(const std::string& text) {
+  std::vector<nn::Gate> out;
+  for (const std::string& g : parse_name_list("gate", text)) {
+    const nn::Gate gate = nn::parse_gate(g, "--gate");
+    HH_CHECK(gate != nn::Gate::liger, "--gate: 'liger' is not benchmarked here (expected none, decay, gla, delta)");
+    HH_CHECK(std::find(out.begin(), out.end(), gate) == out.end(), "--gate: '", g, "' is listed twice");
+    out.push_back(gate);
+  }
+  return out;
+}
+
+// The gates a map runs with: every --gate for a pure linear map, none for softmax and hybrids.
+std::vector<nn::Gate> map_gates(const nn::Mixer& map, const std::vector<nn::Gate>& gates) {
+  if (map.is_linear() && !map.is_hybrid()) return gates;
+  return {nn::Gate::none};
+}
+
 // ---------------------------------------------------------------- attention rows
 
 struct Settings {
@@ -143,18 +178,23 @@ struct Settings {
   int64_t batch, heads, head_dim, chunk, window;
   int reps;
   int64_t max_quadratic, max_recurrent, max_taylor;
-  double max_recurrent_mib;
+  double max_recurrent_mib, max_gated_quadratic_mib;
 };
 
 struct Row {
   nn::Mixer map;
+  nn::Gate gate = nn::Gate::none;
   std::string form, status = "ok", reason;
   int64_t L = 0, F = 0;
   Measure fwd, train;
 };
 
+// The row's name: the map's, then "+<gate>" when gated ("hedgehog+gla").
+std::string label(const Row& r) { return nn::gated_label(nn::name(r.map), r.gate); }
+
 json row_json(const Row& r, int64_t batch) {
-  json j = {{"map", nn::name(r.map)}, {"form", r.form}, {"L", r.L}, {"F", r.F}, {"status", r.status}};
+  json j = {{"map", label(r)}, {"form", r.form}, {"L", r.L}, {"F", r.F}, {"status", r.status}};
+  if (r.gate != nn::Gate::none) j["gate"] = nn::name(r.gate);
   if (r.status == "ok") {
     const double tokens = static_cast<double>(batch * r.L);
     j["fwd_ms"] = r.fwd.ms;
@@ -175,7 +215,7 @@ void print_header() {
 }
 
 void print_row(const Row& r, int64_t batch) {
-  std::printf("%-15s %-10s %6lld %5lld ", nn::name(r.map).c_str(), r.form.c_str(), (long long)r.L, (long long)r.F);
+  std::printf("%-15s %-10s %6lld %5lld ", label(r).c_str(), r.form.c_str(), (long long)r.L, (long long)r.F);
   if (r.status == "ok") {
     const double tokens = static_cast<double>(batch * r.L);
     std::printf("%10.2f %11.2f %9.1f %11.1f %11.0f %11.0f\n", r.fwd.ms, r.train.ms, r.fwd.peak_mib, r.train.peak_mib,
@@ -191,32 +231,92 @@ double recurrent_state_mib(const Settings& s, int64_t L, int64_t F) {
   return static_cast<double>(L) * static_cast<double>(s.batch * s.heads) * static_cast<double>(F * s.head_dim) * 4.0 / kMiB;
 }
 
-// One (map, form, L) row; throws on an op failure (the caller records it).
-Row run_case(const Settings& s, const nn::Mixer& map, const std::string& form, int64_t L,
+// A per-channel gate's quadratic form materializes (B,H,L,L,F) f32 decays.
+double gated_quadratic_mib(const Settings& s, int64_t L, int64_t F) {
+  return static_cast<double>(L) * static_cast<double>(L) * static_cast<double>(s.batch * s.heads * F) * 4.0 / kMiB;
+}
+
+// A gated row's inputs besides q, k, v, drawn once outside the timed region: log_a (decay
+// (B,H,L,1), fixed; gla (B,H,L,F), a leaf), or the delta rule's beta and log_alpha (B,H,L), leaves.
+struct GateInputs {
+  Tensor log_a, beta, log_alpha;
+  std::vector<Tensor> leaves() const {
+    std::vector<Tensor> out;
+    for (const Tensor* t : {&log_a, &beta, &log_alpha})
+      if (t->defined() && t->requires_grad()) out.push_back(*t);
+    return out;
+  }
+};
+
+// logsigmoid(z)/16 of z ~ N(0,1) (GLA's gate_logit_normalizer 16), a leaf requiring grad.
+Tensor random_log_gate(const Shape& shape, Generator& gen, const Options& o) {
+  NoGradGuard ng;
+  Tensor z = randn(shape, gen, o);
+  return div(neg(softplus(neg(z))), nn::kGateLogitNormalizer).requires_grad_();
+}
+
+GateInputs make_gate_inputs(nn::Gate gate, const Settings& s, int64_t L, int64_t F, Generator& gen) {
+  const Options o{DType::f32, s.device};
+  GateInputs g;
+  if (gate == nn::Gate::decay) {
+    Tensor d = from_vector(nn::retnet_log_decays(s.heads), {1, s.heads, 1, 1}, o);
+    g.log_a = contiguous(expand(d, {s.batch, s.heads, L, 1}));
+  } else if (gate == nn::Gate::gla) {
+    g.log_a = random_log_gate({s.batch, s.heads, L, F}, gen, o);
+  } else if (gate == nn::Gate::delta) {
+    NoGradGuard ng;
+    g.beta = sigmoid(randn({s.batch, s.heads, L}, gen, o)).requires_grad_();
+    g.log_alpha = random_log_gate({s.batch, s.heads, L}, gen, o);
+  }
+  return g;
+}
+
+// The gated forms on φ(q), φ(k) (B,H,L,F) and v (B,H,L,D) -> (B,H,L,D).
+Tensor gated_forward(const Settings& s, nn::Gate gate, const std::string& form, const Tensor& pq, const Tensor& pk,
+                     const Tensor& v, const GateInputs& g) {
+  if (gate == nn::Gate::delta) {
+    Tensor dq = nn::delta_l2norm(pq), dk = nn::delta_l2norm(pk);
+    if (form == "chunked")
+      return delta_attention_chunked(dq, dk, v, g.beta, g.log_alpha, -1, Tensor(), Tensor(), nullptr, s.chunk);
+    return delta_attention_recurrent(dq, dk, v, g.beta, g.log_alpha);
+  }
+  if (form == "chunked") return gated_attention_chunked(pq, pk, v, g.log_a, true, kEps, Tensor(), s.chunk);
+  if (form == "quadratic") return gated_attention_quadratic(pq, pk, v, g.log_a, true, kEps);
+  return gated_attention_recurrent(pq, pk, v, g.log_a, true, kEps);
+}
+
+// Why the row is skipped ("" when it runs).
+std::string skip_reason(const Settings& s, const nn::Mixer& map, nn::Gate gate, const std::string& form, int64_t L,
+                        int64_t F) {
+  if (map.is_hybrid() && form == "recurrent")
+    return "a hybrid's recurrent form is the decoding step, not a training form";
+  if (gate == nn::Gate::delta && form == "quadratic") return "the delta rule has no quadratic form";
+  if (map.feature_map() == "taylor" && L > s.max_taylor) return str("taylor above --max-taylor-len ", s.max_taylor);
+  if (form == "quadratic" && L > s.max_quadratic) return str("quadratic above --max-quadratic-len ", s.max_quadratic);
+  if (form == "quadratic" && gate == nn::Gate::gla && gated_quadratic_mib(s, L, F) > s.max_gated_quadratic_mib)
+    return str("per-channel decays (B,H,L,L,F) are ~", static_cast<int64_t>(gated_quadratic_mib(s, L, F)),
+               " MiB > --max-gated-quadratic-mib ", s.max_gated_quadratic_mib);
+  if (form == "recurrent" && L > s.max_recurrent) return str("recurrent above --max-recurrent-len ", s.max_recurrent);
+  if (form == "recurrent" && recurrent_state_mib(s, L, F) > s.max_recurrent_mib)
+    return str("recurrent backward keeps ~", static_cast<int64_t>(recurrent_state_mib(s, L, F)),
+               " MiB of states > --max-recurrent-mib ", s.max_recurrent_mib);
+  return "";
+}
+
+// One (map, gate, form, L) row; throws on an op failure (the caller records it).
+Row run_case(const Settings& s, const nn::Mixer& map, nn::Gate gate, const std::string& form, int64_t L,
              const std::shared_ptr<nn::FeatureMap>& fm) {
   Row r;
   r.map = map;
+  r.gate = gate;
   r.form = form;
   r.L = L;
   r.F = fm ? fm->feature_dim() : s.head_dim;
-  if (map.is_hybrid() && form == "recurrent") {
+  r.reason = skip_reason(s, map, gate, form, L, r.F);
+  if (!r.reason.empty()) {
     r.status = "skip";
-    r.reason = "a hybrid's recurrent form is the decoding step, not a training form";
-  } else if (map.feature_map() == "taylor" && L > s.max_taylor) {
-    r.status = "skip";
-    r.reason = str("taylor above --max-taylor-len ", s.max_taylor);
-  } else if (form == "quadratic" && L > s.max_quadratic) {
-    r.status = "skip";
-    r.reason = str("quadratic above --max-quadratic-len ", s.max_quadratic);
-  } else if (form == "recurrent" && L > s.max_recurrent) {
-    r.status = "skip";
-    r.reason = str("recurrent above --max-recurrent-len ", s.max_recurrent);
-  } else if (form == "recurrent" && recurrent_state_mib(s, L, r.F) > s.max_recurrent_mib) {
-    r.status = "skip";
-    r.reason = str("recurrent backward keeps ~", static_cast<int64_t>(recurrent_state_mib(s, L, r.F)),
-                   " MiB of states > --max-recurrent-mib ", s.max_recurrent_mib);
+    return r;
   }
-  if (r.status != "ok") return r;
 
   const Shape shape{s.batch, s.heads, L, s.head_dim};
   Generator gen(1234 + static_cast<uint64_t>(L));
@@ -224,7 +324,9 @@ Row run_case(const Settings& s, const nn::Mixer& map, const std::string& form, i
   Tensor q = randn(shape, gen, o).requires_grad_(), k = randn(shape, gen, o).requires_grad_();
   Tensor v = randn(shape, gen, o).requires_grad_();
   Tensor dy = randn(shape, gen, o);
+  const GateInputs gates = make_gate_inputs(gate, s, L, r.F, gen);  // after dy: ungated rows draw as before
   std::vector<Tensor> params = fm ? fm->parameters() : std::vector<Tensor>{};
+  for (const Tensor& t : gates.leaves()) params.push_back(t);
   const nn::FeatureContext ctx{0, L};
 
   const auto* hm = dynamic_cast<const nn::HybridFeatureMap*>(fm.get());  // null unless a hybrid
@@ -233,6 +335,8 @@ Row run_case(const Settings& s, const nn::Mixer& map, const std::string& form, i
   auto forward = [&]() -> Tensor {
     if (form == "softmax") return nn::softmax_attention(q, k, v, true, Tensor());
     Tensor pq = fm->forward(q, true, ctx), pk = fm->forward(k, false, ctx);  // (B,H,L,F)
+    if (gate != nn::Gate::none)  // in f32 under autocast too, as the engine's gated mixer
+      return gated_forward(s, gate, form, pq.to(DType::f32), pk.to(DType::f32), v, gates);
     if (hm) {
       Tensor wf = hm->window_weight(DType::f32), lf = hm->linear_weight(DType::f32);  // (H)
       if (form == "chunked") return hybrid_attention_chunked(q, k, v, pq, pk, wf, lf, s.window, -1, Tensor(), s.chunk);
@@ -260,11 +364,13 @@ Row run_case(const Settings& s, const nn::Mixer& map, const std::string& form, i
   return r;
 }
 
-// Smallest measured L from which `lin` is faster than softmax at every longer measured L (0: never).
-int64_t crossover(const std::vector<Row>& rows, const nn::Mixer& map, const std::string& form, bool train) {
+// Smallest measured L from which (map, gate, form) is faster than softmax at every longer measured L
+// (0: never).
+int64_t crossover(const std::vector<Row>& rows, const nn::Mixer& map, nn::Gate gate, const std::string& form,
+                  bool train) {
   std::vector<std::pair<int64_t, bool>> faster;  // (L, linear faster), by L
   for (const Row& r : rows) {
-    if (r.map != map || r.form != form || r.status != "ok") continue;
+    if (r.map != map || r.gate != gate || r.form != form || r.status != "ok") continue;
     for (const Row& sm : rows)
       if (sm.map.is_softmax() && sm.L == r.L && sm.status == "ok") {
         double tl = train ? r.train.ms : r.fwd.ms, ts = train ? sm.train.ms : sm.fwd.ms;
@@ -291,17 +397,22 @@ int run_attention(const apps::Flags& f, Device device, json& out) {
   s.max_recurrent = f.integer("max-recurrent-len", 0, INT64_MAX);
   s.max_taylor = f.integer("max-taylor-len", 0, INT64_MAX);
   s.max_recurrent_mib = f.number("max-recurrent-mib", 0, 1e12);
+  s.max_gated_quadratic_mib = f.number("max-gated-quadratic-mib", 0, 1e12);
   const std::vector<int64_t> lengths = parse_int_list("lengths", f.str("lengths"), 1, int64_t(1) << 24);
   const std::vector<nn::Mixer> maps = parse_mixer_list("maps", f.str("maps"));
   const std::vector<std::string> forms = parse_name_list("forms", f.str("forms"));
   for (const std::string& fo : forms)
     HH_CHECK(fo == "chunked" || fo == "quadratic" || fo == "recurrent" || fo == "softmax", "--forms: unknown form '", fo,
              "' (expected chunked, quadratic, recurrent; softmax is implied by --maps softmax)");
+  const std::vector<nn::Gate> gates = parse_gate_list(f.str("gate"));
 
-  std::printf("attention benchmark: %s, %d thread(s), B=%lld H=%lld D=%lld, chunk %lld, hybrid window %lld, f32, "
+  std::string gate_text;  // empty when ungated: the line reads as before
+  if (gates != std::vector<nn::Gate>{nn::Gate::none})
+    for (size_t i = 0; i < gates.size(); ++i) gate_text += (i ? "," : ", gates ") + nn::name(gates[i]);
+  std::printf("attention benchmark: %s, %d thread(s), B=%lld H=%lld D=%lld, chunk %lld, hybrid window %lld%s, f32, "
               "median of %d after %d warm-up\n\n",
               device.str().c_str(), num_threads(), (long long)s.batch, (long long)s.heads, (long long)s.head_dim,
-              (long long)s.chunk, (long long)s.window, s.reps, kWarmup);
+              (long long)s.chunk, (long long)s.window, gate_text.c_str(), s.reps, kWarmup);
   print_header();
   std::vector<Row> rows;
   int failures = 0;
@@ -315,23 +426,25 @@ int run_attention(const apps::Flags& f, Device device, json& out) {
       for (const std::string& fo : forms)
         if (fo != "softmax") map_forms.push_back(fo);
     }
-    for (const std::string& form : map_forms)
-      for (int64_t L : lengths) {
-        Row r;
-        try {
-          r = run_case(s, map, form, L, fm);
-        } catch (const std::exception& e) {
-          r.map = map;
-          r.form = form;
-          r.L = L;
-          r.F = fm ? fm->feature_dim() : s.head_dim;
-          r.status = "error";
-          r.reason = e.what();
-          ++failures;
+    for (nn::Gate gate : map_gates(map, gates))
+      for (const std::string& form : map_forms)
+        for (int64_t L : lengths) {
+          Row r;
+          try {
+            r = run_case(s, map, gate, form, L, fm);
+          } catch (const std::exception& e) {
+            r.map = map;
+            r.gate = gate;
+            r.form = form;
+            r.L = L;
+            r.F = fm ? fm->feature_dim() : s.head_dim;
+            r.status = "error";
+            r.reason = e.what();
+            ++failures;
+          }
+          print_row(r, s.batch);
+          rows.push_back(r);
         }
-        print_row(r, s.batch);
-        rows.push_back(r);
-      }
   }
 
   json jrows = json::array(), jcross = json::array();
@@ -343,15 +456,17 @@ int run_attention(const apps::Flags& f, Device device, json& out) {
     std::printf("\nwhere linear attention overtakes softmax (faster at this and every longer measured L):\n");
     for (const nn::Mixer& map : maps) {
       if (map.is_softmax()) continue;
-      for (const std::string& form : forms) {
-        if (form == "softmax") continue;
-        int64_t a = crossover(rows, map, form, false), b = crossover(rows, map, form, true);
-        auto say = [](int64_t L) { return L > 0 ? "L=" + std::to_string(L) : std::string("not within the measured lengths"); };
-        std::printf("  %-15s %-10s fwd: %-32s fwd+bwd: %s\n", nn::name(map).c_str(), form.c_str(), say(a).c_str(),
-                    say(b).c_str());
-        jcross.push_back({{"map", nn::name(map)}, {"form", form}, {"fwd_L", a > 0 ? json(a) : json(nullptr)},
-                          {"fwd_bwd_L", b > 0 ? json(b) : json(nullptr)}});
-      }
+      for (nn::Gate gate : map_gates(map, gates))
+        for (const std::string& form : forms) {
+          if (form == "softmax") continue;
+          int64_t a = crossover(rows, map, gate, form, false), b = crossover(rows, map, gate, form, true);
+          auto say = [](int64_t L) { return L > 0 ? "L=" + std::to_string(L) : std::string("not within the measured lengths"); };
+          const std::string name = nn::gated_label(nn::name(map), gate);
+          std::printf("  %-15s %-10s fwd: %-32s fwd+bwd: %s\n", name.c_str(), form.c_str(), say(a).c_str(),
+                      say(b).c_str());
+          jcross.push_back({{"map", name}, {"form", form}, {"fwd_L", a > 0 ? json(a) : json(nullptr)},
+                            {"fwd_bwd_L", b > 0 ? json(b) : json(nullptr)}});
+        }
     }
   }
   out["batch"] = s.batch;
@@ -359,6 +474,11 @@ int run_attention(const apps::Flags& f, Device device, json& out) {
   out["head_dim"] = s.head_dim;
   out["chunk"] = s.chunk;
   out["window"] = s.window;
+  if (gates != std::vector<nn::Gate>{nn::Gate::none}) {  // ungated runs keep their keys as before
+    json jg = json::array();
+    for (nn::Gate g : gates) jg.push_back(nn::name(g));
+    out["gates"] = jg;
+  }
   out["reps"] = s.reps;
   out["warmup"] = kWarmup;
   out["results"] = jrows;
@@ -469,6 +589,9 @@ int run(int argc, char** argv) {
   f.add("max-recurrent-len", "1024", "skip the recurrent linear form above this L");
   f.add("max-recurrent-mib", "2048", "skip the recurrent form when its L per-token states (L*B*H*F*D*4 bytes) exceed this");
   f.add("max-taylor-len", "2048", "skip every taylor form above this L (F = 1+D+D^2)");
+  f.add("gate", "none", "gates of the linear maps' state, a comma list: none, decay (RetNet), gla, delta\n"
+        "                       (Gated DeltaNet); rows <map>+<gate>; softmax and hybrids run ungated");
+  f.add("max-gated-quadratic-mib", "512", "skip a gla quadratic row when its (B,H,L,L,F) f32 decays exceed this");
   f.add("json", "", "also write the results as JSON to this file");
   f.add("ar-step", "false", "benchmark the AR model's training step instead of the attention table", true);
   f.add("distill-step", "false", "benchmark the stage-1 distillation step of a conversion on the AR model (implies\n"

@@ -5,8 +5,8 @@ forward and forward+backward time, peak memory and tokens/s, with the same flags
 
     python3 tools/bench_attention_torch.py [--device cpu|cuda] [--threads N] [--lengths 256,...]
         [--batch 1] [--heads N] [--head-dim 64] [--maps softmax,hedgehog,elu,taylor]
-        [--forms chunked,quadratic,recurrent] [--chunk 64] [--window 64] [--reps 3] [--json FILE]
-        [--compare HH_JSON]
+        [--forms chunked,quadratic,recurrent] [--gate none,decay,gla,delta] [--chunk 64] [--window 64]
+        [--reps 3] [--json FILE] [--compare HH_JSON]
 
 Rows (q, k, v random (B,H,L,D) f32 leaves requiring grad; φ applied inside the timed region):
   softmax    F.scaled_dot_product_attention(is_causal=True) (on the CPU a flash-style kernel that
@@ -32,6 +32,29 @@ window scores exp(s·q·k - max over the window), no eps:
   recurrent  skipped (the decoding step is not a training form)
 Before timing, the chunked twin is checked against the quadratic one in f64, values and
 gradients (≤ 1e-10 relative).
+Gated rows (--gate, a comma list, default none; each pure linear map once per gate, named
+"<map>+<gate>"; softmax and hybrids ungated), the arithmetic of hedgehog's gated ops on φq, φk
+with normalize=True, eps 1e-6 (as the engine's gated mixer); the gate's inputs are drawn after dy,
+outside the timed region, as leaves requiring grad (decay's fixed gate excepted):
+  decay      log_a (B,H,L,1) = RetNet's log(1 - 2^(-5-h)) per head
+  gla        log_a (B,H,L,F) = logsigmoid(z)/16, z ~ N(0,1) (GLA's gate_logit_normalizer)
+    chunked    gated_attention_chunked's algorithm: v with a column of ones (the normalizer),
+               chunks of --chunk tokens, log gates cumsummed from the chunk start; inside a chunk
+               a per-head gate's decays exp(b_r - b_s) directly, a per-channel gate's through
+               sub-blocks of gcd(chunk,16) tokens with the reference point e_i (the cumsum before
+               sub-block i): q·exp(b_r - e_i) · k·exp(e_i - b_s) for earlier sub-blocks, pairs
+               inside one exponentiated one by one; a Python loop scans the per-chunk states
+    quadratic  gated_attention_quadratic: (B,H,L,L) decays ((B,H,L,L,F) for gla, skipped when
+               above --max-gated-quadratic-mib, 512) of global cumsums
+    recurrent  a Python loop over tokens carrying S (F,D) and z (F), both decayed
+  delta      the gated delta rule on l2-normalized φq, φk (nn::delta_l2norm), scale 1/sqrt(F),
+             β = sigmoid(z) and log α = logsigmoid(z')/16 (B,H,L)
+    chunked    delta_attention_chunked's WY form: segment sums of log α inside a chunk, T by
+               torch.linalg.solve_triangular (hedgehog: unit_lower_inverse), W, U, a Python loop
+               over chunks for the state; quadratic: skipped (no such form)
+    recurrent  a Python loop over tokens (S = α S; u = β (v − Sᵀk); S += k uᵀ)
+Before timing, each gate's chunked (and quadratic) twin is checked against its recurrent loop in
+f64, values and gradients of every input (≤ 1e-10 relative; chunk --chunk and 20, L = 3·chunk+5).
 Feature maps as in nn/feature_maps.cpp: hedgehog (per-head identity-initialized W (H,D,D), b = 0,
 φ = [softmax(xW+b), softmax(-(xW+b))], F = 2D), elu (elu(x)+1, F = D), taylor (1, x/D^¼,
 vec(xxᵀ)/(√2·√D), F = 1+D+D²), relu.
@@ -41,7 +64,7 @@ before it, in MiB: torch.cuda.max_memory_allocated on CUDA; on the CPU the alloc
 torch.profiler(profile_memory=True) (n/a if this torch's profiler lacks them).
 Skips as bench_attention: quadratic above --max-quadratic-len (4096), recurrent above
 --max-recurrent-len (1024) or when its per-token states (L·B·H·F·D·4 bytes) exceed
---max-recurrent-mib (2048), taylor above --max-taylor-len (2048).
+--max-recurrent-mib (2048), taylor above --max-taylor-len (2048); gated rows too.
 --compare reads bench_attention's --json and adds hh/torch time ratios (> 1: hedgehog slower).
 """
 import argparse
@@ -63,6 +86,8 @@ MAPS = BASE_MAPS + tuple("hybrid-" + m for m in BASE_MAPS[1:])
 BLOCKED = -1e30  # a blocked window score: exp(BLOCKED - m) is 0 next to any real score
 FORMS = ("chunked", "quadratic", "recurrent")
 TWIN_FORMS = ("fla",)  # forms only the twin has; compared with hedgehog's chunked row
+GATES = ("none", "decay", "gla", "delta")
+GATE_NORMALIZER = 16.0  # GLA's gate_logit_normalizer (nn::kGateLogitNormalizer)
 
 
 class Parser(argparse.ArgumentParser):
@@ -89,6 +114,14 @@ def name_list(allowed):
             raise argparse.ArgumentTypeError(f"unknown name(s) {bad or text!r}; expected some of {', '.join(allowed)}")
         return vals
     return parse
+
+
+def gate_list(text):
+    vals = name_list(GATES)(text)
+    twice = sorted({v for v in vals if vals.count(v) > 1})
+    if twice:
+        raise argparse.ArgumentTypeError(f"'{twice[0]}' is listed twice")
+    return vals
 
 
 def nonneg_int(text):
@@ -311,6 +344,219 @@ def check_hybrid(torch, name, H, D, chunk, W):
     print(f"hybrid-{name}: chunked twin = quadratic reference in f64, values and gradients (W=1, {W}, {L + 3}; L={L})")
 
 
+# ---------------------------------------------------------------- gated forms
+
+def retnet_log_decays(H):
+    """RetNet's per-head log γ_h = log(1 - 2^(-5-h)) (nn::retnet_log_decays)."""
+    return [math.log1p(-2.0 ** (-5.0 - h)) for h in range(H)]
+
+
+def make_gate_inputs(torch, gate, B, H, L, Fd, g, device):
+    """A gated row's inputs besides q, k, v, drawn after dy as bench_attention does (its values
+    differ: other generator): {'log_a': (B,H,L,1) fixed decay or (B,H,L,F) logsigmoid(z)/16 leaf}
+    or {'beta': sigmoid(z), 'log_alpha': logsigmoid(z')/16} (B,H,L) leaves."""
+    F = torch.nn.functional
+    rnd = lambda *shape: torch.randn(shape, generator=g, device=device)  # noqa: E731
+    if gate == "decay":
+        d = torch.tensor(retnet_log_decays(H), device=device).reshape(1, H, 1, 1)
+        return {"log_a": d.expand(B, H, L, 1).contiguous()}
+    if gate == "gla":
+        return {"log_a": (F.logsigmoid(rnd(B, H, L, Fd)) / GATE_NORMALIZER).requires_grad_()}
+    return {"beta": torch.sigmoid(rnd(B, H, L)).requires_grad_(),
+            "log_alpha": (F.logsigmoid(rnd(B, H, L)) / GATE_NORMALIZER).requires_grad_()}
+
+
+def decay_matrix(torch, b):
+    """exp(b_i - b_j) for j <= i, 0 above: b (..., n, G) -> (..., n, n, G); masked before exp."""
+    n = b.shape[-2]
+    diff = b.unsqueeze(-2) - b.unsqueeze(-3)
+    future = torch.ones(n, n, dtype=torch.bool, device=b.device).triu(1).unsqueeze(-1)
+    return torch.exp(diff.masked_fill(future, BLOCKED))
+
+
+def channel_scores(p, k, d):
+    """Σ_f p_if k_jf d_ijf: (..., n, F), (..., m, F), (..., n, m, F) -> (..., n, m)."""
+    return (p.unsqueeze(-2) * k.unsqueeze(-3) * d).sum(-1)
+
+
+def gated_intra_chunk(torch, qb, kb, gb, b):
+    """gated_attention.cpp's intra_chunk: (B,H,N,C,F) blocks, log gates gb and their chunk-local
+    cumsum b (B,H,N,C,G) -> A (B,H,N,C,C); per channel through sub-blocks of gcd(C,16) tokens with
+    the reference point e_i (the cumsum before sub-block i)."""
+    B, H, N, C, Fd = qb.shape
+    if b.shape[-1] == 1:
+        return torch.matmul(qb, kb.transpose(-1, -2)) * decay_matrix(torch, b).squeeze(-1)
+    c = math.gcd(C, 16)
+    ns = C // c
+    sub = lambda x: x.reshape(B, H, N, ns, c, Fd)  # noqa: E731
+    qs, ks, bs, gs = sub(qb), sub(kb), sub(b), sub(gb)
+    e = bs[..., :1, :] - gs[..., :1, :]                       # (B,H,N,ns,1,F)
+    qt = qs * torch.exp(bs - e)
+    i = torch.arange(ns, device=b.device)[:, None]
+    later = (torch.arange(C, device=b.device)[None, :] >= i * c).unsqueeze(-1)  # (ns,C,1)
+    kt = kb.unsqueeze(3) * torch.exp((e - b.unsqueeze(3)).masked_fill(later, BLOCKED))  # (B,H,N,ns,C,F)
+    a_off = torch.matmul(qt, kt.transpose(-1, -2))            # (B,H,N,ns,c,C)
+    a_diag = channel_scores(qs, ks, decay_matrix(torch, bs))  # (B,H,N,ns,c,c)
+    eye = torch.eye(ns, dtype=b.dtype, device=b.device).reshape(ns, 1, ns, 1)
+    placed = (a_diag.unsqueeze(5) * eye).reshape(B, H, N, ns, c, C)
+    return (a_off + placed).reshape(B, H, N, C, C)
+
+
+def gated_chunked(torch, pq, pk, v, log_a, C, eps):
+    """gated_attention_chunked (normalize=True): pq, pk (B,H,L,F), v (B,H,L,Dv), log_a (B,H,L,F or
+    1) -> (B,H,L,Dv). v gains a column of ones (its output is the normalizer); chunks of C with the
+    log gates cumsummed from the chunk start; a scan over the per-chunk states."""
+    B, H, L, Fd = pq.shape
+    vv = torch.cat([v, torch.ones(B, H, L, 1, dtype=v.dtype, device=v.device)], -1)
+    E = vv.shape[-1]
+    C = min(C, L)
+    N = (L + C - 1) // C
+    P = N * C
+    blocks = lambda x: torch.nn.functional.pad(x, (0, 0, 0, P - L)).reshape(B, H, N, C, x.shape[-1])  # noqa: E731
+    qb, kb, vb, gb = blocks(pq), blocks(pk), blocks(vv), blocks(log_a)
+    b = gb.cumsum(3)                                           # (B,H,N,C,G), <= 0
+    y = torch.matmul(gated_intra_chunk(torch, qb, kb, gb, b), vb)
+    b_last = b[:, :, :, C - 1:C]                               # (B,H,N,1,G)
+    u = torch.matmul((kb * torch.exp(b_last - b)).transpose(-1, -2), vb)  # (B,H,N,F,E)
+    gam = torch.exp(b_last).transpose(-1, -2)                  # (B,H,N,G,1)
+    S = torch.zeros(B, H, Fd, E, dtype=v.dtype, device=v.device)
+    states = []
+    for c in range(N):
+        states.append(S)
+        if c + 1 < N:
+            S = S * gam[:, :, c] + u[:, :, c]
+    y = y + torch.matmul(qb * torch.exp(b), torch.stack(states, 2))
+    y = y.reshape(B, H, P, E)[:, :, :L]
+    return y[..., :-1] / (y[..., -1:] + eps)
+
+
+def gated_quadratic(torch, pq, pk, v, log_a, eps):
+    """gated_attention_quadratic (normalize=True): the decays of global cumsums materialized."""
+    b = log_a.cumsum(2)
+    if b.shape[-1] == 1:
+        a = torch.matmul(pq, pk.transpose(-1, -2)) * decay_matrix(torch, b).squeeze(-1)
+    else:
+        a = channel_scores(pq, pk, decay_matrix(torch, b))
+    return torch.matmul(a / (a.sum(-1, keepdim=True) + eps), v)
+
+
+def gated_recurrent(torch, pq, pk, v, log_a, eps):
+    """A loop over tokens: S = diag(α) S + k vᵀ, z = α ⊙ z + k, y = qᵀS / (qᵀz + eps)."""
+    B, H, L, Fd = pq.shape
+    S = torch.zeros(B, H, Fd, v.shape[-1], dtype=v.dtype, device=v.device)
+    z = torch.zeros(B, H, Fd, 1, dtype=v.dtype, device=v.device)
+    ys = []
+    for t in range(L):
+        qt, kt, vt = pq[:, :, t:t + 1], pk[:, :, t:t + 1].transpose(-1, -2), v[:, :, t:t + 1]
+        a = torch.exp(log_a[:, :, t:t + 1]).transpose(-1, -2)  # (B,H,G,1)
+        S = S * a + torch.matmul(kt, vt)
+        z = z * a + kt
+        ys.append(torch.matmul(qt, S) / (torch.matmul(qt, z) + eps))
+    return torch.cat(ys, 2)
+
+
+def delta_l2norm(torch, x):
+    """nn::delta_l2norm: x / sqrt(Σ x² + 1e-6) over the last dim."""
+    return x * torch.rsqrt((x * x).sum(-1, keepdim=True) + 1e-6)
+
+
+def delta_chunked(torch, q, k, v, beta, log_alpha, C):
+    """delta_attention_chunked's WY form (scale 1/sqrt(Dk)): q, k (B,H,L,Dk), v (B,H,L,Dv), beta,
+    log_alpha (B,H,L) -> (B,H,L,Dv). T = (I + strict lower of diag(β)(K Kᵀ ⊙ Γ))⁻¹ by
+    torch.linalg.solve_triangular (hedgehog: unit_lower_inverse's block inversion)."""
+    B, H, L, Dk = q.shape
+    Dv = v.shape[-1]
+    nb = (L + C - 1) // C
+    P = nb * C
+    blocks = lambda x: torch.nn.functional.pad(x, (0, 0, 0, P - L)).reshape(B, H, nb, C, x.shape[-1])  # noqa: E731
+    qb, kb, vb = blocks(q * Dk ** -0.5), blocks(k), blocks(v)
+    bb, lab = blocks(beta.unsqueeze(-1)), blocks(log_alpha.unsqueeze(-1))
+    g = lab.cumsum(3)                                          # γ (B,H,nb,C,1)
+    ones = torch.ones(C, C, dtype=q.dtype, device=q.device)
+    seg = (lab.expand(B, H, nb, C, C) * ones.tril(-1)).cumsum(3)  # Σ_{j<s<=r} log α_s
+    decay = torch.exp(seg) * ones.tril()                       # Γ_rj, 0 above the diagonal
+    kt = kb.transpose(-1, -2)
+    A = (torch.matmul(kb, kt) * decay * bb).tril(-1)
+    eye = torch.eye(C, dtype=q.dtype, device=q.device)
+    T = torch.linalg.solve_triangular(A + eye, eye.expand_as(A), upper=False, unitriangular=True)
+    eg = torch.exp(g)
+    W = torch.matmul(T, kb * (bb * eg))
+    U = torch.matmul(T, vb * bb)
+    e_last = torch.exp(g[:, :, :, C - 1:C])                    # (B,H,nb,1,1)
+    kd = kt * decay[:, :, :, C - 1:C]                          # (B,H,nb,Dk,C)
+    S = torch.zeros(B, H, Dk, Dv, dtype=v.dtype, device=v.device)
+    states, news = [], []
+    for c in range(nb):
+        states.append(S)
+        un = U[:, :, c] - torch.matmul(W[:, :, c], S)
+        news.append(un)
+        S = S * e_last[:, :, c] + torch.matmul(kd[:, :, c], un)
+    aqk = torch.matmul(qb, kt) * decay
+    o = torch.matmul(qb * eg, torch.stack(states, 2)) + torch.matmul(aqk, torch.stack(news, 2))
+    return o.reshape(B, H, P, Dv)[:, :, :L]
+
+
+def delta_recurrent(torch, q, k, v, beta, log_alpha):
+    """A loop over tokens: S = α S, u = β (v − Sᵀk), S += k uᵀ, o = Sᵀ q / sqrt(Dk)."""
+    B, H, L, Dk = q.shape
+    q = q * Dk ** -0.5
+    S = torch.zeros(B, H, Dk, v.shape[-1], dtype=v.dtype, device=v.device)
+    os_ = []
+    for t in range(L):
+        qt, kt, vt = q[:, :, t:t + 1], k[:, :, t:t + 1], v[:, :, t:t + 1]
+        S = S * torch.exp(log_alpha[:, :, t, None, None])
+        u = (vt - torch.matmul(kt, S)) * beta[:, :, t, None, None]
+        S = S + torch.matmul(kt.transpose(-1, -2), u)
+        os_.append(torch.matmul(qt, S))
+    return torch.cat(os_, 2)
+
+
+def gated_forward(torch, gate, form, pq, pk, v, gi, chunk, eps):
+    """The gated forms on φ(q), φ(k), as bench_attention's gated_forward."""
+    if gate == "delta":
+        dq, dk = delta_l2norm(torch, pq), delta_l2norm(torch, pk)
+        if form == "chunked":
+            return delta_chunked(torch, dq, dk, v, gi["beta"], gi["log_alpha"], chunk)
+        return delta_recurrent(torch, dq, dk, v, gi["beta"], gi["log_alpha"])
+    if form == "chunked":
+        return gated_chunked(torch, pq, pk, v, gi["log_a"], chunk, eps)
+    if form == "quadratic":
+        return gated_quadratic(torch, pq, pk, v, gi["log_a"], eps)
+    return gated_recurrent(torch, pq, pk, v, gi["log_a"], eps)
+
+
+def check_gated(torch, gate, H, chunk):
+    """The chunked (and quadratic) twins equal the recurrent loop (f64, values and gradients;
+    features positive as a map's; L not a multiple of the chunk; the chunk itself and 20, whose
+    sub-blocks are gcd(20,16) = 4 tokens)."""
+    g = torch.Generator().manual_seed(6)
+    Fd, Dv = 12, 8
+    rel = lambda a, b: ((a - b).abs().max() / b.abs().max().clamp_min(1e-3)).item()  # noqa: E731
+    forms = ("chunked",) if gate == "delta" else ("chunked", "quadratic")
+    for C in sorted({chunk, 20}):
+        L = 3 * C + 5
+        pq, pk = (torch.softmax(torch.randn(1, H, L, Fd, generator=g, dtype=torch.float64), -1) for _ in range(2))
+        v = torch.randn(1, H, L, Dv, generator=g, dtype=torch.float64)
+        drawn = make_gate_inputs(torch, gate, 1, H, L, Fd, g, torch.device("cpu"))
+        gi = {key: t.double().detach() for key, t in drawn.items()}
+        wy = torch.randn(1, H, L, Dv, generator=g, dtype=torch.float64)
+
+        def run(form):
+            xs = [t.clone().requires_grad_() for t in [pq, pk, v] + list(gi.values())]
+            y = gated_forward(torch, gate, form, xs[0], xs[1], xs[2], dict(zip(gi, xs[3:])), C, EPS)
+            (y * wy).sum().backward()
+            return [y.detach()] + [t.grad for t in xs]
+        ref = run("recurrent")
+        for form in forms:
+            errs = [rel(a, b) for a, b in zip(run(form), ref)]
+            if not max(errs) <= 1e-10:
+                sys.exit(f"error: {gate} {form} twin differs from the recurrent loop (chunk {C}, L={L}): relative "
+                         f"errors of y and the gradients of pq, pk, v, {', '.join(gi)} {['%.3g' % e for e in errs]} "
+                         f"> 1e-10")
+    print(f"{gate}: {' and '.join(forms)} twin{'s' if len(forms) > 1 else ''} = recurrent loop in f64, values and "
+          f"gradients (chunk {', '.join(str(c) for c in sorted({chunk, 20}))})")
+
+
 def linear_quadratic(torch, pq, pk, v, eps):
     a = torch.matmul(pq, pk.transpose(-1, -2)).tril()
     return torch.matmul(a / (a.sum(-1, keepdim=True) + eps), v)
@@ -331,13 +577,20 @@ def linear_recurrent(torch, pq, pk, v, eps):
 
 # ---------------------------------------------------------------- driver
 
-def skip_reason(args, H, Fd, name, form, L):
+def skip_reason(args, H, Fd, name, form, L, gate="none"):
     if name.startswith("hybrid-") and form == "recurrent":
         return "a hybrid's recurrent form is the decoding step, not a training form"
+    if gate == "delta" and form == "quadratic":
+        return "the delta rule has no quadratic form"
     if name.endswith("taylor") and L > args.max_taylor_len:
         return f"taylor above --max-taylor-len {args.max_taylor_len}"
     if form == "quadratic" and L > args.max_quadratic_len:
         return f"quadratic above --max-quadratic-len {args.max_quadratic_len}"
+    if form == "quadratic" and gate == "gla":  # (B,H,L,L,F) f32 decays
+        mib = L * L * args.batch * H * Fd * 4 / MIB
+        if mib > args.max_gated_quadratic_mib:
+            return (f"per-channel decays (B,H,L,L,F) are ~{int(mib)} MiB > --max-gated-quadratic-mib "
+                    f"{args.max_gated_quadratic_mib:g}")
     if form == "recurrent" and L > args.max_recurrent_len:
         return f"recurrent above --max-recurrent-len {args.max_recurrent_len}"
     if form == "recurrent":  # the backward keeps one (B,H,F,D) state per token
@@ -347,12 +600,24 @@ def skip_reason(args, H, Fd, name, form, L):
     return None
 
 
-def run_case(torch, args, device, H, name, form, L, fmap):
+def label(name, gate):
+    """A row's map name: "<map>+<gate>" when gated."""
+    return name if gate == "none" else f"{name}+{gate}"
+
+
+def map_gates(name, gates):
+    """Every --gate for a pure linear map; softmax and hybrids run ungated."""
+    return ["none"] if name == "softmax" or name.startswith("hybrid-") else gates
+
+
+def run_case(torch, args, device, H, name, form, L, fmap, gate="none"):
     F = torch.nn.functional
     phi, Fd, params = fmap if fmap else (None, args.head_dim, [])
     hybrid = name.startswith("hybrid-")
-    row = {"map": name, "form": form, "L": L, "F": Fd, "status": "ok"}
-    reason = skip_reason(args, H, Fd, name, form, L)
+    row = {"map": label(name, gate), "form": form, "L": L, "F": Fd, "status": "ok"}
+    if gate != "none":
+        row["gate"] = gate
+    reason = skip_reason(args, H, Fd, name, form, L, gate)
     if reason:
         row.update(status="skip", reason=reason)
         return row
@@ -360,6 +625,8 @@ def run_case(torch, args, device, H, name, form, L, fmap):
     shape = (args.batch, H, L, args.head_dim)
     q, k, v = (torch.randn(shape, generator=g, device=device).requires_grad_() for _ in range(3))
     dy = torch.randn(shape, generator=g, device=device)
+    gi = make_gate_inputs(torch, gate, args.batch, H, L, Fd, g, device) if gate != "none" else {}
+    params = params + [t for t in gi.values() if t.requires_grad]
 
     def forward():
         if form == "softmax" and args.softmax == "math":
@@ -369,6 +636,8 @@ def run_case(torch, args, device, H, name, form, L, fmap):
         if form == "softmax":
             return F.scaled_dot_product_attention(q, k, v, is_causal=True)
         pq, pk = phi(q, True), phi(k, False)
+        if gate != "none":
+            return gated_forward(torch, gate, form, pq, pk, v, gi, args.chunk, EPS)
         if hybrid:  # params[-1]: the window factor p (H)
             wf, lf = torch.sigmoid(params[-1]), torch.ones(H, device=device)
             if form == "chunked":
@@ -403,7 +672,8 @@ def run_case(torch, args, device, H, name, form, L, fmap):
 
 
 def crossover(rows, name, form, key):
-    """Smallest L from which (name, form) is faster than softmax at every longer measured L."""
+    """Smallest L from which (name, form) is faster than softmax at every longer measured L (name:
+    the row's, "<map>+<gate>" when gated)."""
     soft = {r["L"]: r[key] for r in rows if r["map"] == "softmax" and r["status"] == "ok"}
     pts = sorted((r["L"], r[key] < soft[r["L"]]) for r in rows
                  if r["map"] == name and r["form"] == form and r["status"] == "ok" and r["L"] in soft)
@@ -417,6 +687,24 @@ def crossover(rows, name, form, key):
 
 def fmt_mib(x):
     return f"{x:.1f}" if x is not None else "n/a"
+
+
+def print_row(r, hh, form, flush=True):
+    """One table row; with --compare, hedgehog's time over this one (its chunked row for fla)."""
+    head = f"{r['map']:<15} {form:<10} {r['L']:6d} {r['F']:5d} "
+    if r["status"] != "ok":
+        print(f"{head}{r['status']} ({r['reason']})", flush=flush)
+        return
+    cmp_s = ""
+    if hh:
+        ref = hh.get((r["map"], "chunked" if form in TWIN_FORMS else form, r["L"]))
+        if ref and ref.get("status") == "ok":
+            cmp_s = f" {ref['fwd_ms'] / r['fwd_ms']:7.2f}x {ref['fwd_bwd_ms'] / r['fwd_bwd_ms']:7.2f}x"
+        else:
+            cmp_s = f" {'n/a':>8} {'n/a':>8}"
+    print(f"{head}{r['fwd_ms']:10.2f} {r['fwd_bwd_ms']:11.2f} {fmt_mib(r['fwd_peak_mib']):>9} "
+          f"{fmt_mib(r['fwd_bwd_peak_mib']):>11} {r['fwd_tokens_per_s']:11.0f} "
+          f"{r['fwd_bwd_tokens_per_s']:11.0f}{cmp_s}", flush=flush)
 
 
 def main():
@@ -438,6 +726,9 @@ def main():
     p.add_argument("--max-recurrent-len", type=nonneg_int, default=1024)
     p.add_argument("--max-recurrent-mib", type=float, default=2048.0)
     p.add_argument("--max-taylor-len", type=nonneg_int, default=2048)
+    p.add_argument("--gate", type=gate_list, default=["none"],
+                   help="gates of the linear maps' state, a comma list of none, decay, gla, delta (rows <map>+<gate>)")
+    p.add_argument("--max-gated-quadratic-mib", type=float, default=512.0)
     p.add_argument("--json", metavar="FILE")
     p.add_argument("--compare", metavar="HH_JSON", help="bench_attention --json output to compare against")
     args = p.parse_args()
@@ -446,12 +737,17 @@ def main():
     torch, device = setup_torch(args.device, args.threads)
     H = args.heads or (12 if device.type == "cuda" else 4)
     threads = torch.get_num_threads()
+    gate_text = "" if args.gate == ["none"] else ", gates " + ",".join(args.gate)
     print(f"torch {torch.__version__} attention benchmark: {device}, {threads} thread(s), B={args.batch} H={H} "
-          f"D={args.head_dim}, chunk {args.chunk}, hybrid window {args.window}, softmax {args.softmax}, f32, median of "
-          f"{args.reps} after {WARMUP} warm-up\n")
+          f"D={args.head_dim}, chunk {args.chunk}, hybrid window {args.window}{gate_text}, softmax {args.softmax}, "
+          f"f32, median of {args.reps} after {WARMUP} warm-up\n")
     for name in args.maps:
         if name.startswith("hybrid-"):
             check_hybrid(torch, name[len("hybrid-"):], H, args.head_dim, args.chunk, args.window)
+    if any(name != "softmax" and not name.startswith("hybrid-") for name in args.maps):
+        for gate in args.gate:
+            if gate != "none":
+                check_gated(torch, gate, H, args.chunk)
     cmp_hdr = f" {'hh/t fwd':>8} {'hh/t f+b':>8}" if hh else ""
     print(f"{'map':<15} {'form':<10} {'L':>6} {'F':>5} {'fwd ms':>10} {'fwd+bwd ms':>11} {'fwd MiB':>9} "
           f"{'f+b MiB':>11} {'fwd tok/s':>11} {'f+b tok/s':>11}{cmp_hdr}")
@@ -462,29 +758,19 @@ def main():
         if name.startswith("hybrid-"):  # the window factor p (H), init 0, after the map's parameters
             fmap = (fmap[0], fmap[1], fmap[2] + [torch.zeros(H, device=device, requires_grad=True)])
         forms = ["softmax"] if name == "softmax" else [f for f in args.forms if f != "softmax"]
-        for form in forms:
-            for L in args.lengths:
-                try:
-                    r = run_case(torch, args, device, H, name, form, L, fmap)
-                except (RuntimeError, MemoryError) as e:
-                    r = {"map": name, "form": form, "L": L, "F": fmap[1] if fmap else args.head_dim,
-                         "status": "error", "reason": str(e).splitlines()[0]}
-                    failures += 1
-                rows.append(r)
-                head = f"{name:<15} {form:<10} {L:6d} {r['F']:5d} "
-                if r["status"] != "ok":
-                    print(f"{head}{r['status']} ({r['reason']})", flush=True)
-                    continue
-                cmp_s = ""
-                if hh:
-                    ref = hh.get((name, "chunked" if form in TWIN_FORMS else form, L))
-                    if ref and ref.get("status") == "ok":
-                        cmp_s = f" {ref['fwd_ms'] / r['fwd_ms']:7.2f}x {ref['fwd_bwd_ms'] / r['fwd_bwd_ms']:7.2f}x"
-                    else:
-                        cmp_s = f" {'n/a':>8} {'n/a':>8}"
-                print(f"{head}{r['fwd_ms']:10.2f} {r['fwd_bwd_ms']:11.2f} {fmt_mib(r['fwd_peak_mib']):>9} "
-                      f"{fmt_mib(r['fwd_bwd_peak_mib']):>11} {r['fwd_tokens_per_s']:11.0f} "
-                      f"{r['fwd_bwd_tokens_per_s']:11.0f}{cmp_s}", flush=True)
+        for gate in map_gates(name, args.gate):
+            for form in forms:
+                if gate != "none" and form in TWIN_FORMS:
+                    continue  # fla's linear attention has no gate here
+                for L in args.lengths:
+                    try:
+                        r = run_case(torch, args, device, H, name, form, L, fmap, gate)
+                    except (RuntimeError, MemoryError) as e:
+                        r = {"map": label(name, gate), "form": form, "L": L, "F": fmap[1] if fmap else args.head_dim,
+                             "status": "error", "reason": str(e).splitlines()[0]}
+                        failures += 1
+                    rows.append(r)
+                    print_row(r, hh, form, flush=True)
 
     cross = []
     if any(r["map"] == "softmax" and r["status"] == "ok" for r in rows) and any(r["map"] != "softmax" for r in rows):
@@ -492,16 +778,20 @@ def main():
         for name in args.maps:
             if name == "softmax":
                 continue
-            for form in args.forms:
-                if form == "softmax":
-                    continue
-                a, b = crossover(rows, name, form, "fwd_ms"), crossover(rows, name, form, "fwd_bwd_ms")
-                say = lambda L: f"L={L}" if L else "not within the measured lengths"  # noqa: E731
-                print(f"  {name:<15} {form:<10} fwd: {say(a):<32} fwd+bwd: {say(b)}")
-                cross.append({"map": name, "form": form, "fwd_L": a, "fwd_bwd_L": b})
+            for gate in map_gates(name, args.gate):
+                for form in args.forms:
+                    if form == "softmax" or (gate != "none" and form in TWIN_FORMS):
+                        continue
+                    row_name = label(name, gate)
+                    a, b = crossover(rows, row_name, form, "fwd_ms"), crossover(rows, row_name, form, "fwd_bwd_ms")
+                    say = lambda L: f"L={L}" if L else "not within the measured lengths"  # noqa: E731
+                    print(f"  {row_name:<15} {form:<10} fwd: {say(a):<32} fwd+bwd: {say(b)}")
+                    cross.append({"map": row_name, "form": form, "fwd_L": a, "fwd_bwd_L": b})
     out = {"library": f"torch {torch.__version__}", "device": str(device), "threads": threads, "dtype": "f32",
            "benchmark": "attention", "batch": args.batch, "heads": H, "head_dim": args.head_dim,
            "chunk": args.chunk, "window": args.window, "softmax_impl": args.softmax, "reps": args.reps, "warmup": WARMUP, "results": rows, "crossover": cross}
+    if args.gate != ["none"]:  # ungated runs keep their keys as before
+        out["gates"] = args.gate
     if args.json:
         write_json(args.json, out)
         print(f"\nwrote {args.json}")
