@@ -1,0 +1,150 @@
+#include "train/convert/logit_cache.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <utility>
+#include <vector>
+
+#include "autograd/grad_mode.h"
+#include "autograd/ops.h"
+#include "core/error.h"
+#include "core/safetensors.h"
+
+namespace hh::train {
+
+namespace {
+constexpr const char* kFingerprintKey = "hedgehog.logit_cache";
+constexpr const char* kBatchKey = "hedgehog.logit_cache.batch";
+
+std::string hex(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+// The shard's three tensors, checked against each other; empty `why` when they fit.
+TopkLogits unpack(const SafeTensors& f, std::string& why) {
+  TopkLogits t;
+  auto take = [&](const char* name, DType want, Tensor& out) {
+    auto it = f.tensors.find(name);
+    if (it == f.tensors.end()) why = str("it lacks '", name, "'");
+    else if (it->second.dtype() != want) why = str("'", name, "' is ", it->second.dtype(), ", expected ", want);
+    else out = it->second;
+  };
+  take("values", DType::f32, t.values);
+  take("indices", DType::i32, t.indices);
+  take("lse", DType::f64, t.lse);
+  if (why.empty() && (t.values.dim() != 2 || t.indices.shape() != t.values.shape() ||
+                      t.lse.shape() != Shape{t.values.size(0)}))
+    why = str("shapes ", t.values.shape(), ", ", t.indices.shape(), " and ", t.lse.shape(), " do not fit");
+  return t;
+}
+}  // namespace
+
+LogitCache parse_logit_cache(const std::string& s) {
+  if (s == "none") return LogitCache::none;
+  if (s == "topk") return LogitCache::topk;
+  fail(str("unknown logit cache '", s, "' (none or topk)"));
+}
+
+const char* logit_cache_name(LogitCache c) { return c == LogitCache::topk ? "topk" : "none"; }
+
+TopkLogits topk_logits(const Tensor& logits, int64_t k, double temperature) {
+  HH_CHECK(logits.dim() == 2, "logit cache: expected logits (N,V), got ", logits.shape());
+  const int64_t N = logits.size(0), V = logits.size(1);
+  HH_CHECK(k >= 1 && k <= V, "logit cache: top-", k, " of a vocabulary of ", V, " (K must be in 1..", V, ")");
+  HH_CHECK(V <= static_cast<int64_t>(INT32_MAX), "logit cache: a vocabulary of ", V, " exceeds i32 token ids");
+  NoGradGuard ng;
+  TopkLogits t;
+  t.lse = logsumexp(div(logits.detach().to(DType::f64), temperature), {-1}).to(Device::cpu()).contiguous();
+  const double* lse = t.lse.data<double>();
+  for (int64_t n = 0; n < N; ++n)
+    HH_CHECK(std::isfinite(lse[n]), "logit cache: the teacher's logits at position ", n, " are not finite");
+  const Tensor host = logits.detach().to(Device::cpu()).to(DType::f32).contiguous();
+  t.values = empty({N, k}, {DType::f32});
+  t.indices = empty({N, k}, {DType::i32});
+  const float* x = host.data<float>();
+  float* values = t.values.data<float>();
+  int32_t* ids = t.indices.data<int32_t>();
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* row = x + n * V;
+    std::vector<int32_t> order(static_cast<size_t>(V));
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                      [row](int32_t a, int32_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
+    for (int64_t j = 0; j < k; ++j) {
+      ids[n * k + j] = order[static_cast<size_t>(j)];
+      values[n * k + j] = row[order[static_cast<size_t>(j)]];
+    }
+  }
+  return t;
+}
+
+uint64_t batch_checksum(const std::vector<Tensor>& tensors) {
+  std::string acc;
+  for (const Tensor& x : tensors) {
+    const Tensor h = x.detach().to(Device::cpu()).contiguous();
+    const uint64_t c = safetensors_checksum(h.raw_data(), static_cast<size_t>(h.numel()) * itemsize(h.dtype()));
+    acc += str(h.dtype(), h.shape(), hex(c), ";");
+  }
+  return safetensors_checksum(acc.data(), acc.size());
+}
+
+std::string logit_cache_fingerprint(const std::string& conversion, int64_t k, double temperature) {
+  char t[32];
+  std::snprintf(t, sizeof t, "%.17g", temperature);
+  return nlohmann::json{{"conversion", conversion}, {"k", k}, {"temperature", t}}.dump();
+}
+
+LogitShards::LogitShards(const std::string& folder, const std::string& prefix, std::string fingerprint)
+    : shards_(folder, prefix), fingerprint_(std::move(fingerprint)) {}
+
+bool LogitShards::valid(size_t i, uint64_t batch) const {
+  if (!shards_.exists(i)) return false;
+  try {
+    const SafeTensors f = shards_.read(i);
+    auto fp = f.metadata.find(kFingerprintKey), b = f.metadata.find(kBatchKey);
+    if (fp == f.metadata.end() || fp->second != fingerprint_ || b == f.metadata.end() || b->second != hex(batch))
+      return false;
+    std::string why;
+    unpack(f, why);
+    return why.empty() && f.checksummed;
+  } catch (const Error&) {
+    return false;  // unreadable or damaged: rebuilt
+  }
+}
+
+int64_t LogitShards::put(size_t i, const TopkLogits& t) const {
+  return shards_.write(i, {{"values", t.values}, {"indices", t.indices}, {"lse", t.lse}},
+                {{kFingerprintKey, fingerprint_}, {kBatchKey, hex(t.batch)}}, Checksums::xxh3);
+}
+
+TopkLogits LogitShards::get(size_t i, uint64_t batch, Device device) const {
+  const std::string p = shards_.path(i);
+  HH_CHECK(shards_.exists(i), "logit cache: ", p, " is missing");
+  const SafeTensors f = shards_.read(i);
+  auto fp = f.metadata.find(kFingerprintKey), b = f.metadata.find(kBatchKey);
+  HH_CHECK(fp != f.metadata.end() && fp->second == fingerprint_, "logit cache: ", p,
+           " was written by another teacher, data, K or temperature");
+  HH_CHECK(b != f.metadata.end() && b->second == hex(batch), "logit cache: ", p,
+           " holds the teacher's logits of another batch than the one being trained on");
+  std::string why;
+  TopkLogits t = unpack(f, why);
+  HH_CHECK(why.empty(), "logit cache: ", p, ": ", why);
+  t.values = t.values.to(device);
+  t.indices = t.indices.to(device);
+  t.lse = t.lse.to(device);
+  t.batch = batch;
+  return t;
+}
+
+void LogitShards::remove(size_t n) const {
+  for (size_t i = 0; i < n; ++i) shards_.remove(i);
+}
+
+}  // namespace hh::train
