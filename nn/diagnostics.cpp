@@ -171,19 +171,17 @@ Tensor topk_logit_distillation_loss(const Tensor& topk_values, const Tensor& top
   }
   // The student's log-probabilities of the same buckets.
   Tensor index = topk_indices.detach().to(dev);
-  Tensor z = div(student_logits.to(DType::f32), temperature);     // (N,V)
-  Tensor lse = logsumexp(z, {-1}, true);                            // (N,1)
-  Tensor log_q = sub(gather(z, 1, index), lse);                     // (N,K)
-  Tensor cross = sum(mul(p, log_q), {-1});                          // (N): Σ p log q
+  Tensor log_q_all = log_softmax(div(student_logits.to(DType::f32), temperature), -1);  // (N,V)
+  Tensor cross = sum(mul(p, gather(log_q_all, 1, index)), {-1});                          // (N): Σ p log q
   if (bucket) {
     Tensor in_topk;
     {
       NoGradGuard ng;
-      in_topk = gt(scatter_add(zeros({z.size(0), V}, {DType::f32, dev}), 1, index,
+      in_topk = gt(scatter_add(zeros({log_q_all.size(0), V}, {DType::f32, dev}), 1, index,
                                ones(index.shape(), {DType::f32, dev})),
                    0.5);
     }
-    Tensor log_q_other = sub(logsumexp(masked_fill(z, in_topk, -INFINITY), {-1}), reshape(lse, {-1}));  // (N)
+    Tensor log_q_other = logsumexp(masked_fill(log_q_all, in_topk, -INFINITY), {-1});  // (N)
     cross = add(cross, mul(p_other, log_q_other));
   }
   return mul(mean(sub(teacher_xlogx, cross)), temperature * temperature);

@@ -316,6 +316,15 @@ TEST_CASE("top-k logit distillation: K = V is the on-the-fly loss and gradient; 
     const double fd = (loss_at(1e-2f) - loss_at(-1e-2f)) / 2e-2;
     CHECK(std::abs(fd - got.second[static_cast<size_t>(at)]) <= 2e-3 * gmax);
   }
+  // Ties go to the lower id; a NaN, +inf or all -inf row is refused.
+  Tensor tied = from_vector(std::vector<float>{1, 3, 3, 2, 3, 0, -INFINITY, 5, 5, 5}, {2, 5});
+  CHECK(to_vector<int32_t>(train::topk_logits(tied, 2, 1.0).indices) == std::vector<int32_t>{1, 2, 2, 3});
+  CHECK(to_vector<int32_t>(train::topk_logits(tied, 4, 1.0).indices) == std::vector<int32_t>{1, 2, 4, 3, 2, 3, 4, 0});
+  for (float v : {NAN, INFINITY})
+    CHECK_THROWS_WITH(train::topk_logits(from_vector(std::vector<float>{0, 1, v, 0, 1, 2}, {3, 2}), 1, 1.0),
+                      doctest::Contains("logits at position 1 are not finite"));
+  CHECK_THROWS_WITH(train::topk_logits(full({2, 3}, -INFINITY), 1, 1.0),
+                    doctest::Contains("logits at position 0 are not finite"));
   // Bad input.
   CHECK_THROWS_WITH(train::topk_logits(t, V + 1, 1.0), doctest::Contains("K must be in 1..37"));
   CHECK_THROWS_WITH(train::topk_logits(t, 0, 1.0), doctest::Contains("K must be in 1..37"));

@@ -3,14 +3,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <numeric>
 #include <utility>
 #include <vector>
 
 #include "autograd/grad_mode.h"
-#include "autograd/ops.h"
 #include "core/error.h"
 #include "core/safetensors.h"
 
@@ -58,30 +57,59 @@ TopkLogits topk_logits(const Tensor& logits, int64_t k, double temperature) {
   const int64_t N = logits.size(0), V = logits.size(1);
   HH_CHECK(k >= 1 && k <= V, "logit cache: top-", k, " of a vocabulary of ", V, " (K must be in 1..", V, ")");
   HH_CHECK(V <= static_cast<int64_t>(INT32_MAX), "logit cache: a vocabulary of ", V, " exceeds i32 token ids");
+  HH_CHECK(temperature > 0, "logit cache: temperature must be > 0, got ", temperature);
   NoGradGuard ng;
-  TopkLogits t;
-  t.lse = logsumexp(div(logits.detach().to(DType::f64), temperature), {-1}).to(Device::cpu()).contiguous();
-  const double* lse = t.lse.data<double>();
-  for (int64_t n = 0; n < N; ++n)
-    HH_CHECK(std::isfinite(lse[n]), "logit cache: the teacher's logits at position ", n, " are not finite");
   const Tensor host = logits.detach().to(Device::cpu()).to(DType::f32).contiguous();
+  TopkLogits t;
   t.values = empty({N, k}, {DType::f32});
   t.indices = empty({N, k}, {DType::i32});
+  t.lse = empty({N}, {DType::f64});
   const float* x = host.data<float>();
   float* values = t.values.data<float>();
   int32_t* ids = t.indices.data<int32_t>();
-#pragma omp parallel for schedule(static)
-  for (int64_t n = 0; n < N; ++n) {
-    const float* row = x + n * V;
-    std::vector<int32_t> order(static_cast<size_t>(V));
-    std::iota(order.begin(), order.end(), 0);
-    std::partial_sort(order.begin(), order.begin() + k, order.end(),
-                      [row](int32_t a, int32_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
-    for (int64_t j = 0; j < k; ++j) {
-      ids[n * k + j] = order[static_cast<size_t>(j)];
-      values[n * k + j] = row[order[static_cast<size_t>(j)]];
+  double* lse = t.lse.data<double>();
+  int64_t bad = -1;  // a row with a NaN or +inf, or all -inf (the lowest such row)
+  // Per row, O(V): the max and log-sum-exp in double, the K-th largest value by nth_element on a
+  // copy, then the ids above it and (lowest ids first) those equal to it, sorted descending.
+#pragma omp parallel
+  {
+    std::vector<float> buf(static_cast<size_t>(V));
+    std::vector<std::pair<float, int32_t>> top;
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < N; ++n) {
+      const float* row = x + n * V;
+      float m = -INFINITY;
+      bool finite = true;
+      for (int64_t v = 0; v < V; ++v) {
+        finite = finite && !std::isnan(row[v]) && row[v] != INFINITY;
+        m = std::max(m, row[v]);
+      }
+      if (!finite || m == -INFINITY) {
+#pragma omp critical
+        bad = bad < 0 ? n : std::min(bad, n);
+        continue;
+      }
+      double z = 0;
+      for (int64_t v = 0; v < V; ++v) z += std::exp((static_cast<double>(row[v]) - m) / temperature);
+      lse[n] = static_cast<double>(m) / temperature + std::log(z);
+      std::copy(row, row + V, buf.begin());
+      std::nth_element(buf.begin(), buf.begin() + (k - 1), buf.end(), std::greater<float>());
+      const float kth = buf[static_cast<size_t>(k - 1)];
+      top.clear();
+      for (int64_t v = 0; v < V; ++v)
+        if (row[v] > kth) top.emplace_back(row[v], static_cast<int32_t>(v));
+      for (int64_t v = 0; v < V && static_cast<int64_t>(top.size()) < k; ++v)
+        if (row[v] == kth) top.emplace_back(row[v], static_cast<int32_t>(v));
+      std::sort(top.begin(), top.end(), [](const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
+        return a.first > b.first || (a.first == b.first && a.second < b.second);
+      });
+      for (int64_t j = 0; j < k; ++j) {
+        values[n * k + j] = top[static_cast<size_t>(j)].first;
+        ids[n * k + j] = top[static_cast<size_t>(j)].second;
+      }
     }
   }
+  HH_CHECK(bad < 0, "logit cache: the teacher's logits at position ", bad, " are not finite");
   return t;
 }
 

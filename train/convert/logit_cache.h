@@ -33,7 +33,8 @@ struct TopkLogits {
 };
 
 // The top-k of logits (N,V) (any device and dtype; 1 <= k <= V) and their log-sum-exp at
-// temperature T: lse on the logits' device in f64, the top-k on the host (ties: the lower id first).
+// temperature T, on the host (the logits are copied there): O(V) a row, rows in parallel; ties go
+// to the lower id. A row with a NaN or +inf, or only -inf, is an error.
 TopkLogits topk_logits(const Tensor& logits, int64_t k, double temperature);
 
 // XXH3-64 over the bytes of each tensor in turn (any device; contiguous copies on the host).
