@@ -424,6 +424,7 @@ inline void convert_rows(const ConversionRun& opts, const train::ConvertConfig& 
     ensure_writable_dir(dir);
     rc.checkpoint_path = dir + "/checkpoint.safetensors";
     rc.distill.hidden_folder = dir + "/hidden";  // block-wise transfer with --hidden-on disk
+    rc.logits.cache_folder = dir + "/logit-cache";  // logit distillation with --logit-cache topk
     rc.fingerprint = row_fingerprint(settings, row);
     std::shared_ptr<nn::HFModel> student;
     rep.rows.push_back(train::run_conversion_row(

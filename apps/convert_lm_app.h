@@ -58,6 +58,12 @@ inline void add_lm_conversion_flags(Flags& f) {
   f.add("logit-lr", "1e-4", "logit distillation: AdamW learning rate");
   f.add("logit-temperature", "1", "logit distillation: softmax temperature T (the loss is T^2 KL)");
   f.add("logit-finetune", "full", "logit distillation trains: full (every weight) or lora (merged after)");
+  f.add("logit-cache", "none",
+        "logit distillation: none (the teacher's logits on the fly) or topk (the teacher runs once before the stage; "
+        "its top-k logits per position go to shards under <out>/<row>/logit-cache, reused on --resume)");
+  f.add("logit-topk", "64",
+        "--logit-cache topk: the teacher's logits kept per position (1 to the vocabulary size); the rest of its "
+        "mass is one bucket");
 }
 
 // The run's rows, made hybrid with --attention hybrid.
@@ -94,6 +100,16 @@ inline train::ConvertConfig lm_conversion_config(const Flags& f) {
   c.logits.mode = f.str("logit-finetune");
   HH_CHECK(c.logits.mode == "full" || c.logits.mode == "lora", "--logit-finetune: expected full or lora, got '",
            c.logits.mode, "'");
+  try {
+    c.logits.cache = train::parse_logit_cache(f.str("logit-cache"));
+  } catch (const Error& e) {
+    fail(str("--logit-cache: ", e.what()));
+  }
+  HH_CHECK(c.logits.cache == train::LogitCache::none || c.logits.tokens > 0,
+           "--logit-cache: only logit distillation (--logit-distill-tokens N) has teacher logits to cache");
+  c.logits.topk = f.integer("logit-topk", 1, INT32_MAX);  // at most the vocabulary: load_lm_teacher
+  HH_CHECK(!f.given("logit-topk") || c.logits.cache == train::LogitCache::topk,
+           "--logit-topk: only the top-k logit cache (--logit-cache topk) keeps a top-k");
   f.integer("window", 1, 1 << 20);  // checked here, before any work; used by load_lm_student
   return c;
 }
@@ -121,6 +137,8 @@ inline nlohmann::json lm_conversion_settings(const std::string& app, const Flags
               {"logit_lr", c.logits.lr},
               {"logit_temperature", c.logits.temperature},
               {"logit_finetune", c.logits.mode}});
+  if (c.logits.cache != train::LogitCache::none)
+    s.update({{"logit_cache", train::logit_cache_name(c.logits.cache)}, {"logit_topk", c.logits.topk}});
   return s;
 }
 
@@ -149,6 +167,10 @@ inline LmTeacher load_lm_teacher(const Flags& f, const Device& device, const std
   t.tokenizer = std::shared_ptr<const data::Tokenizer>(data::load_tokenizer(tok_dir).release());
   HH_CHECK(t.tokenizer->vocab_size() <= t.model->vocab_size(), "--tokenizer: ", tok_dir, " has ",
            t.tokenizer->vocab_size(), " tokens but the model's vocabulary has ", t.model->vocab_size());
+  // The top-k of the logit cache must fit the vocabulary (checked here, before any conversion work).
+  const int64_t topk = f.integer("logit-topk", 1, INT32_MAX);
+  HH_CHECK(f.str("logit-cache") != "topk" || topk <= t.model->vocab_size(), "--logit-topk: ", topk,
+           " exceeds the vocabulary of ", model_dir, " (", t.model->vocab_size(), " tokens)");
   // Kept softmax layers must be layers of this model (checked here, before any conversion work).
   const int64_t layers = t.model->num_layers();
   const int64_t keep = f.integer("softmax-layers", 0);

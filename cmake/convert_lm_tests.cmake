@@ -108,6 +108,11 @@ set(CONVERT_LM_BAD
     "${G} --hidden-on disk" "--hidden-on: only block-wise transfer"
     "${G} --blocks 1 --hidden-on ssd" "--hidden-on: unknown place"
     "${L} --data ${LMFX}/samsum --logit-finetune half" "--logit-finetune: expected full or lora"
+    "${G} --logit-cache disk" "--logit-cache: unknown logit cache 'disk'"
+    "${G} --logit-cache topk" "--logit-cache: only logit distillation"
+    "${G} --logit-topk 8" "--logit-topk: only the top-k logit cache"
+    "${G} --logit-distill-tokens 100 --logit-cache topk --logit-topk 0" "--logit-topk: 0 is out of range"
+    "${G} --logit-distill-tokens 100 --logit-cache topk --logit-topk 100000" "--logit-topk: 100000 exceeds the vocabulary"
     "${G} --gate forget" "--gate: unknown gate 'forget'"
     "${G} --gate liger --attention hybrid" "--gate: a gate needs --attention linear"
     "${L} --data ${LMFX}/samsum --gate gla --feature-map hybrid-hedgehog" "--gate: row 'Hybrid Hedgehog' is hybrid")
@@ -159,6 +164,19 @@ add_test(NAME convert_gpt2_hybrid_saved_runs COMMAND hf_run
          --prompt "The river" --temperature 0 --max-new-tokens 4)
 set_tests_properties(convert_gpt2_hybrid_saved_runs PROPERTIES FIXTURES_REQUIRED convert_gpt2_hybrid_saved
                      PASS_REGULAR_EXPRESSION "generated ids: \\[[0-9]+,[0-9]+,[0-9]+,[0-9]+\\]")
+
+# Logit distillation from the teacher's cached top-16 logits: the cache is built once (its shards
+# counted), the rows finish; a --resume with another --logit-topk is refused before any work.
+add_test(NAME convert_gpt2_logit_cache COMMAND convert_gpt2 ${GPT2_TINY} --logit-distill-tokens 400
+         --logit-cache topk --logit-topk 16 --out ${CMAKE_CURRENT_BINARY_DIR}/convert_gpt2_logit_cache)
+set_tests_properties(convert_gpt2_logit_cache PROPERTIES FIXTURES_SETUP convert_gpt2_logit_cache_done
+                     PASS_REGULAR_EXPRESSION
+                     "logit cache: top-16 of the teacher's logits, [1-9][0-9]* shards written.*\nHedgehog +[0-9.]+.*ok\n")
+add_test(NAME convert_gpt2_logit_cache_other_k COMMAND convert_gpt2 ${GPT2_TINY} --logit-distill-tokens 400
+         --logit-cache topk --logit-topk 8 --resume --out ${CMAKE_CURRENT_BINARY_DIR}/convert_gpt2_logit_cache)
+set_tests_properties(convert_gpt2_logit_cache_other_k PROPERTIES FIXTURES_REQUIRED convert_gpt2_logit_cache_done
+                     PASS_REGULAR_EXPRESSION "error: --resume: [^\n]*checkpoint.safetensors was written with other settings"
+                     FAIL_REGULAR_EXPRESSION "teacher \\(softmax")
 
 # bench_transfer on a tiny random Llama (seconds): block-wise transfer runs and reports its memory.
 add_test(NAME bench_transfer_tiny COMMAND bench_transfer --layers 2 --hidden 64 --heads 4 --kv-heads 2

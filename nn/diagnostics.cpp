@@ -4,6 +4,9 @@
 #include <cmath>
 #include <numeric>
 
+#include "autograd/ops/index.h"
+#include "autograd/ops/reduce.h"
+
 namespace hh::nn {
 
 namespace {
@@ -135,6 +138,53 @@ Tensor logit_distillation_loss(const Tensor& teacher_logits, const Tensor& stude
     mean_kl = mean(kl);
   }
   return mul(mean_kl, temperature * temperature);
+}
+
+Tensor topk_logit_distillation_loss(const Tensor& topk_values, const Tensor& topk_indices, const Tensor& teacher_lse,
+                                    const Tensor& student_logits, double temperature) {
+  HH_CHECK(temperature > 0, "topk_logit_distillation_loss: temperature must be > 0, got ", temperature);
+  HH_CHECK(student_logits.dim() == 2 && topk_values.dim() == 2 && topk_indices.shape() == topk_values.shape() &&
+               teacher_lse.shape() == Shape{topk_values.size(0)} && student_logits.size(0) == topk_values.size(0),
+           "topk_logit_distillation_loss: expected values and indices (N,K), lse (N) and student logits (N,V), got ",
+           topk_values.shape(), ", ", topk_indices.shape(), ", ", teacher_lse.shape(), " and ", student_logits.shape());
+  const int64_t K = topk_values.size(1), V = student_logits.size(1);
+  HH_CHECK(K >= 1 && K <= V, "topk_logit_distillation_loss: ", K, " cached logits for a vocabulary of ", V);
+  HH_CHECK(topk_values.size(0) > 0, "topk_logit_distillation_loss: no rows");
+  const Device dev = student_logits.device();
+  const bool bucket = K < V;
+  // The teacher's side, in f64 (constants): log p and p over the top-k, p_other, and
+  // Σ p log p over the K + 1 buckets (0 log 0 = 0).
+  Tensor p, p_other, teacher_xlogx;
+  {
+    NoGradGuard ng;
+    Tensor log_p = sub(div(topk_values.detach().to(dev).to(DType::f64), temperature),
+                       unsqueeze(teacher_lse.detach().to(dev).to(DType::f64), -1));  // (N,K)
+    p = exp(log_p);
+    teacher_xlogx = sum(mul(p, log_p), {-1});  // (N)
+    if (bucket) {
+      p_other = clamp(sub(1.0, sum(p, {-1})), 0.0, 1.0);  // (N)
+      teacher_xlogx = add(teacher_xlogx, mul(p_other, log(clamp(p_other, 1e-300, 1.0))));
+      p_other = p_other.to(DType::f32);
+    }
+    p = p.to(DType::f32);
+    teacher_xlogx = teacher_xlogx.to(DType::f32);
+  }
+  // The student's log-probabilities of the same buckets.
+  Tensor index = topk_indices.detach().to(dev);
+  Tensor log_q_all = log_softmax(div(student_logits.to(DType::f32), temperature), -1);  // (N,V)
+  Tensor cross = sum(mul(p, gather(log_q_all, 1, index)), {-1});                          // (N): Σ p log q
+  if (bucket) {
+    Tensor in_topk;
+    {
+      NoGradGuard ng;
+      in_topk = gt(scatter_add(zeros({log_q_all.size(0), V}, {DType::f32, dev}), 1, index,
+                               ones(index.shape(), {DType::f32, dev})),
+                   0.5);
+    }
+    Tensor log_q_other = logsumexp(masked_fill(log_q_all, in_topk, -INFINITY), {-1});  // (N)
+    cross = add(cross, mul(p_other, log_q_other));
+  }
+  return mul(mean(sub(teacher_xlogx, cross)), temperature * temperature);
 }
 
 double attention_entropy(const Tensor& weights) {

@@ -42,6 +42,16 @@ std::vector<double> distillation_loss_per_layer(const TraceRequest& trace, const
 // teacher, student (..., V); mask (...) bool, or undefined = every position.
 Tensor logit_distillation_loss(const Tensor& teacher_logits, const Tensor& student_logits, double temperature,
                                const Tensor& mask = Tensor());
+// The same against a cached top-k of the teacher (RADLADS' logit cache): T² · mean over rows of the
+// KL between teacher and student at temperature T, each coarsened to the K cached tokens plus one
+// "other" bucket holding the rest of the mass (teacher: 1 − Σ_top-k p; student: 1 − Σ of its own
+// probabilities at those tokens, taken as a log-sum-exp over the other tokens, so no cancellation).
+// By the data-processing inequality it is <= the full KL, equal to it when K = V (no bucket).
+// topk_values (N,K): the teacher's raw logits at topk_indices (N,K) i32/i64, distinct in a row;
+// teacher_lse (N): logsumexp(teacher logits / T) over the whole vocabulary (f64 keeps the bucket's
+// mass exact); student_logits (N,V). The gradient flows to the student only.
+Tensor topk_logit_distillation_loss(const Tensor& topk_values, const Tensor& topk_indices, const Tensor& teacher_lse,
+                                    const Tensor& student_logits, double temperature);
 
 // Mean over batch, heads and rows of −Σ_j a_ij log a_ij; weights (B,H,L,L).
 double attention_entropy(const Tensor& weights);

@@ -2,7 +2,7 @@
 // kept softmax layers (the layer of highest transfer error goes back to softmax, its feature map
 // gone, its attention the teacher's; saved in config.json, rebuilt on load, kept across a resume;
 // bad layer numbers refused before any work), LoLCATs' MSE attention transfer, and logit
-// distillation against the softmax teacher.
+// distillation against the softmax teacher, on the fly or from the cached top-k of its logits.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -215,4 +215,240 @@ TEST_CASE("logit distillation: the loss is T^2 KL over the kept positions, and t
   // A task without a teacher is refused at the stage.
   cfg.distill.epochs = 0;
   CHECK_THROWS_WITH(train::convert(*tiny_task("hedgehog"), cfg), doctest::Contains("needs the softmax teacher"));
+}
+
+namespace {
+// (loss, d loss / d student) of the cached top-k loss, the student (N,V) a fresh leaf.
+std::pair<double, std::vector<double>> topk_loss_and_grad(const Tensor& teacher, const Tensor& student, int64_t k,
+                                                          double T) {
+  const train::TopkLogits c = train::topk_logits(teacher, k, T);
+  Tensor s = student.detach().clone().requires_grad_(true);
+  Tensor loss = nn::topk_logit_distillation_loss(c.values, c.indices, c.lse, s, T);
+  loss.backward();
+  return {loss.item<double>(), to_vector<double>(s.grad())};
+}
+
+// The bucketed KL by hand, in double: the top-k of the teacher (its ids from topk_logits) plus
+// one bucket of the rest, both distributions at temperature T; T^2 times the mean over rows.
+double bucketed_kl(const std::vector<float>& t, const std::vector<float>& s, const std::vector<int32_t>& ids,
+                   int64_t N, int64_t V, int64_t k, double T) {
+  double total = 0;
+  for (int64_t n = 0; n < N; ++n) {
+    double zt = 0, zs = 0;
+    for (int64_t v = 0; v < V; ++v) zt += std::exp(t[n * V + v] / T), zs += std::exp(s[n * V + v] / T);
+    double pt = 0, qt = 0;
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t v = ids[n * k + j];
+      const double p = std::exp(t[n * V + v] / T) / zt, q = std::exp(s[n * V + v] / T) / zs;
+      total += p * std::log(p / q);
+      pt += p, qt += q;
+    }
+    if (k < V) total += (1 - pt) * std::log((1 - pt) / (1 - qt));
+  }
+  return T * T * total / static_cast<double>(N);
+}
+}  // namespace
+
+TEST_CASE("top-k logit distillation: K = V is the on-the-fly loss and gradient; fewer K a smaller KL, by hand") {
+  Generator g(11);
+  const int64_t N = 12, V = 37;
+  Tensor t = mul(randn({N, V}, g), 3.0), s = mul(randn({N, V}, g), 3.0);
+  for (double T : {1.0, 2.5}) {
+    // The top-k are the K largest, descending, and lse is the log-partition at T.
+    const train::TopkLogits c = train::topk_logits(t, 5, T);
+    const auto tv = to_vector<float>(t), cv = to_vector<float>(c.values);
+    const auto ci = to_vector<int32_t>(c.indices);
+    const auto lse = to_vector<double>(c.lse);
+    for (int64_t n = 0; n < N; ++n) {
+      std::vector<float> row(tv.begin() + n * V, tv.begin() + (n + 1) * V);
+      std::sort(row.rbegin(), row.rend());
+      double z = 0;
+      for (float x : row) z += std::exp(x / T);
+      CHECK(lse[static_cast<size_t>(n)] == doctest::Approx(std::log(z)).epsilon(1e-12));
+      for (int64_t j = 0; j < 5; ++j) {
+        CHECK(cv[static_cast<size_t>(n * 5 + j)] == row[static_cast<size_t>(j)]);
+        CHECK(tv[static_cast<size_t>(n * V + ci[static_cast<size_t>(n * 5 + j)])] == row[static_cast<size_t>(j)]);
+      }
+    }
+    // K = V: the same loss (<= 1e-6 relative) and gradient as logit_distillation_loss.
+    const auto cached = topk_loss_and_grad(t, s, V, T);
+    Tensor leaf = s.detach().clone().requires_grad_(true);
+    Tensor full = nn::logit_distillation_loss(t, leaf, T);
+    full.backward();
+    const double want = full.item<double>();
+    CHECK(cached.first == doctest::Approx(want).epsilon(1e-6));
+    const auto gw = to_vector<double>(leaf.grad());
+    double gmax = 0, gdiff = 0;
+    for (size_t i = 0; i < gw.size(); ++i)
+      gmax = std::max(gmax, std::abs(gw[i])), gdiff = std::max(gdiff, std::abs(gw[i] - cached.second[i]));
+    CHECK(gmax > 1e-3);
+    CHECK(gdiff <= 1e-5 * gmax);  // f32 sums over V in another order
+    // K < V: the KL of the K + 1 buckets, by hand; it grows with K (each partition refines the one
+    // before: data processing) and stays <= the full KL, which K = V - 1 reaches again (a bucket of
+    // one token is that token).
+    double prev = 0;
+    for (int64_t k : {1, 2, 5, 20, 36}) {
+      const train::TopkLogits ck = train::topk_logits(t, k, T);
+      const auto got = topk_loss_and_grad(t, s, k, T);
+      CHECK(got.first == doctest::Approx(bucketed_kl(tv, to_vector<float>(s), to_vector<int32_t>(ck.indices), N, V, k, T))
+                             .epsilon(1e-5));
+      CHECK(got.first >= prev - 1e-6);  // 1e-6: f32 rounding of nearly equal sums
+      CHECK(got.first <= want + 1e-6);
+      if (k <= 20) CHECK(got.first < want - 1e-4);  // a bucket of >= 17 tokens loses their own KL
+      if (k == 36) CHECK(got.first == doctest::Approx(want).epsilon(1e-5));
+      prev = got.first;
+    }
+  }
+  // K < V: the gradient is the loss's, by central differences (f32: h = 1e-2, 2e-3 of the largest).
+  const int64_t k = 4;
+  const auto got = topk_loss_and_grad(t, s, k, 1.5);
+  const train::TopkLogits c = train::topk_logits(t, k, 1.5);
+  double gmax = 0;
+  for (double v : got.second) gmax = std::max(gmax, std::abs(v));
+  auto sv = to_vector<float>(s);
+  for (int64_t at : {0, 5, 40, 100, 443}) {
+    auto loss_at = [&](float d) {
+      auto w = sv;
+      w[static_cast<size_t>(at)] += d;
+      NoGradGuard ng;
+      return nn::topk_logit_distillation_loss(c.values, c.indices, c.lse, from_vector(w, {N, V}), 1.5).item<double>();
+    };
+    const double fd = (loss_at(1e-2f) - loss_at(-1e-2f)) / 2e-2;
+    CHECK(std::abs(fd - got.second[static_cast<size_t>(at)]) <= 2e-3 * gmax);
+  }
+  // Ties go to the lower id; a NaN, +inf or all -inf row is refused.
+  Tensor tied = from_vector(std::vector<float>{1, 3, 3, 2, 3, 0, -INFINITY, 5, 5, 5}, {2, 5});
+  CHECK(to_vector<int32_t>(train::topk_logits(tied, 2, 1.0).indices) == std::vector<int32_t>{1, 2, 2, 3});
+  CHECK(to_vector<int32_t>(train::topk_logits(tied, 4, 1.0).indices) == std::vector<int32_t>{1, 2, 4, 3, 2, 3, 4, 0});
+  for (float v : {NAN, INFINITY})
+    CHECK_THROWS_WITH(train::topk_logits(from_vector(std::vector<float>{0, 1, v, 0, 1, 2}, {3, 2}), 1, 1.0),
+                      doctest::Contains("logits at position 1 are not finite"));
+  CHECK_THROWS_WITH(train::topk_logits(full({2, 3}, -INFINITY), 1, 1.0),
+                    doctest::Contains("logits at position 0 are not finite"));
+  // Bad input.
+  CHECK_THROWS_WITH(train::topk_logits(t, V + 1, 1.0), doctest::Contains("K must be in 1..37"));
+  CHECK_THROWS_WITH(train::topk_logits(t, 0, 1.0), doctest::Contains("K must be in 1..37"));
+  CHECK_THROWS_WITH(nn::topk_logit_distillation_loss(c.values, c.indices, c.lse, s, 0.0),
+                    doctest::Contains("temperature must be > 0"));
+  CHECK_THROWS_WITH(nn::topk_logit_distillation_loss(c.values, c.indices, c.lse, slice(s, 0, 0, 3), 1.0),
+                    doctest::Contains("expected values and indices (N,K)"));
+}
+
+TEST_CASE("top-k logit cache shards: matched to their batch and fingerprint, damaged or other ones not reused") {
+  test::TempDir dir("logit_shards");
+  Generator g(2);
+  train::TopkLogits t = train::topk_logits(randn({6, 20}, g), 3, 1.0);
+  t.batch = 77;
+  const train::LogitShards shards((dir.path / "cache").string(), "train", train::logit_cache_fingerprint("a", 3, 1.0));
+  CHECK_FALSE(shards.valid(0, 77));
+  CHECK(shards.put(0, t) == 6 * 3 * 8 + 6 * 8);
+  CHECK(shards.valid(0, 77));
+  CHECK_FALSE(shards.valid(0, 78));  // another batch
+  const train::TopkLogits back = shards.get(0, 77, Device::cpu());
+  CHECK(to_vector<float>(back.values) == to_vector<float>(t.values));
+  CHECK(to_vector<int32_t>(back.indices) == to_vector<int32_t>(t.indices));
+  CHECK(to_vector<double>(back.lse) == to_vector<double>(t.lse));
+  CHECK_THROWS_WITH(shards.get(0, 78, Device::cpu()), doctest::Contains("of another batch"));
+  CHECK_THROWS_WITH(shards.get(1, 77, Device::cpu()), doctest::Contains("is missing"));
+  for (const auto& fp : {train::logit_cache_fingerprint("a", 4, 1.0), train::logit_cache_fingerprint("a", 3, 2.0),
+                         train::logit_cache_fingerprint("b", 3, 1.0)}) {
+    const train::LogitShards other((dir.path / "cache").string(), "train", fp);
+    CHECK_FALSE(other.valid(0, 77));
+    CHECK_THROWS_WITH(other.get(0, 77, Device::cpu()), doctest::Contains("another teacher, data, K or temperature"));
+  }
+  // A flipped byte in the data: the shard's checksum no longer matches.
+  {
+    std::fstream f(shards.path(0), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(-3, std::ios::end);
+    const char c = static_cast<char>(f.get());
+    f.seekp(-3, std::ios::end);
+    f.put(static_cast<char>(c ^ 1));
+  }
+  CHECK_FALSE(shards.valid(0, 77));
+  shards.remove(1);
+  CHECK_FALSE(std::filesystem::exists(shards.path(0)));
+}
+
+TEST_CASE("logit distillation with the top-k cache: K = V trains the on-the-fly student; resume reuses the shards") {
+  auto teacher = load_student("softmax");
+  train::ConvertConfig cfg;
+  cfg.quiet = true;
+  cfg.distill.epochs = 0;
+  cfg.logits.tokens = 642;  // 6 steps of 5 batches: the 6th is batch 0 of epoch 1, in another order
+  cfg.logits.lr = 3e-4;
+  cfg.finetune.epochs = 0;
+  cfg.fingerprint = "cache";
+  auto fly = tiny_task("hedgehog", teacher);
+  const train::ConvertResult a = train::convert(*fly, cfg);
+
+  test::TempDir dir("logit_cache");
+  cfg.logits.cache = train::LogitCache::topk;
+  cfg.logits.topk = 101;  // gpt2-tiny's vocabulary: no bucket
+  cfg.logits.cache_folder = (dir.path / "cache").string();
+  auto cached = tiny_task("hedgehog", teacher);
+  const train::ConvertResult b = train::convert(*cached, cfg);
+  const int64_t val = cached->batches(train::Split::val);
+  CHECK(b.logit_shards_written == 6 + val);
+  CHECK(b.logit_shards_reused == 0);
+  CHECK(b.logit_cache_bytes > 0);
+  CHECK_FALSE(std::filesystem::exists(cfg.logits.cache_folder));  // removed once the stage finished
+  CHECK(b.logits.steps == 6);
+  REQUIRE(b.logits.val.size() == a.logits.val.size());
+  for (size_t i = 0; i < a.logits.val.size(); ++i)
+    CHECK(b.logits.val[i] == doctest::Approx(a.logits.val[i]).epsilon(1e-5));
+  // The same student: AdamW on gradients equal up to f32 rounding.
+  double diff = 0, moved = 0;
+  auto start = tiny_task("hedgehog")->model().state_dict();
+  std::map<std::string, Tensor> init(start.begin(), start.end());
+  auto cs = cached->model().state_dict();
+  std::map<std::string, Tensor> mine(cs.begin(), cs.end());
+  for (const auto& kv : fly->model().state_dict()) {
+    const auto x = to_vector<float>(kv.second), y = to_vector<float>(mine.at(kv.first)),
+               x0 = to_vector<float>(init.at(kv.first));
+    for (size_t i = 0; i < x.size(); ++i)
+      diff = std::max(diff, static_cast<double>(std::abs(x[i] - y[i]))),
+      moved = std::max(moved, static_cast<double>(std::abs(x[i] - x0[i])));
+  }
+  MESSAGE("largest weight change by the stage ", moved, ", largest difference cached vs on the fly ", diff);
+  CHECK(moved > 1e-4);
+  CHECK(diff <= 1e-2 * moved);  // AdamW divides by sqrt(v): tiny gradients' f32 rounding moves a weight by up to lr
+
+  // Interrupted after the stage's first epoch, then resumed: every shard reused, none rebuilt.
+  cfg.logits.topk = 16;
+  cfg.checkpoint_path = (dir.path / "ck.safetensors").string();
+  cfg.stop_after_epochs = 1;
+  const train::ConvertResult c = train::convert(*tiny_task("hedgehog", teacher), cfg);
+  REQUIRE(c.interrupted);
+  CHECK(c.logit_shards_written == 6 + val);
+  cfg.stop_after_epochs = 0;
+  cfg.resume = true;
+  auto resumed = tiny_task("hedgehog", teacher);
+  const train::ConvertResult d = train::convert(*resumed, cfg);
+  CHECK_FALSE(d.interrupted);
+  CHECK(d.logit_shards_written == 0);
+  CHECK(d.logit_shards_reused == 6 + val);
+  CHECK(d.logits.steps == 6);
+  REQUIRE(d.logits.val.size() == 2);  // the evaluation before the interruption, kept, and the last
+  CHECK(d.logits.val.front() == c.logits.val.front());
+  CHECK(std::isfinite(d.logits.val.back()));
+
+  // Shards of another K (a stage interrupted with K = 16, a fresh run with K = 8) are rebuilt.
+  cfg.resume = false;
+  cfg.stop_after_epochs = 1;
+  REQUIRE(train::convert(*tiny_task("hedgehog", teacher), cfg).interrupted);
+  cfg.logits.topk = 8;
+  cfg.stop_after_epochs = 0;
+  const train::ConvertResult e = train::convert(*tiny_task("hedgehog", teacher), cfg);
+  CHECK(e.logit_shards_written == 6 + val);
+  CHECK(e.logit_shards_reused == 0);
+
+  // Bad settings, before any work.
+  cfg.logits.topk = 0;
+  CHECK_THROWS_WITH(train::convert(*tiny_task("hedgehog", teacher), cfg), doctest::Contains("top-k must be >= 1"));
+  cfg.logits.topk = 102;
+  CHECK_THROWS_WITH(train::convert(*tiny_task("hedgehog", teacher), cfg),
+                    doctest::Contains("top-k 102 exceeds the vocabulary of 101"));
+  cfg.logits.topk = 8;
+  cfg.logits.cache_folder.clear();
+  CHECK_THROWS_WITH(train::convert(*tiny_task("hedgehog", teacher), cfg), doctest::Contains("needs a folder"));
 }

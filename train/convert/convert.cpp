@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <functional>
+#include <iostream>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -199,7 +201,9 @@ nlohmann::json result_json(const ConvertResult& r) {
           {"trainable", {r.trainable_distill, r.trainable_finetune}},
           {"lora_targets", r.lora_targets}};
   if (!r.layer_error.empty()) j["layer_error"] = r.layer_error;  // absent before kept layers existed
-  if (!r.logits.stopped.empty()) {  // absent before logit distillation existed
+  // Absent before logit distillation existed; present from the stage's first step (a checkpoint
+  // written inside the stage keeps its log for the resume).
+  if (!r.logits.stopped.empty() || r.logits.steps > 0) {
     j["logits"] = log_json(r.logits);
     j["logit_distilled"] = metrics_json(r.logit_distilled);
   }
@@ -288,6 +292,30 @@ struct Stage {
   bool resume = false;             // continue from the checkpoint on disk (written in this stage)
 };
 
+// The top-k logit cache of stage 3: the teacher runs over the batches the stage will see, in its
+// order (training step t is batch t % nb of epoch t / nb, ordered by task.shuffle), then over its
+// validation batches, and each batch's top-k goes to its shard unless a valid one is there.
+void build_logit_cache(ConversionTask& task, const LogitShards& train, const LogitShards& val, int64_t steps,
+                       int64_t val_batches, const LogitStage& g, ConvertResult& r) {
+  const int64_t nb = task.batches(Split::train);
+  auto fill = [&](const LogitShards& shards, int64_t at, Split s, int64_t i) {
+    if (shards.valid(static_cast<size_t>(at), task.batch_key(s, i))) {
+      ++r.logit_shards_reused;
+      return;
+    }
+    r.logit_cache_bytes += shards.put(static_cast<size_t>(at), task.teacher_topk(s, i, g.topk, g.temperature));
+    ++r.logit_shards_written;
+  };
+  for (int64_t step = 0; step < steps; ++step) {
+    if (step % nb == 0) task.shuffle(step / nb);
+    fill(train, step, Split::train, step % nb);
+  }
+  for (int64_t i = 0; i < val_batches; ++i) fill(val, i, Split::val, i);
+  std::cerr << "logit cache: top-" << g.topk << " of the teacher's logits, " << r.logit_shards_written
+            << " shards written (" << r.logit_cache_bytes / (1 << 20) << " MiB), " << r.logit_shards_reused
+            << " reused, in " << train.folder() << "\n";
+}
+
 }  // namespace
 
 Tensor ConversionTask::logit_loss(Split, int64_t, double) {
@@ -316,6 +344,55 @@ Tensor CausalLmTask::logit_loss(Split s, int64_t i, double temperature) {
     teacher_logits = t->forward(inputs);  // (B,L,V)
   }
   return nn::logit_distillation_loss(teacher_logits, lm().forward(inputs), temperature, ne(targets, -100));
+}
+
+TopkLogits ConversionTask::teacher_topk(Split, int64_t, int64_t, double) {
+  fail("convert: this task has no teacher logits to cache (--logit-cache topk)");
+}
+uint64_t ConversionTask::batch_key(Split, int64_t) const {
+  fail("convert: this task has no teacher logits to cache (--logit-cache topk)");
+}
+Tensor ConversionTask::topk_logit_loss(Split, int64_t, const TopkLogits&, double) {
+  fail("convert: this task has no teacher logits to cache (--logit-cache topk)");
+}
+
+namespace {
+// The rows of logits (B,L,V) at the positions targets (B,L) scores (not -100), row-major: (N,V).
+Tensor scored_rows(const Tensor& logits, const Tensor& targets) {
+  std::vector<int64_t> at;
+  const std::vector<int64_t> t = to_vector<int64_t>(targets);
+  for (size_t p = 0; p < t.size(); ++p)
+    if (t[p] != -100) at.push_back(static_cast<int64_t>(p));
+  HH_CHECK(!at.empty(), "convert: a batch scores no position");
+  const int64_t n = static_cast<int64_t>(at.size());
+  return index_select(reshape(logits, {-1, logits.size(logits.dim() - 1)}), 0,
+                      from_vector(at, {n}, {DType::i64, logits.device()}));
+}
+}  // namespace
+
+TopkLogits CausalLmTask::teacher_topk(Split s, int64_t i, int64_t k, double temperature) {
+  nn::CausalLM* t = teacher();
+  HH_CHECK(t != nullptr, "convert: logit distillation needs the softmax teacher (no teacher given)");
+  Tensor inputs, targets;
+  batch(s, i, inputs, targets);
+  NoGradGuard ng;
+  t->eval();
+  TopkLogits out = topk_logits(scored_rows(t->forward(inputs), targets), k, temperature);
+  out.batch = batch_checksum({inputs, targets});
+  return out;
+}
+
+uint64_t CausalLmTask::batch_key(Split s, int64_t i) const {
+  Tensor inputs, targets;
+  batch(s, i, inputs, targets);
+  return batch_checksum({inputs, targets});
+}
+
+Tensor CausalLmTask::topk_logit_loss(Split s, int64_t i, const TopkLogits& teacher, double temperature) {
+  Tensor inputs, targets;
+  batch(s, i, inputs, targets);
+  return nn::topk_logit_distillation_loss(teacher.values, teacher.indices, teacher.lse,
+                                          scored_rows(lm().forward(inputs), targets), temperature);
 }
 
 void ConversionTask::keep_softmax(const std::vector<int64_t>&) {
@@ -359,6 +436,13 @@ ConvertResult convert(ConversionTask& task, const ConvertConfig& cfg) {
            "convert: logit distillation needs tokens >= 0, lr > 0, temperature > 0, grad_clip >= 0");
   HH_CHECK(g.mode == "full" || g.mode == "lora", "convert: logit distillation mode must be full or lora, got '", g.mode,
            "'");
+  HH_CHECK(g.topk >= 1, "convert: the logit cache's top-k must be >= 1, got ", g.topk);
+  if (g.cache == LogitCache::topk && g.tokens > 0) {  // before any work
+    HH_CHECK(!g.cache_folder.empty(), "convert: the top-k logit cache needs a folder (LogitStage::cache_folder)");
+    if (const nn::CausalLM* lm = task.causal_lm())
+      HH_CHECK(g.topk <= lm->vocab_size(), "convert: the logit cache's top-k ", g.topk, " exceeds the vocabulary of ",
+               lm->vocab_size());
+  }
   HH_CHECK(!cfg.resume || !cfg.checkpoint_path.empty(), "convert: --resume needs a checkpoint path");
   HH_CHECK(cfg.stop_after_epochs == 0 || !cfg.checkpoint_path.empty(),
            "convert: stop_after_epochs needs a checkpoint path");
@@ -410,7 +494,8 @@ ConvertResult convert(ConversionTask& task, const ConvertConfig& cfg) {
   // One stage as a Trainer run; `log` is its StageLog in r. Returns the Trainer's result; the best
   // weights are loaded when it ends (keep_best).
   auto run_stage = [&](const Stage& s, StageLog& log, Optimizer& opt, const LrSchedule& schedule,
-                       const std::function<Tensor(int64_t)>& step_loss, const std::function<Evaluation()>& validate) {
+                       const std::function<Tensor(int64_t step, int64_t i)>& step_loss,
+                       const std::function<Evaluation()>& validate) {
     TrainerConfig tc;
     tc.total_steps = s.max_steps > 0 ? std::min(s.max_steps, nb * s.epochs) : nb * s.epochs;
     tc.steps_per_epoch = nb;  // evaluated at every epoch's end (and after a max_steps cut)
@@ -433,7 +518,7 @@ ConvertResult convert(ConversionTask& task, const ConvertConfig& cfg) {
         shuffled = step / nb;
         task.shuffle(shuffled);
       }
-      return step_loss(step % nb);
+      return step_loss(step, step % nb);  // the stage's step and the batch of its epoch
     };
     hooks.evaluate = [&](int64_t) { return validate(); };
     int64_t counted = 0;  // epochs that did not end the stage (as stop_after_epochs counts them)
@@ -526,7 +611,7 @@ ConvertResult convert(ConversionTask& task, const ConvertConfig& cfg) {
       s.resume = disk.found;
       const TrainerResult tr = run_stage(
           s, r.distill, opt, schedule,
-          [&](int64_t i) {
+          [&](int64_t, int64_t i) {
             nn::TraceRequest tr = nn::distill_trace_request(d.loss);
             task.trace(Split::train, i, tr);
             return nn::distillation_loss(tr, d.loss);
@@ -576,22 +661,42 @@ ConvertResult convert(ConversionTask& task, const ConvertConfig& cfg) {
     s.keep_best = false;
     s.grad_clip = g.grad_clip;
     s.resume = disk.found && disk.stage == 3;
+    int64_t val_n = task.batches(Split::val);
+    if (g.val_batches > 0) val_n = std::min(val_n, g.val_batches);
+    std::optional<LogitShards> train_cache, val_cache;
+    if (g.cache == LogitCache::topk) {
+      const std::string fp = logit_cache_fingerprint(cfg.fingerprint, g.topk, g.temperature);
+      train_cache.emplace(g.cache_folder, "train", fp);
+      val_cache.emplace(g.cache_folder, "val", fp);
+      build_logit_cache(task, *train_cache, *val_cache, steps, val_n, g, r);
+    }
+    const Device device = model.parameters().front().device();
+    // Stage step `at` (or validation batch `at`) is batch i of split sp.
+    auto logit_loss = [&](Split sp, int64_t at, int64_t i) {
+      if (!train_cache) return task.logit_loss(sp, i, g.temperature);
+      const LogitShards& c = sp == Split::train ? *train_cache : *val_cache;
+      return task.topk_logit_loss(sp, i, c.get(static_cast<size_t>(at), task.batch_key(sp, i), device), g.temperature);
+    };
     const TrainerResult tr = run_stage(
-        s, r.logits, opt, schedule, [&](int64_t i) { return task.logit_loss(Split::train, i, g.temperature); },
+        s, r.logits, opt, schedule, [&](int64_t step, int64_t i) { return logit_loss(Split::train, step, i); },
         [&] {
           NoGradGuard ng;
           model.eval();
-          int64_t n = task.batches(Split::val);
-          if (g.val_batches > 0) n = std::min(n, g.val_batches);
           double total = 0;
-          for (int64_t i = 0; i < n; ++i) total += task.logit_loss(Split::val, i, g.temperature).item<double>();
+          for (int64_t i = 0; i < val_n; ++i) total += logit_loss(Split::val, i, i).item<double>();
           model.train();
-          const double v = total / static_cast<double>(n);
+          const double v = total / static_cast<double>(val_n);
           return Evaluation{v, {{"val_kl", v}}, false};
         });
     if (tr.interrupted() || spent()) {
       r.interrupted = true;
       return r;
+    }
+    if (train_cache) {  // the stage has finished: a resume never needs the shards again
+      train_cache->remove(static_cast<size_t>(steps));
+      val_cache->remove(static_cast<size_t>(val_n));
+      std::error_code ec;
+      std::filesystem::remove(g.cache_folder, ec);  // only if empty
     }
     if (g.mode == "lora") nn::merge_lora(model);
     set_trainable(model, [](const std::string&) { return true; });
@@ -637,7 +742,7 @@ ConvertResult convert(ConversionTask& task, const ConvertConfig& cfg) {
     s.resume = disk.found && disk.stage == 2 && !disk.legacy_stage_start();
     const TrainerResult tr = run_stage(
         s, r.finetune, opt, schedule,
-        [&](int64_t i) {
+        [&](int64_t, int64_t i) {
           if (f.joint_weight <= 0) return task.loss(Split::train, i, nullptr);
           nn::TraceRequest tr = nn::distill_trace_request(f.joint_loss);
           Tensor task_loss = task.loss(Split::train, i, &tr);

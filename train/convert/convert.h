@@ -23,6 +23,7 @@
 #include "nn/models/hf_model.h"
 #include "nn/module.h"
 #include "train/convert/hidden_store.h"
+#include "train/convert/logit_cache.h"
 
 namespace hh::train {
 
@@ -55,6 +56,13 @@ class ConversionTask {
   // against the softmax teacher's, nn::logit_distillation_loss over the positions the task scores.
   // The default refuses: the task has no teacher logits.
   virtual Tensor logit_loss(Split s, int64_t i, double temperature);
+  // The top-k logit cache (LogitStage::cache, train/convert/logit_cache.h): the teacher's top-k of
+  // batch i of split s over the positions logit_loss scores (its `batch` set to batch_key), the key
+  // that identifies the batch (a checksum of its ids and scored positions), and logit_loss against
+  // a cached top-k of the batch (nn::topk_logit_distillation_loss). The defaults refuse.
+  virtual TopkLogits teacher_topk(Split s, int64_t i, int64_t k, double temperature);
+  virtual uint64_t batch_key(Split s, int64_t i) const;
+  virtual Tensor topk_logit_loss(Split s, int64_t i, const TopkLogits& teacher, double temperature);
   // Block-wise attention transfer (DistillStage::blocks): the student as a causal LM and the input
   // ids (B,L) of every training batch. The defaults: none (the driver refuses block-wise transfer).
   virtual nn::CausalLM* causal_lm() { return nullptr; }
@@ -70,6 +78,9 @@ class CausalLmTask : public ConversionTask {
   std::vector<Tensor> transfer_batches() override;  // every training batch's input ids
   // KL(teacher ‖ student) over the positions the loss scores.
   Tensor logit_loss(Split s, int64_t i, double temperature) override;
+  TopkLogits teacher_topk(Split s, int64_t i, int64_t k, double temperature) override;
+  uint64_t batch_key(Split s, int64_t i) const override;
+  Tensor topk_logit_loss(Split s, int64_t i, const TopkLogits& teacher, double temperature) override;
   void keep_softmax(const std::vector<int64_t>& layers) override { lm().keep_softmax(layers); }
   virtual nn::CausalLM& lm() = 0;
   // (B,L) inputs and targets of batch i of split s.
@@ -101,8 +112,14 @@ struct DistillStage {
 };
 
 // Logit distillation (RADLADS / MOHAWK): the whole student (every weight, or LoRA adapters merged at
-// the end) trained on KL(teacher ‖ student) over next-token distributions, teacher logits computed
-// on the fly, after attention transfer and before (or instead of) the task finetuning.
+// the end) trained on KL(teacher ‖ student) over next-token distributions, after attention transfer
+// and before (or instead of) the task finetuning. The teacher's logits are computed on the fly, or
+// (cache topk) once before the stage over the very batches it will see, in its order (its training
+// steps, then its validation batches), their top-k kept in shards under cache_folder
+// (train/convert/logit_cache.h); the loss is then the KL over the top-k plus an "other" bucket
+// (nn::topk_logit_distillation_loss), the validation KL too. Shards of this teacher, data, K and T
+// that match their batch are reused (a resumed stage, an interrupted cache build), others rebuilt;
+// the shards are removed once the stage has finished.
 struct LogitStage {
   int64_t tokens = 0;           // training tokens (task.tokens) to distill on; 0 = skip the stage
   double lr = 1e-4;
@@ -111,6 +128,9 @@ struct LogitStage {
   double grad_clip = 1.0;       // 0 = off
   std::string mode = "full";    // "full" or "lora" (FinetuneStage's LoRA settings)
   int64_t val_batches = 0;      // validation batches per evaluation of the KL (0 = all)
+  LogitCache cache = LogitCache::none;
+  int64_t topk = 64;            // cache topk: the teacher's logits kept per position (1..vocabulary)
+  std::string cache_folder;     // cache topk: where the shards go (created if needed)
 };
 
 struct FinetuneStage {
@@ -169,6 +189,8 @@ struct ConvertResult {
   Metrics logit_distilled;  // after logit distillation (empty when skipped)
   Metrics finetuned;    // after stage 2 (empty when skipped)
   StageLog distill, logits, finetune;  // logits.val: the validation KL per evaluation
+  // The top-k logit cache in this call: shards written and reused, and the bytes written.
+  int64_t logit_shards_written = 0, logit_shards_reused = 0, logit_cache_bytes = 0;
   int64_t trainable_distill = 0, trainable_finetune = 0;  // parameters trained in each stage
   std::vector<std::string> lora_targets;  // Linear modules that got adapters
   // After stage 1: each attention layer's transfer error on the validation batches (empty when

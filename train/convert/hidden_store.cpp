@@ -5,7 +5,6 @@
 #include <utility>
 
 #include "core/error.h"
-#include "core/safetensors.h"
 
 namespace hh::train {
 
@@ -25,24 +24,48 @@ const char* hidden_place_name(HiddenPlace p) {
   return "?";
 }
 
-HiddenStore::HiddenStore(HiddenPlace place, Device device, std::string folder)
-    : place_(place), device_(device), folder_(std::move(folder)) {
-  if (place_ != HiddenPlace::disk) return;
-  HH_CHECK(!folder_.empty(), "hidden states on disk: no folder given");
+ShardFolder::ShardFolder(std::string folder, std::string prefix) : folder_(std::move(folder)), prefix_(std::move(prefix)) {
+  HH_CHECK(!folder_.empty(), "shards on disk: no folder given");
   std::error_code ec;
   std::filesystem::create_directories(folder_, ec);
-  HH_CHECK(!ec && std::filesystem::is_directory(folder_), "hidden states on disk: cannot create folder ", folder_,
-           ": ", ec.message());
+  HH_CHECK(!ec && std::filesystem::is_directory(folder_), "shards on disk: cannot create folder ", folder_, ": ",
+           ec.message());
+}
+
+std::string ShardFolder::path(size_t i) const {
+  return (std::filesystem::path(folder_) / (prefix_ + "-" + std::to_string(i) + ".safetensors")).string();
+}
+
+bool ShardFolder::exists(size_t i) const {
+  std::error_code ec;
+  return std::filesystem::is_regular_file(path(i), ec);
+}
+
+int64_t ShardFolder::write(size_t i, const std::vector<std::pair<std::string, Tensor>>& tensors,
+                           const std::map<std::string, std::string>& metadata, Checksums checksums) const {
+  save_safetensors(path(i), tensors, metadata, checksums);
+  int64_t bytes = 0;
+  for (const auto& kv : tensors) bytes += kv.second.numel() * static_cast<int64_t>(itemsize(kv.second.dtype()));
+  return bytes;
+}
+
+SafeTensors ShardFolder::read(size_t i) const { return load_safetensors(path(i)); }
+
+void ShardFolder::remove(size_t i) const {
+  std::error_code ec;
+  std::filesystem::remove(path(i), ec);
+}
+
+HiddenStore::HiddenStore(HiddenPlace place, Device device, std::string folder) : place_(place), device_(device) {
+  if (place_ == HiddenPlace::disk) {
+    HH_CHECK(!folder.empty(), "hidden states on disk: no folder given");
+    shards_.emplace(std::move(folder), "hidden");
+  }
 }
 
 HiddenStore::~HiddenStore() {
-  std::error_code ec;
   for (size_t i = 0; i < written_.size(); ++i)
-    if (written_[i]) std::filesystem::remove(shard(i), ec);
-}
-
-std::string HiddenStore::shard(size_t i) const {
-  return (std::filesystem::path(folder_) / ("hidden-" + std::to_string(i) + ".safetensors")).string();
+    if (written_[i]) shards_->remove(i);
 }
 
 void HiddenStore::put(size_t i, const Tensor& x) {
@@ -54,10 +77,8 @@ void HiddenStore::put(size_t i, const Tensor& x) {
     case HiddenPlace::device: slots_[i] = x.to(device_); break;
     case HiddenPlace::host: slots_[i] = x.to(Device::cpu()); break;
     case HiddenPlace::disk: {
-      // Written to a new file and renamed over the old one: a tensor still mapped from the old file
-      // stays valid.
-      save_safetensors(shard(i), {{"hidden", x}});
-      if (!written_[i]) disk_bytes_ += x.numel() * static_cast<int64_t>(itemsize(x.dtype()));
+      const int64_t bytes = shards_->write(i, {{"hidden", x}});
+      if (!written_[i]) disk_bytes_ += bytes;
       written_[i] = true;
       break;
     }
@@ -68,9 +89,9 @@ Tensor HiddenStore::get(size_t i) const {
   HH_CHECK(i < slots_.size() && (place_ != HiddenPlace::disk || written_[i]), "hidden states: batch ", i,
            " was never stored");
   if (place_ != HiddenPlace::disk) return slots_[i].to(device_);
-  SafeTensors f = load_safetensors(shard(i));
+  SafeTensors f = shards_->read(i);
   auto it = f.tensors.find("hidden");
-  HH_CHECK(it != f.tensors.end(), "hidden states: ", shard(i), " lacks its tensor");
+  HH_CHECK(it != f.tensors.end(), "hidden states: ", shards_->path(i), " lacks its tensor");
   return it->second.to(device_);
 }
 

@@ -1,17 +1,43 @@
 // The teacher's hidden states between blocks of layer-wise attention transfer, one (B,L,C) tensor
 // per batch, kept where they fit: on the model's device, in host memory, or in shard files on disk
 // (one safetensors file per batch, memory-mapped when read back), so a model whose activations for
-// every batch exceed memory still converts block by block.
+// every batch exceed memory still converts block by block. The shard files are a ShardFolder, which
+// the teacher's top-k logit cache (train/convert/logit_cache.h) uses too.
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/device.h"
+#include "core/safetensors.h"
 #include "core/tensor.h"
 
 namespace hh::train {
+
+// Numbered safetensors shards "<prefix>-<i>.safetensors" in one folder (created if needed): each
+// written atomically (a temp file renamed over the old one, so a tensor still mapped from the old
+// file stays valid and a crash never leaves half a shard under its name) and read back through a
+// memory map (no copy).
+class ShardFolder {
+ public:
+  ShardFolder(std::string folder, std::string prefix);
+  std::string path(size_t i) const;
+  bool exists(size_t i) const;
+  // Writes shard i (tensors on any device); returns the bytes of tensor data written. With
+  // checksums every read verifies them (a damaged shard is an error naming it).
+  int64_t write(size_t i, const std::vector<std::pair<std::string, Tensor>>& tensors,
+                const std::map<std::string, std::string>& metadata = {}, Checksums checksums = Checksums::none) const;
+  SafeTensors read(size_t i) const;  // CPU tensors viewing the mapped file
+  void remove(size_t i) const;       // if present; errors ignored
+  const std::string& folder() const { return folder_; }
+
+ private:
+  std::string folder_, prefix_;
+};
 
 enum class HiddenPlace { device, host, disk };
 HiddenPlace parse_hidden_place(const std::string& s);  // "device" | "host" | "disk"
@@ -33,10 +59,9 @@ class HiddenStore {
   int64_t bytes_on_disk() const { return disk_bytes_; }
 
  private:
-  std::string shard(size_t i) const;
   HiddenPlace place_;
   Device device_;
-  std::string folder_;
+  std::optional<ShardFolder> shards_;  // disk only
   std::vector<Tensor> slots_;  // device/host: the tensors; disk: undefined placeholders
   std::vector<bool> written_;
   int64_t disk_bytes_ = 0;
