@@ -7,6 +7,7 @@
 #include <cmath>
 #include <vector>
 
+#include "autograd/autocast.h"
 #include "autograd/grad_mode.h"
 #include "autograd/ops.h"
 #include "core/kernels/gated_linear.h"
@@ -104,6 +105,7 @@ Tensor channel_scores(const Tensor& p, const Tensor& k, const Tensor& d) {
 
 Tensor gated_attention_quadratic(const Tensor& pq, const Tensor& pk_in, const Tensor& v, const Tensor& log_a_in,
                                  bool normalize, double eps, const Tensor& key_mask, Tensor* weights) {
+  AutocastGuard no_autocast(DType::bf16, false);  // computed in the inputs' dtype
   check_inputs("gated_attention_quadratic", pq, pk_in, v, log_a_in, eps, key_mask);
   Tensor pk = pk_in, log_a = log_a_in;
   mask_tokens(key_mask, pk, log_a);
@@ -118,6 +120,7 @@ Tensor gated_attention_quadratic(const Tensor& pq, const Tensor& pk_in, const Te
 
 Tensor gated_attention_chunked(const Tensor& pq, const Tensor& pk_in, const Tensor& v, const Tensor& log_a_in,
                                bool normalize, double eps, const Tensor& key_mask, int64_t chunk) {
+  AutocastGuard no_autocast(DType::bf16, false);  // computed in the inputs' dtype
   const char* op = "gated_attention_chunked";
   check_inputs(op, pq, pk_in, v, log_a_in, eps, key_mask);
   HH_CHECK(chunk > 0, op, ": chunk size must be positive, got ", chunk);
@@ -147,6 +150,7 @@ Tensor gated_attention_chunked(const Tensor& pq, const Tensor& pk_in, const Tens
 
 Tensor gated_attention_step(GatedDecodeState& st, const Tensor& pq_t, const Tensor& pk_t, const Tensor& v_t,
                             const Tensor& log_a_t, bool normalize, double eps) {
+  AutocastGuard no_autocast(DType::bf16, false);  // computed in the inputs' dtype
   const char* op = "gated_attention_step";
   check_inputs(op, pq_t, pk_t, v_t, log_a_t, eps, Tensor());
   HH_CHECK(pq_t.size(2) == 1, op, ": expected one token, pq_t (B,H,1,F), got ", pq_t.shape());
@@ -193,6 +197,7 @@ Tensor gated_attention_step(GatedDecodeState& st, const Tensor& pq_t, const Tens
 
 Tensor gated_attention_recurrent(const Tensor& pq, const Tensor& pk_in, const Tensor& v, const Tensor& log_a_in,
                                  bool normalize, double eps, const Tensor& key_mask) {
+  AutocastGuard no_autocast(DType::bf16, false);  // computed in the inputs' dtype
   check_inputs("gated_attention_recurrent", pq, pk_in, v, log_a_in, eps, key_mask);
   Tensor pk = pk_in, log_a = log_a_in;
   mask_tokens(key_mask, pk, log_a);

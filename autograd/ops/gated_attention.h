@@ -13,7 +13,8 @@
 // log_a along L. No scale is applied (GLA's q·K^-1/2 is the caller's). key_mask (B,L) (true or
 // nonzero = a real token), optional: a padded token adds nothing to the state and does not decay
 // it (its key and its log gate count as zero), as if it were absent. A group norm of the output
-// is the module's (nn/), not the op's. Computed in the inputs' dtype (all alike, floating).
+// is the module's (nn/), not the op's. Computed in the inputs' dtype (all alike, floating), autocast
+// or not.
 #pragma once
 #include <cstdint>
 

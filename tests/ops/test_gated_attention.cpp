@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "autograd/autocast.h"
 #include "core/safetensors.h"
 #include "tests/op_table.h"
 
@@ -250,6 +251,22 @@ TEST_CASE("gated attention: the decoding kernel (no gradient) equals the compose
         }
         CHECK(rel_err(kernel, detach(with_graph)) <= (dt == DType::f64 ? 1e-14 : 1e-6));
       }
+}
+
+TEST_CASE("gated attention: under bf16 autocast every form computes in its inputs' dtype") {
+  // As the delta ops: an f32 mixer under --precision bf16 gets the f32 result (the matmuls inside
+  // the quadratic and recurrent forms would otherwise mix bf16 and f32 operands).
+  Generator g(91);
+  const std::vector<Tensor> x = gated_inputs(g, DType::f32, {1, 2, 9, 3, 2}, true, true);
+  const Tensor want = gated_attention_recurrent(x[0], x[1], x[2], x[3], true, kEps);
+  AutocastGuard bf16(DType::bf16, true);
+  std::vector<Tensor> got{gated_attention_quadratic(x[0], x[1], x[2], x[3], true, kEps),
+                          gated_attention_chunked(x[0], x[1], x[2], x[3], true, kEps),
+                          gated_attention_recurrent(leaves(x)[0], x[1], x[2], x[3], true, kEps)};
+  for (const Tensor& y : got) {
+    CHECK(y.dtype() == DType::f32);
+    CHECK(rel_err(y, want) <= 1e-5);
+  }
 }
 
 TEST_CASE("gated attention: the quadratic weights, and log gates of zero are ungated linear attention") {
