@@ -31,9 +31,10 @@ Tensor gated_attention_quadratic(const Tensor& pq, const Tensor& pk, const Tenso
                                  Tensor* weights = nullptr);
 
 // The same function, chunked, as one kernel with a hand-derived backward
-// (core/kernels/gated_linear.h): blocks of n = gcd(chunk, 16) tokens, cumulative log gates kept
-// relative to the block start (b <= 0 inside a block). Inside a block the pairwise factors
-// exp(b_r - b_s) (s <= r) are exponentiated one by one, as fla's sub-blocks do; across blocks
+// (core/kernels/gated_linear.h): blocks of `chunk` tokens for a per-head decay, of gcd(chunk, 16)
+// for a per-channel gate; cumulative log gates kept relative to the block start (b <= 0 inside a
+// block). Inside a block the pairwise factors exp(b_r - b_s) (s <= r) are exponentiated one by
+// one (per channel, as fla's sub-blocks do); across blocks
 // the state is carried (S <- diag(exp(b_last)) S + Σ_s (pk_s ⊙ exp(b_last - b_s)) v_sᵀ) and read
 // through pq ⊙ exp(b). Every exponent is <= 0, so nothing overflows at any length. Memory
 // beyond inputs and output: O(F·Dv) per (batch, head), forward and backward (the backward

@@ -14,8 +14,9 @@
 
 namespace hh::kernels {
 
-// -> y (G,L,E). `chunk` is the op's chunk length: the CPU kernel scans blocks of gcd(chunk, 16)
-// tokens (the sub-blocks of the chunked form); the result does not depend on it beyond rounding.
+// -> y (G,L,E). `chunk` is the op's chunk length: the CPU kernel scans blocks of `chunk` tokens
+// for a per-head decay and of gcd(chunk, 16) for a per-channel gate; the result does not depend
+// on it beyond rounding.
 using GatedLinearForward = void(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& log_a, int64_t chunk,
                                 const Tensor& y);
 // The gradients of y: gy (G,L,E) -> gq, gk (G,L,F), gv (G,L,E), glog_a (G,L,A), all overwritten.
