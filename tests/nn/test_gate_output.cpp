@@ -1,7 +1,8 @@
 // A gated mixer's output (nn/gate.h GateOutput): parsed once; with group_norm every gate's mixer is
 // the unnormalized gated attention (the delta rule as it is) followed by an RMSNorm per head over
 // Dv (g_norm under feature_map), in each form and in decoding; a GPT-2 student saves
-// hedgehog.gate_output and reloads to the same logits; the default writes nothing new.
+// hedgehog.gate_output and reloads to the same logits, its kept softmax layers have no g_norm; the
+// default writes nothing new.
 #include <doctest/doctest.h>
 #include <unistd.h>
 
@@ -195,6 +196,26 @@ TEST_CASE("gate output: a GPT-2 student with groupnorm decodes like its forward,
     std::ofstream(out / "config.json") << cfg.dump();
     CHECK_THROWS_WITH_AS(load_hf_model(out.string()), doctest::Contains("gate_output 'groupnorm' needs a gate"), Error);
     fs::remove_all(out);
+  }
+  {
+    // A kept softmax layer has no state and no g_norm, built so or kept after.
+    HFModelOptions o;
+    o.mixer = parse_mixer("hedgehog", "test");
+    o.gate = Gate::gla;
+    o.gate_output = GateOutput::group_norm;
+    o.softmax_layers = {0};
+    auto m = load_hf_model(src, o);
+    auto count_g_norm = [&]() {
+      int64_t n = 0;
+      for (const auto& kv : m->named_parameters()) n += kv.first.find(".g_norm.") != std::string::npos;
+      return n;
+    };
+    CHECK(count_g_norm() == 1);
+    m->keep_softmax({1});
+    CHECK(count_g_norm() == 0);
+    Generator gen(4);
+    NoGradGuard ng;
+    CHECK(std::isfinite(sum(dynamic_cast<CausalLM&>(*m).forward(randint(0, 50, {1, 5}, gen))).item<double>()));
   }
   // The default output writes no gate_output key (older folders and configs unchanged).
   HFModelOptions o;
