@@ -212,6 +212,9 @@ int run(int argc, char** argv) {
   f.add("gate", "none", "gates of the linear maps' state, a comma list: none, decay (RetNet), gla, liger,\n"
         "                       delta (Gated DeltaNet) (each linear map runs once per gate; softmax and hybrids\n"
         "                       once, ungated)");
+  f.add("gate-output", "normalizer",
+        "output of the gated maps: normalizer (y = qS / (qz + eps); delta: y = S^T q) or groupnorm (no\n"
+        "                       normalizer, then an RMSNorm per head, as GLA and Gated DeltaNet; needs --gate)");
   apps::CommonFlagSpec common;
   common.seed_help = "seed for data and initialization";
   common.threads_default = "";
@@ -316,6 +319,7 @@ int run(int argc, char** argv) {
     gates.push_back(gate);
   }
   HH_CHECK(!gates.empty(), "--gate: empty list");
+  const nn::GateOutput gate_output = nn::parse_gate_output(f.str("gate-output"), gates, "--gate-output");
   auto maps = parse_maps(f.str("feature-map"), f.number("temperature", 1e-6, 1e6), gates);
 
   struct Grid {
@@ -358,6 +362,7 @@ int run(int argc, char** argv) {
     mc.vocab = data_cfg.vocab;
     mc.attention.mixer = ms.mixer;
     mc.attention.gate = ms.gate;
+    mc.attention.gate_output = ms.gate == nn::Gate::none ? nn::GateOutput::normalizer : gate_output;
     mc.attention.feature_map.temperature = ms.temperature;
     Generator gen(0);
     nn::DecoderLM check_model(mc, {gen, Device::cpu()});
@@ -380,6 +385,7 @@ int run(int argc, char** argv) {
                         {"device", c.device_name}, {"precision", precision_name(rc.precision)},
                         {"diverge_factor", rc.diverge_factor},
                         {"diverge_steps", rc.diverge_steps}, {"threads", threads}, {"jobs", jobs}};
+  if (gate_output != nn::GateOutput::normalizer) cfg["gate_output"] = nn::name(gate_output);  // others unchanged
 
   // Per run (map x sweep config): <out>/<map>/result[_g].json once finished, checkpoint[_g].safetensors
   // while training.
@@ -418,6 +424,7 @@ int run(int argc, char** argv) {
       train::ArRunConfig c = rc;
       c.mixer = maps[i].mixer;
       c.gate = maps[i].gate;
+      c.gate_output = maps[i].gate == nn::Gate::none ? nn::GateOutput::normalizer : gate_output;
       c.temperature = maps[i].temperature;
       c.lr = grid[g].lr;
       c.weight_decay = grid[g].wd;
@@ -511,6 +518,7 @@ int run(int argc, char** argv) {
       r.label = train::ar_label(runs[i].mixer, runs[i].temperature, runs[i].gate);
       r.mixer = runs[i].mixer;
       r.gate = runs[i].gate;
+      r.gate_output = runs[i].gate_output;
       r.temperature = runs[i].temperature;
       r.lr = runs[i].lr;
       r.weight_decay = runs[i].weight_decay;

@@ -33,6 +33,7 @@ struct Common {
   std::string out;
   std::vector<train::ConversionRow> rows;
   nn::Gate gate = nn::Gate::none;  // on the linear students of (a): its rows are "<row>+<gate>"
+  nn::GateOutput gate_output = nn::GateOutput::normalizer;  // their output (nn/gate.h)
   uint64_t seed = 0;
   bool quiet = false;
   Precision precision = Precision::f32;
@@ -115,6 +116,7 @@ train::ConversionReport run_ar(const Common& c, int64_t num_train) {
     nn::TransformerConfig m = mc;
     m.attention.mixer = mixer;
     m.attention.gate = mixer.is_linear() && !mixer.is_hybrid() ? c.gate : nn::Gate::none;  // the teacher: none
+    if (m.attention.gate != nn::Gate::none) m.attention.gate_output = c.gate_output;
     Generator gen(c.seed + 1);
     auto model = std::make_shared<nn::DecoderLM>(m, nn::Init{gen});
     return std::make_unique<train::ArConversionTask>(model, dc, train_split, val_split, data.test, tc);
@@ -193,6 +195,7 @@ int run(int argc, char** argv) {
   f.add("gate", "none",
         "gate on the linear students' state in (a), the causal part: none, decay, gla, liger or delta (rows are\n"
         "                       named <row>+<gate>; (b) is a bidirectional encoder: use --part ar)");
+  f.add("gate-output", "normalizer", "output of the gated students: normalizer or groupnorm (GLA's RMSNorm per head)");
   f.add("ar-train", "16000", "associative recall: training sequences (10% held out for validation)");
   f.add("text", "/usr/share/common-licenses", "word order: a folder of English text files (or one file)");
   f.add("teacher-epochs", "10", "teacher training: maximum epochs (AR stops at 99% validation accuracy; the best\n"
@@ -217,6 +220,7 @@ int run(int argc, char** argv) {
   c.rows = train::parse_conversion_rows(f.str("feature-map"));
   c.gate = nn::parse_gate(f.str("gate"), "--gate");
   c.rows = train::gated_rows(c.rows, c.gate, "--gate");
+  c.gate_output = nn::parse_gate_output(f.str("gate-output"), {c.gate}, "--gate-output");
   c.seed = flags.seed;
   c.quiet = f.boolean("quiet");
   c.precision = flags.precision;

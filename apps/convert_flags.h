@@ -110,6 +110,7 @@ inline void add_conversion_flags(Flags& f, const ConversionDefaults& d) {
         "gate on every linear student's state (causal models only): none, decay (RetNet), gla (a new gate "
         "projection), liger (Liger: from the key projection, no new weights) or delta; each row is named "
         "<row>+<gate>");
+  f.add("gate-output", "normalizer", "output of the gated students: normalizer or groupnorm (GLA's RMSNorm per head)");
   f.add("distill-epochs", integer(d.distill_epochs), "stage 1: maximum epochs of attention distillation (0 = skip)");
   f.add("distill-lr", num(d.distill_lr), "stage 1: AdamW learning rate");
   f.add("distill-wd", num(d.distill_wd), "stage 1: AdamW weight decay");
@@ -268,6 +269,7 @@ inline train::ConvertConfig conversion_config(const Flags& f) {
 struct ConversionRun {
   std::vector<train::ConversionRow> rows;  // --feature-map, labelled "<row>+<gate>" when gated
   nn::Gate gate = nn::Gate::none;           // --gate
+  nn::GateOutput gate_output = nn::GateOutput::normalizer;  // --gate-output
   int64_t batch = 8;
   int64_t fidelity_batches = 8;
   int threads = 1;                          // --threads resolved (0 = every core)
@@ -282,6 +284,7 @@ inline ConversionRun conversion_run(const Flags& f) {
   r.rows = train::parse_conversion_rows(f.str("feature-map"));
   r.gate = nn::parse_gate(f.str("gate"), "--gate");
   r.rows = train::gated_rows(r.rows, r.gate, "--gate");
+  r.gate_output = nn::parse_gate_output(f.str("gate-output"), {r.gate}, "--gate-output");
   r.batch = f.integer("batch", 1, 1 << 20);
   r.fidelity_batches = f.integer("fidelity-batches", 1, 1 << 20);
   const CommonFlags common = read_common_flags(f, conversion_common(f.str("out")));
@@ -340,6 +343,7 @@ inline nlohmann::json conversion_settings(const Flags& f, const train::ConvertCo
   if (c.distill.softmax_layers > 0) s["softmax_layers"] = c.distill.softmax_layers;
   if (!c.distill.softmax_layer_list.empty()) s["softmax_layer_list"] = c.distill.softmax_layer_list;
   if (r.gate != nn::Gate::none) s["gate"] = nn::name(r.gate);
+  if (r.gate_output != nn::GateOutput::normalizer) s["gate_output"] = nn::name(r.gate_output);
   return s;
 }
 

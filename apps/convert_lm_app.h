@@ -189,6 +189,7 @@ inline std::shared_ptr<nn::CausalLM> load_lm_student(const Flags& f, const nn::M
   nn::HFModelOptions o;
   o.mixer = mixer;
   o.gate = mixer.is_linear() && !mixer.is_hybrid() ? gate : nn::Gate::none;
+  if (o.gate != nn::Gate::none) o.gate_output = nn::parse_gate_output(f.str("gate-output"), "--gate-output");
   o.form = nn::LinearForm::chunked;
   o.chunk = f.integer("chunk", 1, 1 << 20);
   o.window = f.integer("window", 1, 1 << 20);

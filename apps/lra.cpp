@@ -120,6 +120,9 @@ int run(int argc, char** argv) {
   f.add("gate", "none", "gates of the linear maps' state, a comma list: none, decay (RetNet), gla, liger,\n"
         "                       delta (Gated DeltaNet) (each linear map runs once per gate; a gated map runs\n"
         "                       causally, left to right)");
+  f.add("gate-output", "normalizer",
+        "output of the gated maps: normalizer (y = qS / (qz + eps); delta: y = S^T q) or groupnorm (no\n"
+        "                       normalizer, then an RMSNorm per head, as GLA and Gated DeltaNet; needs --gate)");
   f.add("preset", "demo", "paper (REFERENCE.md §4 protocol), demo (minutes on a CPU, generated data) or tiny (tests)");
   f.add("data", "", "folder of the release files, one sub-folder per task (DIR/listops, DIR/text, ...)");
   f.add("generate", "false", "generate ListOps / Pathfinder into <out>/data/<task> instead of --data", true);
@@ -175,6 +178,7 @@ int run(int argc, char** argv) {
     gates.push_back(gate);
   }
   HH_CHECK(!gates.empty(), "--gate: empty list");
+  const nn::GateOutput gate_output = nn::parse_gate_output(f.str("gate-output"), gates, "--gate-output");
   const bool generate = f.boolean("generate");
   const std::string data_dir = f.str("data");
   const int64_t bench_steps = f.integer("bench", 0, 1000000);
@@ -249,6 +253,7 @@ int run(int argc, char** argv) {
         c.task = t;
         c.model.attention = a;
         c.model.gate = gate;
+        c.model.gate_output = gate == nn::Gate::none ? nn::GateOutput::normalizer : gate_output;
         c.max_len = f.given("max-len") ? f.integer("max-len", 1, 1 << 24) : p.max_len;
         c.batch = f.given("batch") ? f.integer("batch", 1, 1 << 20) : p.batch;
         c.steps = f.given("steps") ? f.integer("steps", 1, INT64_MAX / 2) : p.steps;

@@ -157,6 +157,9 @@ void add_train_flags(apps::Flags& f, const TrainPreset& p) {
   f.add("gate", "none", "gates of the linear attentions' state, a comma list: none, decay (RetNet), gla, liger,\n"
         "                       delta (Gated DeltaNet) (each linear attention runs once per gate; softmax and\n"
         "                       hybrids once, ungated)");
+  f.add("gate-output", "normalizer",
+        "output of the gated attentions: normalizer (y = qS / (qz + eps); delta: y = S^T q) or groupnorm (no\n"
+        "                       normalizer, then an RMSNorm per head, as GLA and Gated DeltaNet; needs --gate)");
   f.add("feature-dim", "0", "feature dimension of hedgehog / t2r (0 = head dim) or performer (0 = 256)");
   f.add("map-temperature", "1", "exp / hedgehog temperature");
   f.add("batch", std::to_string(p.batch), "sequences per optimizer step (over every rank and micro-batch)");
@@ -307,6 +310,7 @@ int train_cmd(int argc, char** argv) {
     HH_CHECK(std::find(gates.begin(), gates.end(), gate) == gates.end(), "--gate: '", g, "' is given twice");
     gates.push_back(gate);
   }
+  const nn::GateOutput gate_output = nn::parse_gate_output(f.str("gate-output"), gates, "--gate-output");
   std::vector<RunSpec> runs;
   for (const std::string& name : split_list(f.str("attentions"), "attentions")) {
     const nn::Mixer attention = nn::parse_mixer(name, "--attentions");
@@ -316,6 +320,7 @@ int train_cmd(int argc, char** argv) {
       RunSpec r{attention, gate, base};
       r.cfg.attention.mixer = attention;
       r.cfg.attention.gate = gate;
+      r.cfg.attention.gate_output = gate == nn::Gate::none ? nn::GateOutput::normalizer : gate_output;
       r.cfg.out_dir = (fs::path(out) / nn::gated_label(name, gate)).string();
       runs.push_back(std::move(r));
     }

@@ -24,6 +24,15 @@ add_test(NAME train_lm_tiny_gated_delta COMMAND train_lm train --data ${TLM}/dat
          --eval-every 6 --samples 1 --sample-tokens 4 --quiet --attentions hedgehog --gate delta --out ${TLM}/gated_delta)
 set_tests_properties(train_lm_tiny_gated_delta PROPERTIES FIXTURES_REQUIRED train_lm_data
                      PASS_REGULAR_EXPRESSION "hedgehog\\+delta +[0-9.]+ .*ok\n.*samples from hedgehog\\+delta.*report: ")
+# GLA's output (--gate-output groupnorm: no normalizer, an RMSNorm per head) likewise, exported
+# with config.json hedgehog.gate_output "groupnorm".
+add_test(NAME train_lm_tiny_gated_groupnorm
+         COMMAND sh -c "\"$0\" \"$@\" && grep -q '\"gate_output\": *\"groupnorm\"' '${TLM}/gated_groupnorm/hedgehog+gla/model/config.json' && echo 'exported gate_output groupnorm'"
+         $<TARGET_FILE:train_lm> train --data ${TLM}/data --preset tiny --context 32 --steps 6 --eval-every 6
+         --samples 1 --sample-tokens 4 --quiet --attentions hedgehog --gate gla --gate-output groupnorm
+         --out ${TLM}/gated_groupnorm)
+set_tests_properties(train_lm_tiny_gated_groupnorm PROPERTIES FIXTURES_REQUIRED train_lm_data PASS_REGULAR_EXPRESSION
+                     "hedgehog\\+gla +[0-9.]+ .*ok\n.*samples from hedgehog\\+gla.*report: .*exported gate_output groupnorm")
 # The exported folder is an HF GPT-2 folder that hf_run and train_lm sample load (Hedgehog attention,
 # recurrent decoding), with the tokenizer files copied.
 add_test(NAME train_lm_sample COMMAND train_lm sample --model ${TLM}/runs/hedgehog/model --tokens 5 --samples 1

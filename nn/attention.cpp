@@ -146,16 +146,23 @@ AttentionMixer::AttentionMixer(MixerConfig c, std::shared_ptr<FeatureMap> fm) : 
     HH_CHECK(std::dynamic_pointer_cast<HybridFeatureMap>(feature_map) != nullptr, "attention: mixer '",
              name(cfg.mixer), "' needs a hybrid feature map (make_mixer_feature_map), got '", feature_map->name(), "'");
   }
+  HH_CHECK(cfg.gate_output == GateOutput::normalizer || cfg.gate != Gate::none, "attention: gate output '",
+           name(cfg.gate_output), "' needs a gate on a linear mixer");
   if (cfg.gate != Gate::none) {
     HH_CHECK(cfg.mixer.is_linear() && !cfg.mixer.is_hybrid(), "attention: gate '", name(cfg.gate),
              "' needs a linear mixer (a feature map), not '", name(cfg.mixer), "'");
     HH_CHECK(std::dynamic_pointer_cast<GatedFeatureMap>(feature_map) != nullptr, "attention: gate '", name(cfg.gate),
              "' needs a gated feature map (make_mixer_feature_map with the gate), got '", feature_map->name(), "'");
+    const auto& gm = static_cast<const GatedFeatureMap&>(*feature_map);
+    HH_CHECK((gm.g_norm != nullptr) == (cfg.gate_output == GateOutput::group_norm), "attention: gate output '",
+             name(cfg.gate_output), "' needs a feature map built with it (make_mixer_feature_map), got one ",
+             gm.g_norm ? "with" : "without", " g_norm");
   }
 }
 
 std::shared_ptr<FeatureMap> make_mixer_feature_map(const Mixer& mixer, FeatureMapConfig fc, int64_t heads,
-                                                   int64_t head_dim, Init init, Gate gate, int64_t model_dim) {
+                                                   int64_t head_dim, Init init, Gate gate, int64_t model_dim,
+                                                   GateOutput output) {
   HH_CHECK(gate == Gate::none || (mixer.is_linear() && !mixer.is_hybrid()), "attention: gate '", name(gate),
            "' needs a linear mixer (a feature map), not '", name(mixer), "'");
   if (mixer.is_softmax()) return nullptr;
@@ -165,7 +172,8 @@ std::shared_ptr<FeatureMap> make_mixer_feature_map(const Mixer& mixer, FeatureMa
   fc.head_dim = head_dim;
   std::shared_ptr<FeatureMap> map = make_feature_map(fc, init);
   if (mixer.is_hybrid()) return std::make_shared<HybridFeatureMap>(std::move(map), heads, init, fc.hybrid_affine);
-  if (gate != Gate::none) return std::make_shared<GatedFeatureMap>(std::move(map), gate, heads, model_dim, init);
+  if (gate != Gate::none)
+    return std::make_shared<GatedFeatureMap>(std::move(map), gate, heads, model_dim, init, output, head_dim);
   return map;
 }
 
@@ -200,12 +208,14 @@ Tensor AttentionMixer::forward(const Tensor& q, const Tensor& k, const Tensor& v
     const DType ct = gated_compute_dtype(v.dtype());
     Tensor pq = feature_map->forward(q, true, ctx).to(ct), pk = feature_map->forward(k, false, ctx).to(ct);
     Tensor vv = v.to(ct), log_a = gm.log_gate(gate, ct);
+    const bool normalize = cfg.gate_output == GateOutput::normalizer;
     if ((trace && (trace->weights || trace->teacher)) || cfg.form == LinearForm::quadratic)
-      y = gated_attention_quadratic(pq, pk, vv, log_a, true, cfg.eps, key_mask, &tr.weights);
+      y = gated_attention_quadratic(pq, pk, vv, log_a, normalize, cfg.eps, key_mask, &tr.weights);
     else if (cfg.form == LinearForm::recurrent)
-      y = gated_attention_recurrent(pq, pk, vv, log_a, true, cfg.eps, key_mask);
+      y = gated_attention_recurrent(pq, pk, vv, log_a, normalize, cfg.eps, key_mask);
     else
-      y = gated_attention_chunked(pq, pk, vv, log_a, true, cfg.eps, key_mask, cfg.chunk);
+      y = gated_attention_chunked(pq, pk, vv, log_a, normalize, cfg.eps, key_mask, cfg.chunk);
+    if (!normalize) y = gm.norm_output(y);
     y = y.to(v.dtype());
   } else {
     FeatureContext ctx{0, L, key_mask};  // padded keys: see FeatureContext::key_mask
@@ -266,6 +276,7 @@ Tensor AttentionMixer::delta_forward(const Tensor& q, const Tensor& k, const Ten
   } else {
     y = delta_attention_chunked(pq, pk, vv, g.beta, g.log_alpha, -1, key_mask, Tensor(), nullptr, cfg.chunk);
   }
+  if (cfg.gate_output == GateOutput::group_norm) y = gm.norm_output(y);
   return y.to(v.dtype());
 }
 
@@ -277,21 +288,21 @@ Tensor AttentionMixer::linear_step(const Tensor& q, const Tensor& k, const Tenso
   HH_CHECK(cfg.causal, "attention: recurrent decoding needs a causal model");
   FeatureContext ctx{state.pos, 0};
   Tensor pq = feature_map->forward(q, true, ctx), pk = feature_map->forward(k, false, ctx);
+  if (cfg.gate == Gate::none) return linear_attention_step(pq, pk, v, cfg.eps, state);
+  const auto& gm = static_cast<const GatedFeatureMap&>(*feature_map);
+  const DType ct = gated_compute_dtype(v.dtype());
+  const bool normalize = cfg.gate_output == GateOutput::normalizer;
+  Tensor y;
+  ++state.pos;
   if (cfg.gate == Gate::delta) {
-    const DType ct = gated_compute_dtype(v.dtype());
-    const DeltaGates g = static_cast<const GatedFeatureMap&>(*feature_map).delta_gates(gate, ct);
-    ++state.pos;
-    return delta_attention_step(state.delta, delta_l2norm(pq.to(ct)), delta_l2norm(pk.to(ct)), v.to(ct), g.beta,
-                                g.log_alpha)
-        .to(v.dtype());
+    const DeltaGates g = gm.delta_gates(gate, ct);
+    y = delta_attention_step(state.delta, delta_l2norm(pq.to(ct)), delta_l2norm(pk.to(ct)), v.to(ct), g.beta,
+                             g.log_alpha);
+  } else {
+    y = gated_attention_step(state.gated, pq.to(ct), pk.to(ct), v.to(ct), gm.log_gate(gate, ct), normalize, cfg.eps);
   }
-  if (cfg.gate != Gate::none) {
-    const DType ct = gated_compute_dtype(v.dtype());
-    Tensor log_a = static_cast<const GatedFeatureMap&>(*feature_map).log_gate(gate, ct);
-    ++state.pos;
-    return gated_attention_step(state.gated, pq.to(ct), pk.to(ct), v.to(ct), log_a, true, cfg.eps).to(v.dtype());
-  }
-  return linear_attention_step(pq, pk, v, cfg.eps, state);
+  if (!normalize) y = gm.norm_output(y);
+  return y.to(v.dtype());
 }
 
 Tensor AttentionMixer::step(const Tensor& q, const Tensor& k, const Tensor& v, DecodeCache& cache,
@@ -334,8 +345,10 @@ Attention::Attention(const AttentionConfig& c, Init init) : cfg(c) {
   o_proj = register_module("o_proj", std::make_shared<Linear>(inner, c.dim, c.bias, init));
   if (c.mixer.is_linear())
     feature_map = register_module(
-        "feature_map", make_mixer_feature_map(c.mixer, c.feature_map, c.heads, c.head_dim, init, c.gate, c.dim));
-  mixer = AttentionMixer(MixerConfig{c.mixer, c.causal, c.form, c.chunk, c.eps, c.window, c.gate}, feature_map);
+        "feature_map",
+        make_mixer_feature_map(c.mixer, c.feature_map, c.heads, c.head_dim, init, c.gate, c.dim, c.gate_output));
+  mixer = AttentionMixer(MixerConfig{c.mixer, c.causal, c.form, c.chunk, c.eps, c.window, c.gate, c.gate_output},
+                         feature_map);
 }
 
 void Attention::project(const Tensor& x, int64_t pos_offset, Tensor& q, Tensor& k, Tensor& v, Tensor* k_raw) const {

@@ -34,6 +34,7 @@ struct AttentionConfig {
   double eps = 1e-6;
   int64_t window = 64;  // hybrid mixers: the sliding window W
   Gate gate = Gate::none;  // linear (non-hybrid) mixers: the gate on the state
+  GateOutput gate_output = GateOutput::normalizer;  // gated mixers: the output's scaling (nn/gate.h)
   bool rope = false;
   double rope_theta = 10000.0;
   bool bias = false;
@@ -116,6 +117,11 @@ struct MixerConfig {
   // normalizer (eps unused). Its "weights" (quadratic form, traces) are the (L,L) matrix W with
   // y = W v (the op applied to identity values): exact, but rows need not be positive or sum to 1.
   Gate gate = Gate::none;
+  // Gated mixers: GateOutput::group_norm drops the normalizer (gated_attention with normalize =
+  // false; the delta rule as it is) and applies the feature map's g_norm (an RMSNorm per head over
+  // Dv) to the output, in every form and in decoding (make_mixer_feature_map with the same
+  // output). The traced weights are then the unnormalized ones, before the norm.
+  GateOutput gate_output = GateOutput::normalizer;
   // Softmax (causal only): each query sees only the last `sliding_window` keys, itself included
   // (a Mistral/Qwen sliding-window layer), in forward and in decoding; 0 = all keys. Linear and
   // hybrid mixers ignore it: they replace the whole softmax (the softmax teacher keeps it).
@@ -167,10 +173,12 @@ class AttentionMixer {
 
 // The feature map of a mixer (null for softmax): fc with name/heads/head_dim set from the arguments;
 // for a hybrid, a HybridFeatureMap around that map (window factors init 0); with a gate, a
-// GatedFeatureMap around it (model_dim: the layer input's width, for gla's projection).
+// GatedFeatureMap around it (model_dim: the layer input's width, for gla's projection; output:
+// with group_norm the map holds g_norm over head_dim, the value width).
 std::shared_ptr<FeatureMap> make_mixer_feature_map(const Mixer& mixer, FeatureMapConfig fc, int64_t heads,
                                                    int64_t head_dim, Init init, Gate gate = Gate::none,
-                                                   int64_t model_dim = 0);
+                                                   int64_t model_dim = 0,
+                                                   GateOutput output = GateOutput::normalizer);
 
 class Attention : public Module {
  public:

@@ -33,6 +33,22 @@ std::string name(Gate g) {
   return "none";
 }
 
+GateOutput parse_gate_output(const std::string& text, const std::string& what) {
+  if (text == "normalizer") return GateOutput::normalizer;
+  if (text == "groupnorm") return GateOutput::group_norm;
+  fail(str(what, ": unknown gate output '", text, "' (expected normalizer, groupnorm)"));
+}
+
+GateOutput parse_gate_output(const std::string& text, const std::vector<Gate>& gates, const std::string& what) {
+  const GateOutput o = parse_gate_output(text, what);
+  const bool gated = std::any_of(gates.begin(), gates.end(), [](Gate g) { return g != Gate::none; });
+  HH_CHECK(o == GateOutput::normalizer || gated, what, ": '", text,
+           "' needs a gate (--gate decay, gla, liger or delta); an ungated linear mixer keeps the normalizer");
+  return o;
+}
+
+std::string name(GateOutput o) { return o == GateOutput::group_norm ? "groupnorm" : "normalizer"; }
+
 std::string gated_label(const std::string& mixer_name, Gate g) {
   return g == Gate::none ? mixer_name : mixer_name + "+" + name(g);
 }
@@ -59,8 +75,9 @@ Tensor liger_log_gate(const Tensor& k, int64_t F) {
   return div(neg(softplus(neg(g))), kGateLogitNormalizer);                   // logsigmoid(g) / 16
 }
 
-GatedFeatureMap::GatedFeatureMap(std::shared_ptr<FeatureMap> m, Gate g, int64_t h, int64_t model_dim, Init init)
-    : FeatureMap(m->name()), map(std::move(m)), gate(g), heads(h) {
+GatedFeatureMap::GatedFeatureMap(std::shared_ptr<FeatureMap> m, Gate g, int64_t h, int64_t model_dim, Init init,
+                                 GateOutput out, int64_t value_dim)
+    : FeatureMap(m->name()), map(std::move(m)), gate(g), heads(h), output(out) {
   HH_CHECK(heads > 0, "feature map '", name(), "': heads must be positive, got ", heads);
   HH_CHECK(gate != Gate::none, "feature map '", name(), "': a gated map needs a gate");
   register_module("map", map);
@@ -87,6 +104,17 @@ GatedFeatureMap::GatedFeatureMap(std::shared_ptr<FeatureMap> m, Gate g, int64_t 
     register_parameter("A_log", &A_log, from_vector(a_log, {heads}, {init.dtype, init.device}));
     register_parameter("dt_bias", &dt_bias, from_vector(dt_b, {heads}, {init.dtype, init.device}));
   }
+  if (output == GateOutput::group_norm) {
+    HH_CHECK(value_dim > 0, "feature map '", name(), "': the group norm needs the value width, got ", value_dim);
+    g_norm = register_module("g_norm", std::make_shared<RMSNorm>(value_dim, kGroupNormEps, init));
+  }
+}
+
+Tensor GatedFeatureMap::norm_output(const Tensor& y) const {
+  HH_CHECK(g_norm != nullptr, "feature map '", name(), "': no group norm (gate output '", hh::nn::name(output), "')");
+  HH_CHECK(y.dim() == 4 && y.size(3) == g_norm->weight.size(0), "group norm: expected y (B,H,L,",
+           g_norm->weight.size(0), "), got ", y.shape());
+  return rms_norm(y, g_norm->weight.to(y.dtype()), g_norm->eps);
 }
 
 DeltaGates GatedFeatureMap::delta_gates(const GateInput& in, DType dtype) const {

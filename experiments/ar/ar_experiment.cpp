@@ -110,6 +110,7 @@ std::string ar_run_fingerprint(const ArDataset& data, const ArRunConfig& cfg) {
   if (cfg.precision != Precision::f32) j["precision"] = precision_name(cfg.precision);  // f32 runs keep their fingerprint
   if (cfg.mixer.is_hybrid()) j["model"]["window"] = a.window;  // only hybrids: other runs keep their fingerprint
   if (cfg.gate != nn::Gate::none) j["model"]["gate"] = nn::name(cfg.gate);  // only gated runs: others unchanged
+  if (cfg.gate_output != nn::GateOutput::normalizer) j["model"]["gate_output"] = nn::name(cfg.gate_output);
   return j.dump();
 }
 
@@ -197,6 +198,7 @@ ArRunResult run_associative_recall(const ArDataset& data, const ArRunConfig& cfg
   ArRunResult r;
   r.mixer = cfg.mixer;
   r.gate = cfg.gate;
+  r.gate_output = cfg.gate_output;
   r.temperature = cfg.temperature;
   r.label = ar_label(cfg.mixer, cfg.temperature, cfg.gate);
   r.lr = cfg.lr;
@@ -207,6 +209,7 @@ ArRunResult run_associative_recall(const ArDataset& data, const ArRunConfig& cfg
   mc.vocab = data.config.vocab;
   mc.attention.mixer = cfg.mixer;
   mc.attention.gate = cfg.gate;
+  mc.attention.gate_output = cfg.gate_output;
   mc.attention.feature_map.temperature = cfg.temperature;
   mc.seed = cfg.seed;
   Generator init_gen(cfg.seed);

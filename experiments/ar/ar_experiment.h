@@ -27,6 +27,7 @@ ArTargets parse_ar_targets(const std::string& name);  // throws hh::Error naming
 struct ArRunConfig {
   nn::Mixer mixer;                // softmax, or linear attention with a feature map
   nn::Gate gate = nn::Gate::none; // linear mixers: the gate on the state (nn/gate.h)
+  nn::GateOutput gate_output = nn::GateOutput::normalizer;  // gated mixers: the output (nn/gate.h)
   double temperature = 1.0;       // exp / hedgehog temperature
   nn::TransformerConfig model;    // sizes; attention.mixer is set from `mixer`
   int64_t epochs = 20;
@@ -76,6 +77,7 @@ struct ArRunResult {
   std::string status = "ok";
   nn::Mixer mixer;
   nn::Gate gate = nn::Gate::none;
+  nn::GateOutput gate_output = nn::GateOutput::normalizer;
   double temperature = 1.0;
   double accuracy = 0.0;      // test accuracy on the query's answer, in [0,1]
   double val_accuracy = 0.0;  // validation accuracy of the kept (best) epoch

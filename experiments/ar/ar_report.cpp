@@ -71,6 +71,7 @@ nlohmann::json result_to_json(const ArRunResult& r) {
                       {"val_accuracy_curve", r.val_acc},
                       {"val_loss_curve", r.val_loss}};
   if (r.gate != nn::Gate::none) j["gate"] = nn::name(r.gate);  // only gated runs: other results unchanged
+  if (r.gate_output != nn::GateOutput::normalizer) j["gate_output"] = nn::name(r.gate_output);
   return j;
 }
 
@@ -96,6 +97,8 @@ ArRunResult parse_ar_result(const std::string& json_text, const std::string& sou
     r.status = j.at("status").get<std::string>();
     r.mixer = nn::parse_mixer(j.at("mixer").get<std::string>(), str("ar result ", source, ": mixer"));
     r.gate = nn::parse_gate(j.value("gate", std::string("none")), str("ar result ", source, ": gate"));
+    r.gate_output = nn::parse_gate_output(j.value("gate_output", std::string("normalizer")),
+                                          str("ar result ", source, ": gate_output"));
     r.temperature = j.at("temperature").get<double>();
     r.accuracy = j.at("accuracy").get<double>();
     r.val_accuracy = j.at("val_accuracy").get<double>();

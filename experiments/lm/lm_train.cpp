@@ -207,6 +207,8 @@ std::string lm_run_fingerprint(const LmTrainConfig& c) {
   if (c.precision != Precision::f32) j["precision"] = precision_name(c.precision);  // f32 runs keep their fingerprint
   if (c.attention.mixer.is_hybrid()) j["attention"]["window"] = c.attention.window;  // only hybrids: others unchanged
   if (c.attention.gate != nn::Gate::none) j["attention"]["gate"] = nn::name(c.attention.gate);  // only gated runs
+  if (c.attention.gate_output != nn::GateOutput::normalizer)  // only group-norm runs: others unchanged
+    j["attention"]["gate_output"] = nn::name(c.attention.gate_output);
   return j.dump();
 }
 

@@ -23,6 +23,7 @@ TransformerConfig lra_transformer_config(const LraModelConfig& c) {
   // Bidirectional, except a gated map: its state is a recurrence, run left to right (chunked form);
   // mean pooling then reads every position's output.
   t.attention.gate = c.gate;
+  t.attention.gate_output = c.gate_output;
   t.attention.causal = c.gate != Gate::none;
   t.attention.form = c.gate != Gate::none ? LinearForm::chunked : LinearForm::noncausal;
   t.attention.feature_map = c.feature_map;

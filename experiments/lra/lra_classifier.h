@@ -30,6 +30,7 @@ struct LraModelConfig {
   double dropout = 0.1;
   Mixer attention;                    // softmax or a feature map (REFERENCE.md §2)
   Gate gate = Gate::none;             // a gated linear map runs causally (a recurrence read left to right)
+  GateOutput gate_output = GateOutput::normalizer;  // gated maps: the output (nn/gate.h)
   FeatureMapConfig feature_map;       // options of the map (feature_dim, temperature, ...)
   uint64_t seed = 0;
 };

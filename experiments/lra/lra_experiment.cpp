@@ -131,6 +131,7 @@ std::string lra_run_fingerprint(const LraData& data, const LraRunConfig& cfg) {
       {"eval_every", cfg.eval_every}, {"patience", cfg.patience}, {"eval_batch", cfg.eval_batch},
       {"seed", cfg.seed}, {"device", cfg.device.str()}};
   if (cfg.precision != Precision::f32) j["precision"] = precision_name(cfg.precision);  // f32 runs keep their fingerprint
+  if (m.gate_output != nn::GateOutput::normalizer) j["model"]["gate_output"] = nn::name(m.gate_output);  // others unchanged
   return j.dump();
 }
 

@@ -59,7 +59,7 @@ GPT2Config GPT2Config::from_hf(const HFConfig& config) {
 
 namespace {
 MixerConfig mixer_config(const HFModelOptions& o) {
-  return MixerConfig{o.mixer, true, o.form, o.chunk, o.eps, o.window, o.gate};
+  return MixerConfig{o.mixer, true, o.form, o.chunk, o.eps, o.window, o.gate, o.gate_output};
 }
 }  // namespace
 
@@ -70,7 +70,7 @@ GPT2Attention::GPT2Attention(const GPT2Config& c, const HFModelOptions& o, Init 
   if (o.mixer.is_linear())
     feature_map =
         register_module("feature_map", make_mixer_feature_map(o.mixer, o.feature_map, heads_, head_dim_, init, o.gate,
-                                                              c.n_embd));
+                                                              c.n_embd, o.gate_output));
   mixer = AttentionMixer(mixer_config(o), feature_map);
 }
 

@@ -118,6 +118,7 @@ void HFModel::keep_softmax(const std::vector<int64_t>& layers) {
     MixerConfig mc = s.mixer->cfg;
     mc.mixer = Mixer::softmax();
     mc.gate = Gate::none;  // a softmax layer has no state to gate
+    mc.gate_output = GateOutput::normalizer;
     *s.mixer = AttentionMixer(mc, nullptr);
   }
   std::sort(next.softmax_layers.begin(), next.softmax_layers.end());

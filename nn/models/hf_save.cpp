@@ -123,6 +123,7 @@ ExportConfig export_config(const std::string& config_json, const std::string& co
     if (o.mixer.is_hybrid() && f.hybrid_affine) config["hedgehog"]["feature_map"]["hybrid_affine"] = true;
     if (!o.softmax_layers.empty()) config["hedgehog"]["softmax_layers"] = o.softmax_layers;
     if (o.gate != Gate::none) config["hedgehog"]["gate"] = name(o.gate);  // only gated mixers: others unchanged
+    if (o.gate_output != GateOutput::normalizer) config["hedgehog"]["gate_output"] = name(o.gate_output);
   }
   return {config.dump(2) + "\n", python};
 }
@@ -298,6 +299,10 @@ void apply_hedgehog_section(const HFConfig& config, HFModelOptions& options) {
   HH_CHECK(options.window >= 1, "hf: ", h.origin(), ": window must be >= 1");
   if (h.has("softmax_layers")) options.softmax_layers = h.get_ints("softmax_layers");  // checked by the family
   options.gate = parse_gate(h.get_string("gate", "none"), str("hf: ", h.origin(), ": gate"));
+  options.gate_output =
+      parse_gate_output(h.get_string("gate_output", "normalizer"), str("hf: ", h.origin(), ": gate_output"));
+  HH_CHECK(options.gate_output == GateOutput::normalizer || options.gate != Gate::none, "hf: ", h.origin(),
+           ": gate_output '", name(options.gate_output), "' needs a gate");
   if (h.has("feature_map")) {
     const HFConfig f = h.child("feature_map");
     FeatureMapConfig& fm = options.feature_map;

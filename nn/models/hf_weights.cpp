@@ -21,6 +21,7 @@ HFModelOptions layer_options(const HFModelOptions& o, int64_t layer) {
     if (l == layer) {  // a kept softmax layer has no state to gate
       lo.mixer = Mixer{};
       lo.gate = Gate::none;
+      lo.gate_output = GateOutput::normalizer;
     }
   return lo;
 }

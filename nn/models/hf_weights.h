@@ -29,6 +29,7 @@ struct HFModelOptions {
   // kept layers); save_hf_model writes them to config.json's "hedgehog" section.
   std::vector<int64_t> softmax_layers;
   Gate gate = Gate::none;  // linear mixers: the gate on the state (config.json hedgehog.gate)
+  GateOutput gate_output = GateOutput::normalizer;  // gated mixers (config.json hedgehog.gate_output)
   FeatureMapConfig feature_map;  // name/heads/head_dim are filled in per layer
   Device device = Device::cpu();
   DType dtype = DType::f32;  // parameter dtype after loading (the file may hold bf16/f16)

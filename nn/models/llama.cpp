@@ -192,8 +192,9 @@ LlamaAttention::LlamaAttention(const LlamaConfig& c, const HFModelOptions& o, In
   }
   if (o.mixer.is_linear())
     feature_map = register_module(
-        "feature_map", make_mixer_feature_map(o.mixer, o.feature_map, heads_, head_dim_, init, o.gate, C));
-  MixerConfig mc{o.mixer, true, o.form, o.chunk, o.eps, o.window, o.gate};
+        "feature_map",
+        make_mixer_feature_map(o.mixer, o.feature_map, heads_, head_dim_, init, o.gate, C, o.gate_output));
+  MixerConfig mc{o.mixer, true, o.form, o.chunk, o.eps, o.window, o.gate, o.gate_output};
   mc.sliding_window = layer < c.layer_window.size() ? c.layer_window[layer] : 0;
   mixer = AttentionMixer(mc, feature_map);
 }
