@@ -76,3 +76,9 @@ add_test(NAME eval_lm_rejects_bad_gold
                  sh $<TARGET_FILE:eval_lm>)
 set_tests_properties(eval_lm_rejects_bad_gold PROPERTIES PASS_REGULAR_EXPRESSION
                      "error: [^\n]*/c\\.jsonl:3: \"gold\" 3 is out of range \\(1 choices: 0\\.\\.0\\)" TIMEOUT 60)
+# A line without "gold" (the issue's example of a bad JSONL line), before the model is read.
+add_test(NAME eval_lm_rejects_missing_gold
+         COMMAND sh -c "d=$(mktemp -d) && echo '{\"context\": \"a\", \"choices\": [\" b\", \" c\"]}' > \"$d/c.jsonl\" && \"$1\" --model /nonexistent/hh --task choice --data \"$d/c.jsonl\"; rc=$?; rm -rf \"$d\"; exit $rc"
+                 sh $<TARGET_FILE:eval_lm>)
+set_tests_properties(eval_lm_rejects_missing_gold PROPERTIES PASS_REGULAR_EXPRESSION
+                     "error: [^\n]*/c\\.jsonl:1: \"gold\" \\(an integer index into \"choices\"\\) is missing" TIMEOUT 60)
