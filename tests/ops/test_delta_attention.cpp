@@ -2,8 +2,8 @@
 // unit lower-triangular inverse of the WY form) against plain loops; the chunked form's values
 // and gradients against the recurrent reference in f64 over chunk sizes, key masks, initial
 // states and decays from none (DeltaNet) to strong; a chunked prefill continued by decoding
-// steps; 64K tokens in f32 with strong decays; and fla's naive references
-// (tests/fixtures/delta/, written by tools/make_delta_fixtures.py).
+// steps; the decoding kernel against the composed step; 64K tokens in f32 with strong decays;
+// and fla's naive references (tests/fixtures/delta/, written by tools/make_delta_fixtures.py).
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -371,6 +371,26 @@ TEST_CASE("delta attention: a chunked prefill continued by decoding steps is the
     ys.push_back(delta_attention_step(st, part(x[0], t, t + 1), part(x[1], t, t + 1), part(x[2], t, t + 1),
                                       part(x[3], t, t + 1), part(x[4], t, t + 1)));
   CHECK(rel_err(cat(ys, 2), want) <= 1e-12);
+}
+
+TEST_CASE("delta attention: the decoding kernel (no gradient) equals the composed step") {
+  // delta_attention_step runs kernels::delta_rule_step; the recurrent reference composes the same
+  // update of ops (with a graph here). Both over 11 tokens, f32 and f64, with a key mask and an
+  // initial state.
+  for (DType dt : {DType::f64, DType::f32}) {
+    INFO(dt);
+    const int64_t B = 2, H = 3, L = 11, Dk = 5, Dv = 4;
+    Generator g(dt == DType::f64 ? 61 : 62);
+    std::vector<Tensor> x = delta_inputs(g, dt, {B, H, L, Dk, Dv}, -2, 0);
+    x[1] = l2_rows(x[1]);
+    const Tensor s0 = uniform({B, H, Dk, Dv}, -1, 1, g, {dt}), mask = test_mask(B, L);
+    const std::vector<Tensor> xr = leaves(x);
+    const Tensor with_graph = delta_attention_recurrent(xr[0], xr[1], xr[2], xr[3], xr[4], -1, mask, s0);
+    REQUIRE(with_graph.requires_grad());
+    const Tensor kernel = run_steps({x[0], x[1], x[2], x[3], x[4], mask, s0});
+    CHECK(kernel.dtype() == dt);
+    CHECK(rel_err(kernel, detach(with_graph)) <= (dt == DType::f64 ? 1e-14 : 1e-6));
+  }
 }
 
 TEST_CASE("delta attention: bf16 inputs run in f32") {
