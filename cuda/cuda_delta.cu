@@ -196,7 +196,8 @@ int block_threads(const char* op, int64_t E) {
 }
 
 DeltaArgs args_of(const char* op, const Tensor& q, const Tensor& v, int64_t chunk) {
-  HH_CHECK(q.size(2) <= 2048, op, ": the CUDA kernel takes up to 2048 key features, got ", q.size(2));
+  // Shared memory: 4 F + 3 values (32 KiB in f64 at F = 1024).
+  HH_CHECK(q.size(2) <= 1024, op, ": the CUDA kernel takes up to 1024 key features, got ", q.size(2));
   HH_CHECK(chunk > 0, op, ": chunk must be positive, got ", chunk);
   const int64_t L = q.size(1);
   return {q.size(0), L, chunk, (L + chunk - 1) / chunk, static_cast<int>(q.size(2)), static_cast<int>(v.size(2))};
