@@ -174,8 +174,8 @@ Tensor delta_attention_step(DeltaDecodeState& st, const Tensor& q_t, const Tenso
   // One kernel, a new state buffer (the old one may still be read by a graph).
   const int64_t G = want[0] * want[1], F = want[2], E = want[3];
   auto rows = [&](const Tensor& t, Shape shape) { return contiguous(t).reshape(shape); };
-  const Options o_{st.S.dtype(), st.S.device()};
-  Tensor next = empty(want, o_), o = empty({want[0], want[1], 1, E}, o_);
+  const Options opts{st.S.dtype(), st.S.device()};
+  Tensor next = empty(want, opts), o = empty({want[0], want[1], 1, E}, opts);
   kernels::delta_rule_step(st.S.device(), rows(p.q, {G, F}), rows(p.k, {G, F}), rows(p.v, {G, E}), rows(p.beta, {G}),
                            rows(p.log_alpha, {G}), contiguous(st.S), next, o);
   st.S = next;
