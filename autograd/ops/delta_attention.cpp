@@ -1,14 +1,15 @@
-// The gated delta rule (semantics in delta_attention.h): the recurrent reference, the chunked WY
-// form and the decoding step, all composed from existing ops (autograd differentiates the first
-// two; the step runs without gradient). The one new piece, the unit lower-triangular inverse T of
-// the WY form, is linalg.h's unit_lower_inverse.
+// The gated delta rule (semantics in delta_attention.h): the recurrent reference, composed from
+// existing ops (autograd differentiates it); the chunked form and the decoding step are kernels
+// (core/kernels/delta_rule.h), the first with a hand-derived backward (core/cpu/cpu_delta.inc).
 #include "autograd/ops/delta_attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "autograd/grad_mode.h"
 #include "autograd/ops.h"
+#include "core/kernels/delta_rule.h"
 
 namespace hh {
 
@@ -94,12 +95,6 @@ Tensor delta_update(Tensor& S, const Tensor& q_t, const Tensor& k_t, const Tenso
   return matmul(q_t, S);
 }
 
-// x (B,H,L,C) with `after` zero rows behind along L.
-Tensor pad_rows(const Tensor& x, int64_t after) {
-  if (after == 0) return x;
-  return cat({x, zeros({x.size(0), x.size(1), after, x.size(3)}, {x.dtype(), x.device()})}, 2);
-}
-
 }  // namespace
 
 Tensor delta_attention_recurrent(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& beta,
@@ -128,53 +123,37 @@ Tensor delta_attention_chunked(const Tensor& q, const Tensor& k, const Tensor& v
   AutocastGuard no_autocast(DType::bf16, false);
   Prepared p = prepare(op, q, k, v, beta, log_alpha, scale, key_mask, initial_state);
   HH_CHECK(chunk > 0, op, ": chunk size must be positive, got ", chunk);
-  const int64_t B = q.size(0), H = q.size(1), L = q.size(2), Dv = v.size(3);
+  const int64_t B = q.size(0), H = q.size(1), L = q.size(2), F = q.size(3), E = v.size(3), G = B * H;
   const DType dt = p.q.dtype();
   const Device dev = q.device();
   if (L == 0) {
     if (final_state) *final_state = p.start();
-    return zeros({B, H, 0, Dv}, {dt, dev});
+    return zeros({B, H, 0, E}, {dt, dev});
   }
-  // Rows padded to nb·C: a pad step has β = 0 and log α = 0, so the state passes it unchanged;
-  // its outputs are cut off at the end.
-  const int64_t C = chunk, nb = (L + C - 1) / C, P = nb * C;
-  auto blocks = [&](const Tensor& x) {  // (B,H,L,X) -> (B,H,nb,C,X)
-    return reshape(pad_rows(x, P - L), {B, H, nb, C, x.size(3)});
-  };
-  Tensor qb = blocks(p.q), kb = blocks(p.k), vb = blocks(p.v), bb = blocks(p.beta), lab = blocks(p.log_alpha);
-  Tensor g = cumsum(lab, 3);  // γ_r (B,H,nb,C,1), <= 0, relative to the chunk start
-  // Log decays between two steps of a chunk, seg_rj = Σ_{j<s<=r} log α_s (0 for j >= r), as a
-  // cumsum down the rows of the gates placed below the diagonal (Mamba-2's segsum): each entry is
-  // a sum of the gates between j and r, never γ_r − γ_j, whose cancellation in f32 leaves an
-  // absolute error of |γ|·2^-24 (2.4e-5 relative at 64K tokens with log α down to -30).
-  Tensor below = tril(ones({C, C}, {dt, dev}), -1);                              // (C,C) 1 below the diagonal
-  Tensor seg = cumsum(mul(expand(lab, {B, H, nb, C, C}), below), 3);            // (B,H,nb,C,C), <= 0
-  Tensor decay = mul(exp(seg), tril(ones({C, C}, {dt, dev})));                  // Γ_rj for j <= r, 0 above
-  // The WY form: T = (I + strict lower of diag(β)(K Kᵀ ⊙ Γ))⁻¹, W = T diag(β e^γ) K, U = T diag(β) V.
-  Tensor kt = transpose(kb, -1, -2);
-  Tensor T = unit_lower_inverse(mul(mul(matmul(kb, kt), decay), bb));  // (B,H,nb,C,C)
-  Tensor eg = exp(g);                                                   // (B,H,nb,C,1)
-  Tensor W = matmul(T, mul(kb, mul(bb, eg)));                           // (B,H,nb,C,Dk)
-  Tensor U = matmul(T, mul(vb, bb));                                    // (B,H,nb,C,Dv)
-  Tensor g_last = slice(g, 3, C - 1, C);                                // (B,H,nb,1,1)
-  Tensor kd = mul(transpose(kb, -1, -2), slice(decay, 3, C - 1, C));    // (B,H,nb,Dk,C): k_j e^{γ_last − γ_j}
-  // The state recurrence over chunks: S before chunk c, and the chunk's new values U' = U − W S.
-  const std::vector<Tensor> Ws = unbind(W, 2), Us = unbind(U, 2), Kds = unbind(kd, 2), Es = unbind(exp(g_last), 2);
-  Tensor S = p.start();  // (B,H,Dk,Dv)
-  std::vector<Tensor> states, news;
-  states.reserve(static_cast<size_t>(nb));
-  news.reserve(static_cast<size_t>(nb));
-  for (size_t c = 0; c < static_cast<size_t>(nb); ++c) {
-    states.push_back(S);
-    Tensor un = sub(Us[c], matmul(Ws[c], S));  // (B,H,C,Dv)
-    news.push_back(un);
-    S = add(mul(S, Es[c]), matmul(Kds[c], un));
-  }
-  if (final_state) *final_state = S;
-  // Outputs of every chunk at once: the state's part and the chunk's own (causal, decayed).
-  Tensor aqk = mul(matmul(qb, kt), decay);  // (B,H,nb,C,C)
-  Tensor o = add(matmul(mul(qb, eg), stack(states, 2)), matmul(aqk, stack(news, 2)));  // (B,H,nb,C,Dv)
-  return slice(reshape(o, {B, H, P, Dv}), 2, 0, L);
+  // The kernel: the recurrence per (batch, head), the state before every chunk kept for the backward.
+  auto prep = [&](const Tensor& t, Shape shape) { return contiguous(t.detach()).reshape(shape); };
+  Tensor qc = prep(p.q, {G, L, F}), kc = prep(p.k, {G, L, F}), vc = prep(p.v, {G, L, E});
+  Tensor bc = prep(p.beta, {G, L}), ac = prep(p.log_alpha, {G, L}), s0 = prep(p.start(), {G, F, E});
+  const int64_t C = std::min(chunk, L), N = (L + C - 1) / C;
+  Tensor y = empty({G, L, E}, {dt, dev}), s_last = empty({G, F, E}, {dt, dev}), ckpt = empty({G, N, F, E}, {dt, dev});
+  kernels::delta_rule_forward(dev, qc, kc, vc, bc, ac, s0, C, y, s_last, ckpt);
+  const Shape qs = p.q.shape(), vs = p.v.shape(), bs = p.beta.shape(), ss{B, H, F, E};
+  const bool has_state = p.state.defined();
+  std::vector<Tensor> outs = record_outputs(
+      op, {y.reshape({B, H, L, E}), s_last.reshape(ss)}, {p.q, p.k, p.v, p.beta, p.log_alpha, p.state},
+      {qc, kc, vc, bc, ac, ckpt}, [=](const std::vector<Tensor>& g, const NeedsGrad&) {
+        auto grad = [&](size_t i, const Shape& shape) {
+          return g[i].defined() ? contiguous(g[i]).reshape(shape) : zeros(shape, {dt, dev});
+        };
+        Tensor gy = grad(0, {G, L, E}), gs = grad(1, {G, F, E});
+        Tensor gq = empty({G, L, F}, {dt, dev}), gk = empty({G, L, F}, {dt, dev}), gv = empty({G, L, E}, {dt, dev});
+        Tensor gb = empty({G, L}, {dt, dev}), ga = empty({G, L}, {dt, dev}), gs0 = empty({G, F, E}, {dt, dev});
+        kernels::delta_rule_backward(dev, qc, kc, vc, bc, ac, ckpt, C, gy, gs, gq, gk, gv, gb, ga, gs0);
+        return std::vector<Tensor>{gq.reshape(qs), gk.reshape(qs), gv.reshape(vs), gb.reshape(bs), ga.reshape(bs),
+                                   has_state ? gs0.reshape(ss) : Tensor()};
+      });
+  if (final_state) *final_state = outs[1];
+  return outs[0];
 }
 
 Tensor delta_attention_step(DeltaDecodeState& st, const Tensor& q_t, const Tensor& k_t, const Tensor& v_t,
@@ -192,7 +171,14 @@ Tensor delta_attention_step(DeltaDecodeState& st, const Tensor& q_t, const Tenso
   const Shape want{q_t.size(0), q_t.size(1), q_t.size(3), v_t.size(3)};
   HH_CHECK(st.S.shape() == want && st.S.dtype() == p.q.dtype() && st.S.device() == p.q.device(), op, ": token shapes q_t ", q_t.shape(), ", v_t ", v_t.shape(), " (", p.q.dtype(),
            ") do not match the state ", st.S.shape(), " (", st.S.dtype(), ")");
-  Tensor o = delta_update(st.S, p.q, p.k, p.v, p.beta, p.log_alpha);
+  // One kernel, a new state buffer (the old one may still be read by a graph).
+  const int64_t G = want[0] * want[1], F = want[2], E = want[3];
+  auto rows = [&](const Tensor& t, Shape shape) { return contiguous(t).reshape(shape); };
+  const Options opts{st.S.dtype(), st.S.device()};
+  Tensor next = empty(want, opts), o = empty({want[0], want[1], 1, E}, opts);
+  kernels::delta_rule_step(st.S.device(), rows(p.q, {G, F}), rows(p.k, {G, F}), rows(p.v, {G, E}), rows(p.beta, {G}),
+                           rows(p.log_alpha, {G}), contiguous(st.S), next, o);
+  st.S = next;
   ++st.tokens;
   return o;
 }

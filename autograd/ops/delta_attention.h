@@ -1,6 +1,6 @@
 // The gated delta rule (Gated DeltaNet, Yang, Kautz & Hatamizadeh 2025; with α ≡ 1 it is DeltaNet,
 // Schlag et al. 2021 / Yang et al. 2024), causal, in three forms: the recurrent reference (one
-// token at a time, differentiable), the chunked WY form (training and prefill) and the decoding
+// token at a time, differentiable), the chunked form (training and prefill) and the decoding
 // step (O(1) state). No quadratic form exists: the recurrent form is the reference.
 //
 // Semantics, per (b, h), with the state S (Dk,Dv) as in fla (`h` of fla/ops/*/naive.py):
@@ -29,19 +29,11 @@ Tensor delta_attention_recurrent(const Tensor& q, const Tensor& k, const Tensor&
                                  const Tensor& log_alpha, double scale = -1, const Tensor& key_mask = Tensor(),
                                  const Tensor& initial_state = Tensor(), Tensor* final_state = nullptr);
 
-// The same function, chunked (Yang et al. 2024, "Parallelizing linear transformers with the
-// delta rule over sequence length"; fla's chunk_gated_delta_rule). Per chunk of C tokens, with
-// the cumulative gates γ_r = Σ_{s<=r} log α_s relative to the chunk start (so every decay factor
-// is exp of a non-positive number: nothing overflows at any length; Γ_rj's exponent is summed
-// over the steps between j and r, never taken as γ_r − γ_j, which cancels in f32):
-//   A = strict lower part of diag(β) (K Kᵀ ⊙ Γ), Γ_rj = exp(γ_r − γ_j);  T = (I + A)⁻¹
-//   W = T diag(β e^γ) K,  U = T diag(β) V                       (the WY / UT transform)
-//   per chunk, in order: U' = U − W S,  O = (Q ⊙ e^γ) S + (Q Kᵀ ⊙ Γ, j <= r) U',
-//                        S ← e^{γ_last} S + (K ⊙ e^{γ_last − γ})ᵀ U'
-// T comes from unit_lower_inverse (linalg.h). All chunks are batched but the state recurrence
-// (L/C small steps of (C,Dk)·(Dk,Dv) products); memory O(L·(C + Dk + Dv) + (L/C)·Dk·Dv) per head
-// (the states at every chunk start are kept for the outputs and the backward). L need not be a
-// multiple of `chunk`.
+// The same function for training and prefill, one kernel each way (core/kernels/delta_rule.h):
+// per (batch, head) the recurrence token by token (the reference's arithmetic, stable at any
+// length in f32; O(L·Dk·Dv)) keeping the state at every chunk start, and a hand-derived backward
+// that recomputes each chunk's states from it (memory O((L/C + C)·Dk·Dv) per head). The result
+// does not depend on `chunk`; L need not be a multiple of it.
 Tensor delta_attention_chunked(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& beta,
                                const Tensor& log_alpha, double scale = -1, const Tensor& key_mask = Tensor(),
                                const Tensor& initial_state = Tensor(), Tensor* final_state = nullptr,

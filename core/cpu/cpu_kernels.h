@@ -16,6 +16,7 @@
 
 #include "core/backend.h"
 #include "core/cpu_isa.h"
+#include "core/kernels/delta_rule.h"
 #include "core/kernels/feature_maps.h"
 #include "core/kernels/gated_linear.h"
 

@@ -2,8 +2,9 @@
 // unit lower-triangular inverse of the WY form) against plain loops; the chunked form's values
 // and gradients against the recurrent reference in f64 over chunk sizes, key masks, initial
 // states and decays from none (DeltaNet) to strong; a chunked prefill continued by decoding
-// steps; 64K tokens in f32 with strong decays; and fla's naive references
-// (tests/fixtures/delta/, written by tools/make_delta_fixtures.py).
+// steps; the decoding kernel against the composed step; 64K tokens in f32 with strong decays;
+// the f32 gradients at 16K tokens against f64; and fla's naive references (tests/fixtures/delta/,
+// written by tools/make_delta_fixtures.py).
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -373,6 +374,26 @@ TEST_CASE("delta attention: a chunked prefill continued by decoding steps is the
   CHECK(rel_err(cat(ys, 2), want) <= 1e-12);
 }
 
+TEST_CASE("delta attention: the decoding kernel (no gradient) equals the composed step") {
+  // delta_attention_step runs kernels::delta_rule_step; the recurrent reference composes the same
+  // update of ops (with a graph here). Both over 11 tokens, f32 and f64, with a key mask and an
+  // initial state.
+  for (DType dt : {DType::f64, DType::f32}) {
+    INFO(dt);
+    const int64_t B = 2, H = 3, L = 11, Dk = 5, Dv = 4;
+    Generator g(dt == DType::f64 ? 61 : 62);
+    std::vector<Tensor> x = delta_inputs(g, dt, {B, H, L, Dk, Dv}, -2, 0);
+    x[1] = l2_rows(x[1]);
+    const Tensor s0 = uniform({B, H, Dk, Dv}, -1, 1, g, {dt}), mask = test_mask(B, L);
+    const std::vector<Tensor> xr = leaves(x);
+    const Tensor with_graph = delta_attention_recurrent(xr[0], xr[1], xr[2], xr[3], xr[4], -1, mask, s0);
+    REQUIRE(with_graph.requires_grad());
+    const Tensor kernel = run_steps({x[0], x[1], x[2], x[3], x[4], mask, s0});
+    CHECK(kernel.dtype() == dt);
+    CHECK(rel_err(kernel, detach(with_graph)) <= (dt == DType::f64 ? 1e-14 : 1e-6));
+  }
+}
+
 TEST_CASE("delta attention: bf16 inputs run in f32") {
   Generator g(55);
   const std::vector<Tensor> x = delta_inputs(g, DType::f32, {1, 2, 10, 4, 3}, -2, 0);
@@ -422,6 +443,38 @@ TEST_CASE("delta attention: 64K tokens in f32 with strong decays, chunked equals
   const double e = rel_err(y, from_vector(want.v, want.shape, {DType::f64}));
   MESSAGE("L = ", L, ": chunked (f32) vs the recurrence in f64, max relative error ", e);
   CHECK(e <= 1e-6);
+}
+
+TEST_CASE("delta attention: 16K tokens, the f32 gradients of the chunked form are its f64 gradients") {
+  // The kernel's backward runs R = ∂ℓ/∂S back over every token, recomputing each chunk's states
+  // from its checkpoint; the f64 run is the reference (it equals the recurrent reference's
+  // gradients, test above). Weights on the outputs and the final state, an initial state, decays
+  // from weak to strong, and a key mask with holes.
+  const int64_t B = 2, H = 1, L = 16384, Dk = 8, Dv = 8;
+  Generator g(63);
+  std::vector<Tensor> x = delta_inputs(g, DType::f64, {B, H, L, Dk, Dv}, -8, -0.001);
+  x[1] = l2_rows(x[1]);
+  x.push_back(uniform({B, H, Dk, Dv}, -1, 1, g, {DType::f64}));
+  const Tensor wo = uniform({B, H, L, Dv}, -1, 1, g, {DType::f64});
+  const Tensor ws = uniform({B, H, Dk, Dv}, -1, 1, g, {DType::f64});
+  const Tensor mask = test_mask(B, L);
+  std::vector<std::vector<Tensor>> grads;
+  for (DType dt : {DType::f64, DType::f32}) {
+    std::vector<Tensor> xs;
+    for (const Tensor& t : x) xs.push_back(to_dtype(t, dt).clone().requires_grad_(true));
+    Tensor S;
+    const Tensor y = delta_attention_chunked(xs[0], xs[1], xs[2], xs[3], xs[4], -1, mask, xs[5], &S, 64);
+    add(sum(mul(y, to_dtype(wo, dt))), sum(mul(S, to_dtype(ws, dt)))).backward();
+    grads.emplace_back();
+    for (const Tensor& t : xs) grads.back().push_back(to_dtype(t.grad(), DType::f64));
+  }
+  // f32 rounding: measured at most 1.9e-7 (relative to each gradient's largest entry, both ISAs); 1e-6
+  // leaves room for another summation order, and an error that grew with L would exceed it.
+  for (size_t i = 0; i < 6; ++i) {
+    const double e = rel_err(grads[1][i], grads[0][i]);
+    MESSAGE("L = ", L, ": gradient of input ", i, ", f32 vs f64, max relative error ", e);
+    CHECK(e <= 1e-6);
+  }
 }
 
 }  // namespace hh::test
