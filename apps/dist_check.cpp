@@ -16,6 +16,7 @@
 #include <memory>
 #include <string>
 
+#include "apps/kit/app.h"
 #include "apps/kit/flags.h"
 #include "autograd/ops.h"
 #include "core/atomic_file.h"
@@ -141,10 +142,11 @@ int run_training(const apps::Flags& f, const std::shared_ptr<Communicator>& comm
   return 0;
 }
 
-}  // namespace
+// The communicator of this process, so that an error escaping run() can abort the other ranks
+// (they may wait in a collective) before run_main reports it.
+std::shared_ptr<hh::Communicator> process_comm;
 
-int main(int argc, char** argv) {
-  std::shared_ptr<hh::Communicator> comm;
+int run(int argc, char** argv) {
   try {
     hh::apps::Flags f("dist_check", "Data-parallel training check: trains a tiny LM on 1 or N ranks (mpirun), "
                                     "or compares two weight files.");
@@ -162,12 +164,18 @@ int main(int argc, char** argv) {
     f.add("tol", "0", "--compare: largest max |delta| accepted");
     if (!f.parse(argc, argv)) return 0;
     if (f.given("compare")) return compare(f.str("out"), f.str("compare"), f.number("tol", 0.0, 1e30));
-    comm = hh::make_communicator(f.str("backend"));
-    return run_training(f, comm);
+    process_comm = hh::make_communicator(f.str("backend"));
+    return run_training(f, process_comm);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "dist_check: error: %s\n", e.what());
-    std::fflush(stderr);
-    if (comm && comm->world() > 1) comm->abort(1);  // the other ranks may wait in a collective
-    return 1;
+    if (process_comm && process_comm->world() > 1) {  // abort ends the process: say why first
+      std::fprintf(stderr, "error: %s\n", e.what());
+      std::fflush(stderr);
+      process_comm->abort(1);  // the other ranks may wait in a collective
+    }
+    throw;
   }
 }
+
+}  // namespace
+
+int main(int argc, char** argv) { return hh::apps::run_main(argc, argv, run); }
