@@ -225,3 +225,30 @@ TEST_CASE("DecoderLM: end-to-end gradients match finite differences (f64)") {
     }
   }
 }
+
+TEST_CASE("DecoderLM: a token never sees the future, for every gate, in the chunked training form") {
+  // Logits at positions <= t must not move when tokens after t change: the whole model (gate
+  // projections, kernels, blocks and chunks that straddle t) in f64, 70 tokens, chunk 32 (so
+  // per-channel gates run sub-blocks of 16 and the change falls inside a chunk).
+  for (Gate gate : {Gate::none, Gate::decay, Gate::gla, Gate::liger, Gate::delta}) {
+    CAPTURE(name(gate));
+    TransformerConfig c = tiny("hedgehog");
+    c.max_len = 80;
+    c.attention.chunk = 32;
+    c.attention.gate = gate;
+    Generator g(5);
+    DecoderLM lm(c, {g});
+    lm.to(DType::f64);
+    const int64_t L = 70, t = 37;
+    Generator ig(6);
+    Tensor ids = randint(0, c.vocab, {1, L}, ig);
+    std::vector<double> changed = to_vector<double>(ids);
+    for (int64_t i = t + 1; i < L; ++i) changed[static_cast<size_t>(i)] = static_cast<double>((i * 7) % c.vocab);
+    Tensor ids2 = from_vector(changed, {1, L}, {DType::i64});
+    NoGradGuard ng;
+    Tensor a = slice(lm.forward(ids), 1, 0, t + 1), b = slice(lm.forward(ids2), 1, 0, t + 1);
+    CHECK(amax(abs(sub(a, b))).item<double>() == 0.0);
+    Tensor later = slice(lm.forward(ids), 1, t + 1, L), later2 = slice(lm.forward(ids2), 1, t + 1, L);
+    CHECK(amax(abs(sub(later, later2))).item<double>() > 0.0);  // the change reaches the later positions
+  }
+}
