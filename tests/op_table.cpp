@@ -1,6 +1,7 @@
 // The op-table harness (see op_table.h).
 #include "tests/op_table.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <set>
@@ -59,6 +60,23 @@ Host binary_ref(const Host& a, const Host& b, const std::function<double(double,
 
 Tensor rand_input(const Shape& s, double lo, double hi, Generator& g, DType t) {
   return uniform(s, lo, hi, g, {t});
+}
+
+double rel_err(const Tensor& a, const Tensor& b) {
+  const std::vector<double> x = to_vector<double>(a), y = to_vector<double>(b);
+  REQUIRE(x.size() == y.size());
+  double d = 0, n = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    d = std::max(d, std::fabs(x[i] - y[i]));
+    n = std::max(n, std::fabs(y[i]));
+  }
+  return d / std::max(n, 1e-3);
+}
+
+std::vector<Tensor> grad_leaves(const std::vector<Tensor>& base) {
+  std::vector<Tensor> xs;
+  for (const Tensor& x : base) xs.push_back(x.clone().requires_grad_(true));
+  return xs;
 }
 
 Tensor padding_test_mask(int64_t B, int64_t L) {

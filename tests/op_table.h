@@ -64,6 +64,12 @@ Tensor rand_input(const Shape& s, double lo, double hi, Generator& g, DType t);
 // at all), the others every key.
 Tensor padding_test_mask(int64_t B, int64_t L);
 
+// max |a - b| / max |b|, the denominator at least 1e-3 (a gradient that is zero up to rounding
+// has no relative error): how the attention forms' tests compare a form with its reference.
+double rel_err(const Tensor& a, const Tensor& b);
+// Fresh leaves: a clone of each tensor with requires_grad, so each form gets its own gradients.
+std::vector<Tensor> grad_leaves(const std::vector<Tensor>& base);
+
 // Checks that `f` throws hh::Error whose message contains every fragment.
 void check_throws(const std::function<void()>& f, const std::vector<std::string>& fragments);
 

@@ -266,24 +266,6 @@ const bool reg = add_specs({
     inverse_spec("(2,0,0)", {2, 0, 0}),
 });
 
-// max |a - b| / max |b| (the denominator at least 1e-3).
-double rel_err(const Tensor& a, const Tensor& b) {
-  const std::vector<double> x = to_vector<double>(a), y = to_vector<double>(b);
-  REQUIRE(x.size() == y.size());
-  double d = 0, n = 0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    d = std::max(d, std::fabs(x[i] - y[i]));
-    n = std::max(n, std::fabs(y[i]));
-  }
-  return d / std::max(n, 1e-3);
-}
-
-std::vector<Tensor> leaves(const std::vector<Tensor>& base) {
-  std::vector<Tensor> xs;
-  for (const Tensor& x : base) xs.push_back(x.clone().requires_grad_(true));
-  return xs;
-}
-
 // k with unit rows, as DeltaNet feeds the rule.
 Tensor l2_rows(const Tensor& k) { return div(k, norm(k, 2.0, {-1}, true)); }
 
@@ -309,13 +291,13 @@ TEST_CASE("delta attention: chunked equals the recurrent reference (f64, values 
         base.push_back(uniform({B, H, Dk, Dv}, -1, 1, g, {DType::f64}));
         const Tensor wo = uniform({B, H, L, Dv}, -1, 1, g, {DType::f64}), ws = uniform({B, H, Dk, Dv}, -1, 1, g, {DType::f64});
         const Tensor mask = masked ? test_mask(B, L) : Tensor();
-        std::vector<Tensor> xr = leaves(base);
+        std::vector<Tensor> xr = grad_leaves(base);
         Tensor sr;
         Tensor yr = delta_attention_recurrent(xr[0], xr[1], xr[2], xr[3], xr[4], -1, mask, xr[5], &sr);
         add(sum(mul(yr, wo)), sum(mul(sr, ws))).backward();
         for (int64_t chunk : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{5}, int64_t{8}, int64_t{16}, int64_t{64}}) {
           INFO("L = " << L << ", " << dec.name << ", chunk = " << chunk << std::string(masked ? ", key mask" : ""));
-          std::vector<Tensor> xc = leaves(base);
+          std::vector<Tensor> xc = grad_leaves(base);
           Tensor sc;
           Tensor yc = delta_attention_chunked(xc[0], xc[1], xc[2], xc[3], xc[4], -1, mask, xc[5], &sc, chunk);
           const double e = rel_err(yc, yr), es = rel_err(sc, sr);
@@ -385,7 +367,7 @@ TEST_CASE("delta attention: the decoding kernel (no gradient) equals the compose
     std::vector<Tensor> x = delta_inputs(g, dt, {B, H, L, Dk, Dv}, -2, 0);
     x[1] = l2_rows(x[1]);
     const Tensor s0 = uniform({B, H, Dk, Dv}, -1, 1, g, {dt}), mask = test_mask(B, L);
-    const std::vector<Tensor> xr = leaves(x);
+    const std::vector<Tensor> xr = grad_leaves(x);
     const Tensor with_graph = delta_attention_recurrent(xr[0], xr[1], xr[2], xr[3], xr[4], -1, mask, s0);
     REQUIRE(with_graph.requires_grad());
     const Tensor kernel = run_steps({x[0], x[1], x[2], x[3], x[4], mask, s0});
@@ -428,7 +410,7 @@ TEST_CASE("delta attention: 64K tokens in f32 with strong decays, chunked equals
   Generator g(59);
   std::vector<Tensor> x = delta_inputs(g, DType::f32, {1, 1, L, Dk, Dv}, -30, -0.01);
   x[1] = l2_rows(x[1]);
-  std::vector<Tensor> xc = leaves(x);
+  std::vector<Tensor> xc = grad_leaves(x);
   Tensor y = delta_attention_chunked(xc[0], xc[1], xc[2], xc[3], xc[4]);
   sum(y).backward();
   const std::vector<double> yv = to_vector<double>(y);

@@ -169,24 +169,6 @@ const bool reg = add_specs({
     step_spec("per head, normalized", {1, 2, 5, 2, 3}, false, true),
 });
 
-// max |a - b| / max |b| (the denominator at least 1e-3).
-double rel_err(const Tensor& a, const Tensor& b) {
-  const std::vector<double> x = to_vector<double>(a), y = to_vector<double>(b);
-  REQUIRE(x.size() == y.size());
-  double d = 0, n = 0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    d = std::max(d, std::fabs(x[i] - y[i]));
-    n = std::max(n, std::fabs(y[i]));
-  }
-  return d / std::max(n, 1e-3);
-}
-
-std::vector<Tensor> leaves(const std::vector<Tensor>& base) {
-  std::vector<Tensor> xs;
-  for (const Tensor& x : base) xs.push_back(x.clone().requires_grad_(true));
-  return xs;
-}
-
 }  // namespace
 
 TEST_CASE("gated attention: chunked and quadratic equal the recurrent form (f64, values and gradients)") {
@@ -202,13 +184,13 @@ TEST_CASE("gated attention: chunked and quadratic equal the recurrent form (f64,
           const std::vector<Tensor> base = gated_inputs(g, DType::f64, {B, H, L, F, Dv}, per_channel, normalize);
           const Tensor wy = uniform({B, H, L, Dv}, -1, 1, g, {DType::f64});
           const Tensor mask = masked ? padding_test_mask(B, L) : Tensor();
-          std::vector<Tensor> xr = leaves(base);
+          std::vector<Tensor> xr = grad_leaves(base);
           Tensor yr = gated_attention_recurrent(xr[0], xr[1], xr[2], xr[3], normalize, kEps, mask);
           sum(mul(yr, wy)).backward();
           auto agree = [&](const std::string& form, const std::function<Tensor(const std::vector<Tensor>&)>& run) {
             INFO(form << ", L = " << L << (per_channel ? ", per channel" : ", per head")
                       << (normalize ? ", normalized" : "") << (masked ? ", key mask" : ""));
-            std::vector<Tensor> x = leaves(base);
+            std::vector<Tensor> x = grad_leaves(base);
             Tensor y = run(x);
             const double e = rel_err(y, yr);
             CHECK(e <= 1e-11);
@@ -242,7 +224,7 @@ TEST_CASE("gated attention: the decoding kernel (no gradient) equals the compose
         INFO(dt << (per_channel ? ", per channel" : ", per head") << (normalize ? ", normalized" : ""));
         Generator g(static_cast<uint64_t>(70 + 4 * per_channel + 2 * normalize + (dt == DType::f32)));
         const std::vector<Tensor> x = gated_inputs(g, dt, {2, 3, 11, 5, 4}, per_channel, normalize);
-        Tensor with_graph = gated_attention_recurrent(leaves(x)[0], x[1], x[2], x[3], normalize, kEps);
+        Tensor with_graph = gated_attention_recurrent(grad_leaves(x)[0], x[1], x[2], x[3], normalize, kEps);
         REQUIRE(with_graph.requires_grad());
         Tensor kernel;
         {
@@ -262,7 +244,7 @@ TEST_CASE("gated attention: under bf16 autocast every form computes in its input
   AutocastGuard bf16(DType::bf16, true);
   std::vector<Tensor> got{gated_attention_quadratic(x[0], x[1], x[2], x[3], true, kEps),
                           gated_attention_chunked(x[0], x[1], x[2], x[3], true, kEps),
-                          gated_attention_recurrent(leaves(x)[0], x[1], x[2], x[3], true, kEps)};
+                          gated_attention_recurrent(grad_leaves(x)[0], x[1], x[2], x[3], true, kEps)};
   for (const Tensor& y : got) {
     CHECK(y.dtype() == DType::f32);
     CHECK(rel_err(y, want) <= 1e-5);

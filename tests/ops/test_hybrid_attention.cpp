@@ -261,24 +261,6 @@ const bool reg = add_specs({
     step_spec("W = 20 > L: ring grows, no linear key", {1, 1, 19, 2, 2, 2}, 20),
 });
 
-// max |a - b| / max |b|, the denominator at least 1e-3: wf's gradient is zero up to rounding when
-// W >= L (wf cancels in the normalizer), and its rounding is no relative error.
-double rel_err(const Tensor& a, const Tensor& b) {
-  const std::vector<double> x = to_vector<double>(a), y = to_vector<double>(b);
-  double d = 0, n = 0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    d = std::max(d, std::fabs(x[i] - y[i]));
-    n = std::max(n, std::fabs(y[i]));
-  }
-  return d / std::max(n, 1e-3);
-}
-
-std::vector<Tensor> leaves(const std::vector<Tensor>& base) {
-  std::vector<Tensor> xs;
-  for (const Tensor& x : base) xs.push_back(x.clone().requires_grad_(true));
-  return xs;
-}
-
 }  // namespace
 
 TEST_CASE("hybrid attention: chunked and recurrent equal the quadratic reference (f64, values and gradients)") {
@@ -296,7 +278,7 @@ TEST_CASE("hybrid attention: chunked and recurrent equal the quadratic reference
       const std::vector<Tensor> base = hybrid_inputs(g, DType::f64, B, H, L, D, Dv, F);
       const Tensor wy = uniform({B, H, L, Dv}, -1, 1, g, {DType::f64});
       const Tensor mask = masked ? padding_test_mask(B, L) : Tensor();
-      std::vector<Tensor> xq = leaves(base);
+      std::vector<Tensor> xq = grad_leaves(base);
       Tensor yq = hybrid_attention_quadratic(xq[0], xq[1], xq[2], xq[3], xq[4], xq[5], xq[6], W, -1, mask);
       sum(mul(yq, wy)).backward();
       if (!masked) {
@@ -308,7 +290,7 @@ TEST_CASE("hybrid attention: chunked and recurrent equal the quadratic reference
       }
       for (int64_t chunk : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{5}, int64_t{8}, int64_t{16}, int64_t{64}}) {
         INFO("L = " << L << ", W = " << W << ", chunk = " << chunk << std::string(masked ? ", key mask" : ""));
-        std::vector<Tensor> xc = leaves(base);
+        std::vector<Tensor> xc = grad_leaves(base);
         Tensor yc = hybrid_attention_chunked(xc[0], xc[1], xc[2], xc[3], xc[4], xc[5], xc[6], W, -1, mask, chunk);
         const double e = rel_err(yc, yq);
         CHECK(e <= 1e-10);
@@ -375,7 +357,7 @@ TEST_CASE("hybrid attention: the quadratic form's weights") {
 TEST_CASE("hybrid attention: the chunked form never builds (L,L) (L = 16384, with backward)") {
   const int64_t L = 16384;
   Generator g(47);
-  std::vector<Tensor> x = leaves(hybrid_inputs(g, DType::f32, 1, 1, L, 8, 8, 8));
+  std::vector<Tensor> x = grad_leaves(hybrid_inputs(g, DType::f32, 1, 1, L, 8, 8, 8));
   reset_peak_memory(Device::cpu());
   const size_t before = memory_stats(Device::cpu()).current;
   Tensor y = hybrid_attention_chunked(x[0], x[1], x[2], x[3], x[4], x[5], x[6], 64, -1, Tensor(), 64);
