@@ -312,13 +312,7 @@ int run(int argc, char** argv) {
            ": concurrent runs are CPU-only for now (runs on their own CUDA streams are built but have not been "
            "tested on a GPU); use --jobs 1");
   set_num_threads(static_cast<int>(threads));
-  std::vector<nn::Gate> gates;
-  for (const std::string& g : apps::Flags::split_list(f.str("gate"))) {
-    const nn::Gate gate = nn::parse_gate(g, "--gate");
-    HH_CHECK(std::find(gates.begin(), gates.end(), gate) == gates.end(), "--gate: '", g, "' is listed twice");
-    gates.push_back(gate);
-  }
-  HH_CHECK(!gates.empty(), "--gate: empty list");
+  const std::vector<nn::Gate> gates = nn::parse_gate_list(apps::Flags::split_list(f.str("gate")), "--gate");
   const nn::GateOutput gate_output = nn::parse_gate_output(f.str("gate-output"), gates, "--gate-output");
   auto maps = parse_maps(f.str("feature-map"), f.number("temperature", 1e-6, 1e6), gates);
 

@@ -155,13 +155,9 @@ std::vector<nn::Mixer> parse_mixer_list(const std::string& flag, const std::stri
 // --gate: a comma list of none, decay, gla, delta, each once (liger reads the key projection, which
 // this benchmark does not model).
 std::vector<nn::Gate> parse_gate_list(const std::string& text) {
-  std::vector<nn::Gate> out;
-  for (const std::string& g : parse_name_list("gate", text)) {
-    const nn::Gate gate = nn::parse_gate(g, "--gate");
-    HH_CHECK(gate != nn::Gate::liger, "--gate: 'liger' is not benchmarked here (expected none, decay, gla, delta)");
-    HH_CHECK(std::find(out.begin(), out.end(), gate) == out.end(), "--gate: '", g, "' is listed twice");
-    out.push_back(gate);
-  }
+  const std::vector<nn::Gate> out = nn::parse_gate_list(parse_name_list("gate", text), "--gate");
+  HH_CHECK(std::find(out.begin(), out.end(), nn::Gate::liger) == out.end(),
+           "--gate: 'liger' is not benchmarked here (expected none, decay, gla, delta)");
   return out;
 }
 

@@ -171,13 +171,7 @@ int run(int argc, char** argv) {
            preset, "'");
   const auto tasks = parse_tasks(f.str("tasks"));
   const auto attentions = parse_attentions(f.str("attentions"));
-  std::vector<nn::Gate> gates;
-  for (const std::string& g : apps::Flags::split_list(f.str("gate"))) {
-    const nn::Gate gate = nn::parse_gate(g, "--gate");
-    HH_CHECK(std::find(gates.begin(), gates.end(), gate) == gates.end(), "--gate: '", g, "' is listed twice");
-    gates.push_back(gate);
-  }
-  HH_CHECK(!gates.empty(), "--gate: empty list");
+  const std::vector<nn::Gate> gates = nn::parse_gate_list(apps::Flags::split_list(f.str("gate")), "--gate");
   const nn::GateOutput gate_output = nn::parse_gate_output(f.str("gate-output"), gates, "--gate-output");
   const bool generate = f.boolean("generate");
   const std::string data_dir = f.str("data");

@@ -304,12 +304,7 @@ int train_cmd(int argc, char** argv) {
   nn::Sampler{so};  // checks the sampling flags
   const int64_t n_samples = f.integer("samples", 0, 1000), sample_tokens = f.integer("sample-tokens", 1, 1 << 20);
 
-  std::vector<nn::Gate> gates;
-  for (const std::string& g : split_list(f.str("gate"), "gate")) {
-    const nn::Gate gate = nn::parse_gate(g, "--gate");
-    HH_CHECK(std::find(gates.begin(), gates.end(), gate) == gates.end(), "--gate: '", g, "' is given twice");
-    gates.push_back(gate);
-  }
+  const std::vector<nn::Gate> gates = nn::parse_gate_list(split_list(f.str("gate"), "gate"), "--gate");
   const nn::GateOutput gate_output = nn::parse_gate_output(f.str("gate-output"), gates, "--gate-output");
   std::vector<RunSpec> runs;
   for (const std::string& name : split_list(f.str("attentions"), "attentions")) {

@@ -90,7 +90,7 @@ set(TRAIN_LM_BAD
     "${T} --positions 64 --context 65" "--context 65 is longer than the model's 64 positions"
     "${T} --attentions softmax,nope" "unknown attention 'nope'"
     "${T} --attentions softmax,softmax" "'softmax' is given twice"
-    "${T} --gate delta,delta" "'delta' is given twice"
+    "${T} --gate delta,delta" "'delta' is listed twice"
     "${T} --gate mamba" "unknown gate 'mamba'"
     "${T} --dim 30 --heads 4" "n_embd (30) must be a positive multiple of n_head (4)"
     "${T} --batch 6 --accumulation 4" "--batch 6 must be a positive multiple of --accumulation (4)"

@@ -39,6 +39,17 @@ GateOutput parse_gate_output(const std::string& text, const std::string& what) {
   fail(str(what, ": unknown gate output '", text, "' (expected normalizer, groupnorm)"));
 }
 
+std::vector<Gate> parse_gate_list(const std::vector<std::string>& items, const std::string& what) {
+  std::vector<Gate> gates;
+  for (const std::string& item : items) {
+    const Gate g = parse_gate(item, what);
+    HH_CHECK(std::find(gates.begin(), gates.end(), g) == gates.end(), what, ": '", item, "' is listed twice");
+    gates.push_back(g);
+  }
+  HH_CHECK(!gates.empty(), what, ": empty list");
+  return gates;
+}
+
 GateOutput parse_gate_output(const std::string& text, const std::vector<Gate>& gates, const std::string& what) {
   const GateOutput o = parse_gate_output(text, what);
   const bool gated = std::any_of(gates.begin(), gates.end(), [](Gate g) { return g != Gate::none; });

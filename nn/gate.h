@@ -23,6 +23,9 @@ enum class Gate { none, decay, gla, liger, delta };
 // value: "<what>: unknown gate 'x' (expected none, decay, gla, liger, delta)".
 Gate parse_gate(const std::string& text, const std::string& what);
 std::string name(Gate g);
+// An app's --gate list, already split at commas: each item parsed as above, each gate once, at
+// least one ("<what>: 'gla' is listed twice", "<what>: empty list").
+std::vector<Gate> parse_gate_list(const std::vector<std::string>& items, const std::string& what);
 // A run's label: the mixer's name, then "+<gate>" when gated ("hedgehog+gla").
 std::string gated_label(const std::string& mixer_name, Gate g);
 
