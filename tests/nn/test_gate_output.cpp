@@ -17,17 +17,14 @@
 #include "nn/gate.h"
 #include "nn/models/hf_model.h"
 #include "nn/models/hf_save.h"
+#include "tests/nn/decode_checks.h"
 
 using namespace hh;
 using namespace hh::nn;
+using namespace hh::test;
 namespace fs = std::filesystem;
 
 namespace {
-
-double max_diff(const Tensor& a, const Tensor& b) {
-  NoGradGuard ng;
-  return amax(abs(sub(a.to(DType::f64), b.to(DType::f64)))).item<double>();
-}
 
 // y (B,H,L,Dv) -> y / sqrt(mean(y², Dv) + eps) · w, composed from elementwise ops.
 Tensor hand_rms_norm(const Tensor& y, const Tensor& w, double eps) {
@@ -147,10 +144,9 @@ TEST_CASE("gate output: with group_norm, decoding token by token equals the forw
     CHECK(max_diff(attn.forward(x, key_mask), yq) < 1e-12);
     NoGradGuard ng;
     DecodeCache st;
-    std::vector<Tensor> ys;
-    for (int64_t t = 0; t < L; ++t) ys.push_back(attn.step(slice(x, 1, t, t + 1), st));
+    const Tensor decoded = decode_each(attn, x, st);
     CHECK(st.pos() == L);
-    CHECK(max_diff(cat(ys, 1), y) < 1e-12);
+    CHECK(max_diff(decoded, y) < 1e-12);
   }
 }
 
@@ -173,10 +169,7 @@ TEST_CASE("gate output: a GPT-2 student with groupnorm decodes like its forward,
     const Tensor ids = randint(0, 50, {1, 9}, gen);
     NoGradGuard ng;
     Tensor logits = lm->forward(ids);
-    DecodeState st = lm->start_decoding();
-    std::vector<Tensor> steps;
-    for (int64_t t = 0; t < 9; ++t) steps.push_back(lm->step(slice(ids, 1, t, t + 1), st));
-    CHECK(max_diff(cat(steps, 1), logits) < 1e-4);
+    CHECK(max_diff(decode_each(*lm, ids), logits) < 1e-4);
 
     const fs::path out = fs::temp_directory_path() / ("hh_gate_output_save_" + std::to_string(::getpid()));
     fs::remove_all(out);

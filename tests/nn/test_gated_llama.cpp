@@ -20,17 +20,14 @@
 #include "nn/models/hf_save.h"
 #include "nn/models/llama.h"
 #include "nn/rope.h"
+#include "tests/nn/decode_checks.h"
 
 using namespace hh;
 using namespace hh::nn;
+using namespace hh::test;
 namespace fs = std::filesystem;
 
 namespace {
-
-double max_diff(const Tensor& a, const Tensor& b) {
-  NoGradGuard ng;
-  return amax(abs(sub(a.to(DType::f64), b.to(DType::f64)))).item<double>();
-}
 
 std::string fixture(const std::string& name) { return std::string(HH_SOURCE_DIR) + "/tests/fixtures/hf/" + name; }
 

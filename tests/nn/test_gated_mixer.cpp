@@ -18,17 +18,14 @@
 #include "nn/gate.h"
 #include "nn/models/hf_model.h"
 #include "nn/models/hf_save.h"
+#include "tests/nn/decode_checks.h"
 
 using namespace hh;
 using namespace hh::nn;
+using namespace hh::test;
 namespace fs = std::filesystem;
 
 namespace {
-
-double max_diff(const Tensor& a, const Tensor& b) {
-  NoGradGuard ng;
-  return amax(abs(sub(a.to(DType::f64), b.to(DType::f64)))).item<double>();
-}
 
 AttentionConfig gated_config(Gate gate, LinearForm form = LinearForm::chunked) {
   AttentionConfig c;
@@ -119,10 +116,9 @@ TEST_CASE("gated mixer: chunked forward equals the quadratic and recurrent forms
     CHECK(tr.layers[0].weights.shape() == Shape{B, 2, L, L});
     NoGradGuard ng;
     DecodeCache st;
-    std::vector<Tensor> ys;
-    for (int64_t t = 0; t < L; ++t) ys.push_back(attn.step(slice(x, 1, t, t + 1), st));
+    const Tensor decoded = decode_each(attn, x, st);
     CHECK(st.pos() == L);
-    CHECK(max_diff(cat(ys, 1), y) < 1e-12);
+    CHECK(max_diff(decoded, y) < 1e-12);
   }
 }
 
@@ -170,10 +166,7 @@ TEST_CASE("gated mixer: GPT-2 tiny with hedgehog+gla and +delta runs, decodes li
     NoGradGuard ng;
     Tensor logits = lm->forward(ids);
     CHECK(std::isfinite(sum(logits).item<double>()));
-    DecodeState st = lm->start_decoding();
-    std::vector<Tensor> steps;
-    for (int64_t t = 0; t < 9; ++t) steps.push_back(lm->step(slice(ids, 1, t, t + 1), st));
-    CHECK(max_diff(cat(steps, 1), logits) < 1e-4);
+    CHECK(max_diff(decode_each(*lm, ids), logits) < 1e-4);
 
     const fs::path out = fs::temp_directory_path() / ("hh_gated_save_" + std::to_string(::getpid()));
     fs::remove_all(out);
@@ -287,10 +280,9 @@ TEST_CASE("delta mixer: chunked forward equals the op's recurrent form and the m
   // Decoding: the delta state, token by token, counted by pos().
   NoGradGuard ng;
   DecodeCache st;
-  std::vector<Tensor> ys;
-  for (int64_t t = 0; t < L; ++t) ys.push_back(attn.step(slice(x, 1, t, t + 1), st));
+  const Tensor decoded = decode_each(attn, x, st);
   CHECK(st.pos() == L);
   CHECK(st.linear.delta.tokens == L);
   CHECK(st.linear.delta.S.shape() == Shape{B, 2, 8, 4});  // (B,H,F,D): hedgehog's F = 2·head_dim
-  CHECK(max_diff(cat(ys, 1), y) < 1e-12);
+  CHECK(max_diff(decoded, y) < 1e-12);
 }

@@ -15,17 +15,14 @@
 #include "nn/diagnostics.h"
 #include "nn/models/hf_model.h"
 #include "nn/models/hf_save.h"
+#include "tests/nn/decode_checks.h"
 
 using namespace hh;
 using namespace hh::nn;
+using namespace hh::test;
 namespace fs = std::filesystem;
 
 namespace {
-
-double max_diff(const Tensor& a, const Tensor& b) {
-  NoGradGuard ng;
-  return amax(abs(sub(a.to(DType::f64), b.to(DType::f64)))).item<double>();
-}
 
 // A hybrid mixer in f64 with its window factors moved off 0 (so wf differs per head and from 0.5).
 AttentionMixer hybrid_mixer(const std::string& map, int64_t H, int64_t D, int64_t window, int64_t chunk = 3) {
@@ -180,10 +177,7 @@ TEST_CASE("hybrid mixer: GPT-2 tiny as hybrid-hedgehog runs, decodes like its fo
   NoGradGuard ng;
   Tensor logits = lm->forward(ids);
   CHECK(std::isfinite(sum(logits).item<double>()));
-  DecodeState st = lm->start_decoding();
-  std::vector<Tensor> steps;
-  for (int64_t t = 0; t < 9; ++t) steps.push_back(lm->step(slice(ids, 1, t, t + 1), st));
-  CHECK(max_diff(cat(steps, 1), logits) < 1e-4);
+  CHECK(max_diff(decode_each(*lm, ids), logits) < 1e-4);
 
   const fs::path out = fs::temp_directory_path() / ("hh_hybrid_save_" + std::to_string(::getpid()));
   fs::remove_all(out);
