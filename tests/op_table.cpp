@@ -102,16 +102,6 @@ void check_throws(const std::function<void()>& f, const std::vector<std::string>
     CHECK_MESSAGE(msg.find(frag) != std::string::npos, "error message '", msg, "' lacks '", frag, "'");
 }
 
-namespace {
-
-std::vector<Tensor> make_inputs(const OpSpec& s, uint64_t seed, DType t) {
-  Generator g(seed);
-  if (s.inputs) return s.inputs(g, t);
-  std::vector<Tensor> xs;
-  for (const Shape& sh : s.shapes) xs.push_back(rand_input(sh, s.lo, s.hi, g, t));
-  return xs;
-}
-
 // Same values, non-contiguous layout: a transposed buffer for rank >= 2, every other element of
 // a twice-as-long buffer for rank 1; scalars are returned as is.
 Tensor non_contiguous(const Tensor& x) {
@@ -130,14 +120,6 @@ Tensor non_contiguous(const Tensor& x) {
   return v;
 }
 
-std::vector<int> grad_indices(const OpSpec& s, const std::vector<Tensor>& xs) {
-  if (!s.grad_inputs.empty()) return s.grad_inputs;
-  std::vector<int> w;
-  for (size_t i = 0; i < xs.size(); ++i)
-    if (xs[i].defined() && is_floating(xs[i].dtype())) w.push_back(static_cast<int>(i));
-  return w;
-}
-
 void compare(const Tensor& got, const Host& want, double rtol, double atol, const std::string& label) {
   INFO(label);
   REQUIRE_MESSAGE(got.shape() == want.shape, "shape ", shape_str(got.shape()), " vs reference ", shape_str(want.shape));
@@ -154,6 +136,24 @@ void compare(const Tensor& got, const Host& want, double rtol, double atol, cons
   }
   CHECK_MESSAGE(at < 0, "element ", at, ": got ", at >= 0 ? g[static_cast<size_t>(at)] : 0.0, " want ",
                 at >= 0 ? want.v[static_cast<size_t>(at)] : 0.0);
+}
+
+namespace {
+
+std::vector<Tensor> make_inputs(const OpSpec& s, uint64_t seed, DType t) {
+  Generator g(seed);
+  if (s.inputs) return s.inputs(g, t);
+  std::vector<Tensor> xs;
+  for (const Shape& sh : s.shapes) xs.push_back(rand_input(sh, s.lo, s.hi, g, t));
+  return xs;
+}
+
+std::vector<int> grad_indices(const OpSpec& s, const std::vector<Tensor>& xs) {
+  if (!s.grad_inputs.empty()) return s.grad_inputs;
+  std::vector<int> w;
+  for (size_t i = 0; i < xs.size(); ++i)
+    if (xs[i].defined() && is_floating(xs[i].dtype())) w.push_back(static_cast<int>(i));
+  return w;
 }
 
 std::string label_of(const OpSpec& s) { return s.op + (s.variant.empty() ? "" : " [" + s.variant + "]"); }

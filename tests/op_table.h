@@ -70,6 +70,13 @@ double rel_err(const Tensor& a, const Tensor& b);
 // Fresh leaves: a clone of each tensor with requires_grad, so each form gets its own gradients.
 std::vector<Tensor> grad_leaves(const std::vector<Tensor>& base);
 
+// Same values, non-contiguous layout: a transposed buffer for rank >= 2, every other element of
+// a twice-as-long buffer for rank 1; scalars are returned as is.
+Tensor non_contiguous(const Tensor& x);
+// CHECKs |got - want| <= atol + rtol |want| elementwise (NaN where the reference has NaN), naming
+// the worst element; the shapes must match.
+void compare(const Tensor& got, const Host& want, double rtol, double atol, const std::string& label);
+
 // Checks that `f` throws hh::Error whose message contains every fragment.
 void check_throws(const std::function<void()>& f, const std::vector<std::string>& fragments);
 

@@ -187,8 +187,11 @@ void reduce_typed(ReduceOp op, const Tensor& x, const Tensor& values, const Tens
 
   const int64_t ncols = std::min(I, kColBlock);
   const int64_t iblocks = (I + kColBlock - 1) / kColBlock;
-  const int64_t rchunk = std::max<int64_t>(16, kChunkElems / ncols);
-  const int64_t nchunks = (O * iblocks < kFewTasks && R > rchunk) ? (R + rchunk - 1) / rchunk : 1;
+  // Rows per task: a chunk of R when R is split, all of R otherwise (one task then covers every row).
+  const int64_t split_rows = std::max<int64_t>(16, kChunkElems / ncols);
+  const bool split = O * iblocks < kFewTasks && R > split_rows;
+  const int64_t rchunk = split ? split_rows : R;
+  const int64_t nchunks = split ? (R + rchunk - 1) / rchunk : 1;
   const int64_t ntasks = O * nchunks * iblocks;
   // Partials: (O, nchunks, I).
   std::vector<A> pv(static_cast<size_t>(O * nchunks * I));

@@ -361,4 +361,27 @@ TEST_CASE("gated attention: fla's naive GLA and RetNet references (tests/fixture
   }
 }
 
+
+// Issue 41: the quadratic form's gradients reduce (B,H,L,L,F) products over a middle axis longer
+// than the reduction's split chunk; they were wrong for k and log α at every L >= 129.
+TEST_CASE("gated attention: the quadratic form's gradients past 128 tokens equal the chunked form's") {
+  for (int64_t L : {129, 200}) {
+    INFO("L = " << L);
+    Generator g(41);
+    const int64_t B = 1, H = 1, F = 4, Dv = 3;
+    std::vector<Tensor> base = {uniform({B, H, L, F}, 0.1, 1.0, g, {DType::f64}),
+                                uniform({B, H, L, F}, 0.1, 1.0, g, {DType::f64}),
+                                uniform({B, H, L, Dv}, -1.0, 1.0, g, {DType::f64}),
+                                uniform({B, H, L, F}, -0.2, 0.0, g, {DType::f64})};
+    Tensor w = uniform({B, H, L, Dv}, -1.0, 1.0, g, {DType::f64});
+    auto a = grad_leaves(base), b = grad_leaves(base);
+    sum(mul(gated_attention_quadratic(a[0], a[1], a[2], a[3]), w)).backward();
+    sum(mul(gated_attention_chunked(b[0], b[1], b[2], b[3]), w)).backward();
+    for (size_t i = 0; i < 4; ++i) {
+      INFO("input " << i);
+      CHECK(rel_err(a[i].grad(), b[i].grad()) < 1e-10);
+    }
+  }
+}
+
 }  // namespace hh::test

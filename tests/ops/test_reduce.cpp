@@ -471,4 +471,33 @@ TEST_CASE("cumsum: long rows and columns against double prefix sums") {
   }
 }
 
+
+// Issue 41: with O x I-blocks >= 64 tasks R is not split, and each task must still cover every row
+// (it stopped at the first 128 rows when I >= 256, the split's chunk).
+TEST_CASE("reduce: a middle dim longer than the split chunk, with many outer rows, covers every row") {
+  for (int64_t O : {63, 64, 65}) {
+    INFO("O = " << O);
+    Tensor x = ones({O, 200, 256});
+    auto s = to_vector<double>(sum(x, {1}));
+    CHECK(*std::min_element(s.begin(), s.end()) == 200.0);
+    CHECK(*std::max_element(s.begin(), s.end()) == 200.0);
+    auto m = to_vector<double>(mean(x, {1}));
+    CHECK(*std::min_element(m.begin(), m.end()) == doctest::Approx(1.0));
+    Tensor y = zeros({O, 200, 256});
+    copy_(y.select(1, 150), full({O, 256}, 5.0));
+    auto mx = to_vector<double>(amax(y, {1}));
+    CHECK(*std::min_element(mx.begin(), mx.end()) == 5.0);
+    auto ix = to_vector<double>(argmax(y, 1));
+    CHECK(*std::min_element(ix.begin(), ix.end()) == 150.0);
+    CHECK(*std::max_element(ix.begin(), ix.end()) == 150.0);
+    copy_(y.select(1, 170), full({O, 256}, -5.0));
+    auto mn = to_vector<double>(amin(y, {1}));
+    CHECK(*std::max_element(mn.begin(), mn.end()) == -5.0);
+  }
+  // The I == 1 path: rows of 32,768 + 1 elements, 64 of them.
+  Tensor r = ones({64, 32769, 1});
+  auto s1 = to_vector<double>(sum(r, {1}));
+  CHECK(*std::min_element(s1.begin(), s1.end()) == 32769.0);
+}
+
 }  // namespace hh::test

@@ -1,0 +1,79 @@
+// Threshold sweeps (issue 41): every kernel's path-choosing constants crossed, not a few shapes.
+//
+// Each kernel family has a file here (tests/sweep/sweep_<family>.cpp) whose header comment lists the
+// constants that choose a path in the kernel and the sizes that cross them. A sweep case:
+//   - runs under every Config of configs(): CPU thread counts 1, 2 and 4 crossed with the ISA paths
+//     this machine has (scalar, avx2, avx512), or the device under test alone with HH_DEVICE=cuda;
+//   - compares the op's forward, f32 and f64, on contiguous and non-contiguous inputs, against a
+//     naive host loop in f64 (Host, tests/op_table.h);
+//   - checks the backward with directional derivatives in f64 (check_directional below), which cost
+//     two forwards whatever the size, so a gradient that drops rows past a threshold is caught.
+// The default suite runs the fast subset (fewer configs and sizes); HH_SWEEP=full runs everything
+// (CTest: `ctest -L sweep`, the hh_sweep_full test). Random shapes on top draw from sweep_seed(),
+// which is printed; HH_SWEEP_SEED=N replays one.
+#pragma once
+#include <cstdint>
+#include <doctest/doctest.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "autograd/ops.h"
+#include "core/cpu_isa.h"
+#include "tests/op_table.h"
+
+namespace hh::test::sweep {
+
+// HH_SWEEP=full: every config and size; otherwise the fast subset of the default suite.
+bool full();
+// Picks the fast or the full list.
+template <typename T>
+const T& pick(const T& fast, const T& all) {
+  return full() ? all : fast;
+}
+
+// The seed of the random-shape (property) cases: HH_SWEEP_SEED, else drawn from the clock. Printed
+// once per process (and in every failing case's context) so a failure can be replayed.
+uint64_t sweep_seed();
+
+struct Config {
+  int threads = 1;
+  CpuIsa isa = CpuIsa::scalar;
+  std::string name() const;
+};
+// CPU: threads {1, 2, 4} x the ISA paths this machine supports (fast subset: 1 thread on the best
+// path and 4 threads on the scalar path). CUDA: one config (threads and ISA do not apply).
+std::vector<Config> configs();
+// Runs fn once per config with the thread count and ISA set (restored afterwards, also on throw).
+// The config's name is in doctest's context for every check inside fn.
+void for_each_config(const std::function<void(const Config&)>& fn);
+
+// Sizes around a threshold t: {t - 1, t, t + 1}, the ones >= 0.
+std::vector<int64_t> around(int64_t t);
+// around() of each threshold plus the extras, sorted, without duplicates.
+std::vector<int64_t> crossing(const std::vector<int64_t>& thresholds, const std::vector<int64_t>& extra = {});
+
+// The dtypes a forward is compared in.
+inline std::vector<DType> float_dtypes() { return {DType::f32, DType::f64}; }
+// Forward tolerances: f32 against the f64 reference, relative and absolute; f64 tight.
+inline double rtol_of(DType t) { return t == DType::f32 ? 1e-4 : 1e-10; }
+inline double atol_of(DType t) { return t == DType::f32 ? 1e-4 : 1e-10; }
+
+// Random U(lo, hi) input of dtype t on the device under test.
+Tensor input(const Shape& s, Generator& g, DType t, double lo = -1.0, double hi = 1.0);
+// Inputs as the op sees them in one layout pass: contiguous or each non_contiguous().
+std::vector<Tensor> layout(const std::vector<Tensor>& xs, bool noncontig);
+
+// Forward check: fn on the inputs (contiguous, then non-contiguous) against ref on their host values.
+void check_forward(const OpFn& fn, const RefFn& ref, const std::vector<Tensor>& inputs, const std::string& label,
+                   double rtol, double atol);
+
+// Backward check in f64 by directional derivatives: with loss = sum(w * fn(x)) for a random w, for
+// each input i in `which` and a random direction v, <grad_i, v> must equal
+// (loss(x_i + h v) - loss(x_i - h v)) / 2h within tol relative to sum |grad_i| |v| (at least 1).
+// The inputs must be f64. Two forwards per input, so it runs at any size.
+void check_directional(const OpFn& fn, const std::vector<Tensor>& inputs, const std::vector<int>& which,
+                       const std::string& label, double tol = 1e-6);
+
+}  // namespace hh::test::sweep
