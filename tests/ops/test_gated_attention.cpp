@@ -368,7 +368,7 @@ TEST_CASE("gated attention: the quadratic form's gradients past 128 tokens equal
   for (int64_t L : {129, 200}) {
     INFO("L = " << L);
     Generator g(41);
-    const int64_t B = 1, H = 1, F = 4, Dv = 3;
+    const int64_t B = 2, H = 4, F = 16, Dv = 8;  // B·H = 8 outer rows of L·F columns: 8 x 9 column blocks
     std::vector<Tensor> base = {uniform({B, H, L, F}, 0.1, 1.0, g, {DType::f64}),
                                 uniform({B, H, L, F}, 0.1, 1.0, g, {DType::f64}),
                                 uniform({B, H, L, Dv}, -1.0, 1.0, g, {DType::f64}),
