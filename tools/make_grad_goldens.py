@@ -49,8 +49,8 @@ ONLY = [n for a in sys.argv[1:] if a.startswith("--only=") for n in a.split("=",
 OUT = ARGS[0] if ARGS else os.path.join(HERE, "..", "tests", "fixtures", "grad_goldens")
 
 
-def load(cls, name, dtype):
-    model = cls.from_pretrained(os.path.join(HF, name), attn_implementation="eager")
+def load(cls, folder, dtype):
+    model = cls.from_pretrained(folder, attn_implementation="eager")
     return model.to(dtype).eval()  # eval: no dropout (the fixtures' dropout rates are 0 anyway)
 
 
@@ -91,17 +91,17 @@ def exact_f64():
             norm.forward, rope.forward = f, g
 
 
-def file_names(model, name):
+def file_names(model, folder):
     """parameter name -> the checkpoint's name of the tensor holding exactly its values."""
     stored = {}
-    for f in glob.glob(os.path.join(HF, name, "model*.safetensors")):
+    for f in glob.glob(os.path.join(folder, "model*.safetensors")):
         stored.update(load_file(f))
     out = {}
     for n, p in model.named_parameters():
         hits = [k for k, t in stored.items() if t.shape == p.shape and torch.equal(t.to(p.dtype), p.detach())]
-        assert len(hits) == 1, (name, n, hits)
+        assert len(hits) == 1, (folder, n, hits)
         out[n] = hits[0]
-    assert len(set(out.values())) == len(out), name
+    assert len(set(out.values())) == len(out), folder
     return out
 
 
@@ -111,12 +111,15 @@ def causal_loss(logits, labels):
     return F.cross_entropy(logits[:, :-1].reshape(-1, v), labels[:, 1:].reshape(-1), ignore_index=-100)
 
 
-def run(name, cls, inputs, labels, causal):
-    """Loss and gradients in f64 (the golden; also as stock transformers computes it) and in f32."""
+def run(name, cls, inputs, labels, causal, folder=None, path=None):
+    """Loss and gradients in f64 (the golden; also as stock transformers computes it) and in f32.
+    The model is read from `folder` (default: tests/fixtures/hf/<name>), the golden written to `path`
+    (default: <OUT>/<name>.safetensors)."""
+    folder = folder or os.path.join(HF, name)
     out = {}
     for key, dtype in (("golden", torch.float64), ("stock f64", torch.float64), ("f32", torch.float32)):
-        model = load(cls, name, dtype)
-        names = file_names(model, name)
+        model = load(cls, folder, dtype)
+        names = file_names(model, folder)
         feed = {k: (v.to(dtype) if v.is_floating_point() else v) for k, v in inputs.items()}
         with exact_f64() if key == "golden" else contextlib.nullcontext():
             o = model(**feed, labels=labels)
@@ -146,9 +149,10 @@ def run(name, cls, inputs, labels, causal):
     tensors["loss"] = loss64.reshape(1).double().contiguous()
     for n, g in g64.items():
         tensors["grad." + n] = g.float().contiguous()
-    path = os.path.join(OUT, name + ".safetensors")
+    path = path or os.path.join(OUT, name + ".safetensors")
+    model_dir = os.path.relpath(os.path.abspath(folder), os.path.join(HERE, ".."))
     save_file(tensors, path, metadata={"transformers": tf.__version__, "torch": torch.__version__,
-                                        "model": os.path.join("tests/fixtures/hf", name), "dtype": "float64"})
+                                        "model": model_dir, "dtype": "float64"})
     print(f"  -> {path} ({os.path.getsize(path) / 1024:.0f} KiB)")
 
 
