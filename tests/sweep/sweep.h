@@ -27,9 +27,9 @@ namespace hh::test::sweep {
 
 // HH_SWEEP=full: every config and size; otherwise the fast subset of the default suite.
 bool full();
-// Picks the fast or the full list.
+// Picks the fast or the full list (a copy: `for (x : pick(list{...}, list{...}))` is safe).
 template <typename T>
-const T& pick(const T& fast, const T& all) {
+T pick(const T& fast, const T& all) {
   return full() ? all : fast;
 }
 
