@@ -58,13 +58,19 @@ namespace {
 // (B,H,L,D) head view of a (B,L,C) projection is then laid out as (B,L,H,D), and the caller's
 // transpose + reshape back to (B,L,C) is a view, not a copy; the same holds for the gradients of
 // q, k and v.
+// C stays innermost whatever like's stride along C: a C of size 1 may carry any stride (a
+// transposed (B,H,L,1) buffer), which would otherwise put an output's C outermost (Dv > 1
+// columns the kernels cannot write: their rows need unit stride).
 Tensor empty_in_layout_of(const Shape& shape, const Tensor& like, Options o) {
-  return empty_in_layout(shape, like.strides(), o);
+  Strides order = like.strides();
+  order[3] = 0;
+  return empty_in_layout(shape, order, o);
 }
 
-// Whether the kernels can read t (B,H,L,C) in place: unit stride along C, rows that do not overlap.
+// Whether the kernels can read t (B,H,L,C) in place: unit stride along C (any stride when C = 1),
+// rows that do not overlap.
 bool kernel_readable(const Tensor& t) {
-  return t.numel() == 0 || (t.stride(3) == 1 && (t.size(2) <= 1 || t.stride(2) >= t.size(3)));
+  return t.numel() == 0 || ((t.stride(3) == 1 || t.size(3) == 1) && (t.size(2) <= 1 || t.stride(2) >= t.size(3)));
 }
 
 // Softmax attention on q, k, v (B,H,L,C) (after autocast), recorded as one node. q, k and v may
