@@ -12,7 +12,8 @@
 //     rope when G x L x D > 32768 (:197, collapse(2) over G and L), hedgehog_features when
 //     N x F > 32768 (cpu_nn.inc:190, :213, one scratch row per thread). The backwards of add_norm
 //     are layer_norm_backward / rms_norm_backward on h (cpu_nn.inc:297, :390, per-thread Partials).
-//     Crossed with element counts 32767..32769 (rows of 1, 64, 33, one long row) and, for rope,
+//     Crossed by the "kParallelGrain" cases (rows, length): (511 / 512 / 513, 64) = 32704 / 32768 /
+//     32832 elements, one row of 32767 / 32768 / 32769, (32769, 1), (993, 33), (2, 16384); for rope
 //     G x L x D = 32512 / 32768 / 33024 and one row of D = 32766 / 32768 / 32770.
 //   - vector widths: f32 8 (AVX2) / 16 (AVX-512 machine), f64 4 / 8, SSE2 4 / 2, in the omp simd
 //     loops and Eigen's packets (bias_gelu's f32 path, cpu_fused.inc:97-123, and softmax's f32
@@ -61,21 +62,20 @@ void check_op(const std::function<std::vector<Tensor>(DType)>& make, const OpFn&
 }
 
 Sizes row_lengths() {
-  return pick(Sizes{0, 1, 7, 8, 9, 17, 129}, crossing({2, 4, 8, 16, 32, 128, 256, 512, 1024}, {0, 1, 2048}));
+  return pick(Sizes{0, 1, 3, 4, 5, 7, 8, 9, 15, 16, 17, 33, 129, 257},
+              crossing({2, 4, 8, 16, 32, 128, 256, 512, 1024}, {0, 1, 2048}));
 }
-Sizes row_counts() { return pick(Sizes{1, 3}, crossing({2, 4, 8}, {0, 1, 33})); }
+Sizes row_counts() { return pick(Sizes{1, 3, 9}, crossing({2, 4, 8}, {0, 1})); }
 
 // (rows, length) with rows x length = 32767 / 32768 / 32769 in several splits.
 Shapes2 grain_shapes() {
   const Shapes2 fast = {{511, 64}, {513, 64}, {1, 32769}};
   Shapes2 all;
-  for (int64_t n : around(kParallelGrain)) all.push_back({n, 1});
-  for (int64_t n : around(512)) all.push_back({n, 64});
-  all.push_back({992, 33});
-  all.push_back({993, 33});
-  for (int64_t r : around(kParallelGrain)) all.push_back({1, r});
-  all.push_back({2, 16384});
-  all.push_back({3, 16384});
+  for (int64_t n : around(512)) all.push_back({n, 64});  // 32704 / 32768 (serial) / 32832
+  for (int64_t r : around(kParallelGrain)) all.push_back({1, r});  // one row
+  all.push_back({kParallelGrain + 1, 1});  // rows of one element
+  all.push_back({993, 33});                // 32769, an odd length
+  all.push_back({2, kParallelGrain / 2});  // 32768: two rows, serial
   return pick(fast, all);
 }
 

@@ -11,9 +11,10 @@
 //     row length > 32768 (softmax cpu_nn.inc:163, softmax_backward :176, layer_norm :245,
 //     layer_norm_backward :297, rms_norm :356, rms_norm_backward :390, cross_entropy :437,
 //     cross_entropy_backward :474). The norm backwards then sum weight / bias gradients in
-//     per-thread Partials (cpu_nn.inc:60, used at :299 and :391). Crossed with rows x length
-//     32767 / 32768 / 32769 in several splits: (32767..32769, 1), (511..513, 64), (992 / 993, 33),
-//     (1, 32767..32769), (2, 16384) (the "kParallelGrain" cases, weights on and off).
+//     per-thread Partials (cpu_nn.inc:60, used at :299 and :391). Crossed by the "kParallelGrain"
+//     cases (rows, length): (511 / 512 / 513, 64) = 32704 / 32768 / 32832 elements, one row of
+//     32767 / 32768 / 32769, (32769, 1) rows of one element, (993, 33) an odd length, (2, 16384);
+//     the norms with weights on and off.
 //   - vector widths of the `omp simd` loops and of Eigen's packet exp (softmax f32, cpu_nn.inc:113):
 //     f32 8 (AVX2) / 16 (AVX-512 machine, AVX2 copy), f64 4 / 8, SSE2 baseline 4 / 2: row lengths
 //     crossing({2, 4, 8, 16, 32}) plus 1 and 0 (empty rows).
@@ -178,22 +179,21 @@ Tensor from_host(const std::vector<double>& values, const Shape& s, DType t) {
 std::vector<std::pair<int64_t, int64_t>> grain_shapes() {
   const std::vector<std::pair<int64_t, int64_t>> fast = {{511, 64}, {513, 64}, {1, 32769}};
   std::vector<std::pair<int64_t, int64_t>> all;
-  for (int64_t n : around(kParallelGrain)) all.push_back({n, 1});
-  for (int64_t n : around(512)) all.push_back({n, 64});
-  all.push_back({992, 33});  // 32736: serial
-  all.push_back({993, 33});  // 32769: parallel, an odd length
-  for (int64_t r : around(kParallelGrain)) all.push_back({1, r});
-  all.push_back({2, 16384});
-  all.push_back({3, 16384});
+  for (int64_t n : around(512)) all.push_back({n, 64});  // 32704 / 32768 (serial) / 32832
+  for (int64_t r : around(kParallelGrain)) all.push_back({1, r});  // one row
+  all.push_back({kParallelGrain + 1, 1});  // rows of one element
+  all.push_back({993, 33});                // 32769, an odd length
+  all.push_back({2, kParallelGrain / 2});  // 32768: two rows, serial
   return pick(fast, all);
 }
 
 // Row lengths crossing the vector widths and CUDA's row_launch steps; row counts crossing CUDA's
 // rows per block.
 Sizes row_lengths() {
-  return pick(Sizes{0, 1, 7, 8, 9, 17, 129}, crossing({2, 4, 8, 16, 32, 128, 256, 512, 1024}, {0, 1, 2048}));
+  return pick(Sizes{0, 1, 3, 4, 5, 7, 8, 9, 15, 16, 17, 33, 129, 257},
+              crossing({2, 4, 8, 16, 32, 128, 256, 512, 1024}, {0, 1, 2048}));
 }
-Sizes row_counts() { return pick(Sizes{1, 3}, crossing({2, 4, 8}, {0, 1, 33})); }
+Sizes row_counts() { return pick(Sizes{1, 3, 9}, crossing({2, 4, 8}, {0, 1})); }
 
 // The norms' directional checks use eps = 1e-2: with the default eps a short row whose values
 // nearly coincide (layer_norm of 2 values, rms_norm of 1) is a steep step, where the finite
@@ -373,7 +373,7 @@ TEST_CASE("sweep: nn: softmax and log_softmax over the first and a middle dim") 
 }
 
 // Rows with -inf entries (a mask): row 0 all -inf (NaN, as PyTorch), row 1 one finite entry, the
-// others -inf with probability 0.3. The backward is checked on the rows that are not all -inf
+// others -inf with probability 0.3 (one entry kept finite). The backward is checked on the rows that are not all -inf
 // (log_softmax through exp(), so the loss of its -inf outputs stays finite).
 TEST_CASE("sweep: nn: masked softmax: -inf entries and all -inf rows") {
   const Sizes lens = pick(Sizes{1, 9, 17}, crossing({2, 4, 8, 16, 32, 128, 1024}, {1}));
@@ -386,7 +386,8 @@ TEST_CASE("sweep: nn: masked softmax: -inf entries and all -inf rows") {
         for (int64_t j = 0; j < r; ++j) {
           double& e = v[static_cast<size_t>(i * r + j)];
           e = 8.0 * g.next_uniform() - 4.0;
-          if (i == 0 || (i == 1 && j != r / 2) || (i > 1 && g.next_uniform() < 0.3)) e = -kInf;
+          // Rows past 1 keep entry i % r finite, so only row 0 is all -inf.
+          if (i == 0 || (i == 1 && j != r / 2) || (i > 1 && j != i % r && g.next_uniform() < 0.3)) e = -kInf;
         }
       const Shape s{n, r};
       for (bool log : {false, true}) {
@@ -478,7 +479,7 @@ TEST_CASE("sweep: nn: layer_norm and rms_norm across kParallelGrain") {
     for (const auto& [n, c] : grain_shapes()) {
       check_norm({false, true, true}, n, c, ++seed);
       check_norm({true, true, false}, n, c, ++seed);
-      if (full()) {  // the parallel loop without per-thread partials
+      if (full() && n * c > kParallelGrain && (n == 1 || c == 64)) {  // parallel, no per-thread partials
         check_norm({false, false, false}, n, c, ++seed);
         check_norm({true, false, false}, n, c, ++seed);
       }
@@ -575,6 +576,7 @@ TEST_CASE("sweep: nn: mse_loss, sizes x reductions") {
   for_each_config([&](const Config&) {
     for (int64_t m : sizes)
       for (Reduction red : {Reduction::mean, Reduction::sum, Reduction::none}) {
+        if (m > 64 && red != Reduction::mean) continue;  // the long sizes: one reduction
         const Shape s = m / 2 > 0 && m % 2 == 0 ? Shape{2, m / 2} : Shape{m};
         auto make = [&](DType t) {
           Generator g(static_cast<uint64_t>(11000 + m));
@@ -602,25 +604,29 @@ TEST_CASE("sweep: nn: mse_loss, sizes x reductions") {
 
 TEST_CASE("sweep: nn: dropout against its Philox mask") {
   const Sizes sizes = pick(Sizes{0, 1, 9, kParallelGrain + 1}, crossing({4, 8, kParallelGrain}, {0, 1, 2}));
+  // p = 0.25 while training at every size; p = 0 and 1 and eval mode (no random draw) at the short.
+  using Modes = std::vector<std::pair<double, bool>>;
+  const Modes long_modes{{0.25, true}}, short_modes{{0.25, true}, {0.0, true}, {1.0, true}, {0.25, false}};
   for_each_config([&](const Config&) {
     for (int64_t m : sizes)
-      for (double p : {0.0, 0.25, 1.0})
-        for (bool training : {true, false}) {
-          const Shape s = m > 1 && m % 3 == 0 ? Shape{3, m / 3} : Shape{m};
-          const uint64_t seed = static_cast<uint64_t>(12000 + m);
-          auto make = [&](DType t) {
-            Generator g(seed + 1);
-            return std::vector<Tensor>{input(s, g, t)};
-          };
-          auto fn = [p, training, seed](const std::vector<Tensor>& x) {
-            Generator g(seed);  // the same mask on every call
-            return dropout(x[0], p, training, g);
-          };
-          auto ref = [p, training, seed](const std::vector<Host>& x) {
-            return training && p > 0.0 ? dropout_ref(x[0], p, seed) : x[0];
-          };
-          check_op(make, fn, ref, {0}, str("dropout ", s, " p ", p, training ? " training" : " eval"));
-        }
+      for (const auto& mode : m > 64 ? long_modes : short_modes) {
+        const double p = mode.first;
+        const bool training = mode.second;
+        const Shape s = m > 1 && m % 3 == 0 ? Shape{3, m / 3} : Shape{m};
+        const uint64_t seed = static_cast<uint64_t>(12000 + m);
+        auto make = [&](DType t) {
+          Generator g(seed + 1);
+          return std::vector<Tensor>{input(s, g, t)};
+        };
+        auto fn = [p, training, seed](const std::vector<Tensor>& x) {
+          Generator g(seed);  // the same mask on every call
+          return dropout(x[0], p, training, g);
+        };
+        auto ref = [p, training, seed](const std::vector<Host>& x) {
+          return training && p > 0.0 ? dropout_ref(x[0], p, seed) : x[0];
+        };
+        check_op(make, fn, ref, {0}, str("dropout ", s, " p ", p, training ? " training" : " eval"));
+      }
   });
 }
 
