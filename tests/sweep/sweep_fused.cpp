@@ -6,7 +6,7 @@
 //
 // Constants that choose a path, and the sizes below that cross them:
 //   CPU (core/cpu/cpu_fused.inc and, for hedgehog_features, core/cpu/cpu_nn.inc; each compiled twice:
-//   baseline and core/cpu/avx2/ AVX2+FMA, which also runs on the avx512 path, cpu_kernels.h:35):
+//   baseline and core/cpu/avx2/ AVX2+FMA, which also runs on the avx512 path, cpu_kernels.h:36):
 //   - kParallelGrain = 32768 (core/cpu/cpu_backend.h:93): add_norm goes parallel when N x C > 32768
 //     (cpu_fused.inc:83), bias_gelu (:161) and its backward (:178, one scratch row per thread) too,
 //     rope when G x L x D > 32768 (:197, collapse(2) over G and L), hedgehog_features when

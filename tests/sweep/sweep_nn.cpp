@@ -6,7 +6,7 @@
 //
 // Constants that choose a path, and the sizes below that cross them:
 //   CPU (core/cpu/cpu_nn.inc, compiled twice: core/cpu/cpu_nn.cpp baseline, core/cpu/avx2/cpu_nn.cpp
-//   AVX2+FMA; with_cpu_kernels (core/cpu/cpu_kernels.h:35) runs the AVX2 copy on the avx512 path):
+//   AVX2+FMA; with_cpu_kernels (core/cpu/cpu_kernels.h:36) runs the AVX2 copy on the avx512 path):
 //   - kParallelGrain = 32768 (core/cpu/cpu_backend.h:93): every kernel goes parallel when rows x
 //     row length > 32768 (softmax cpu_nn.inc:163, softmax_backward :176, layer_norm :245,
 //     layer_norm_backward :297, rms_norm :356, rms_norm_backward :390, cross_entropy :437,
@@ -34,10 +34,10 @@
 //   - dropout has no kernel of its own: Philox uniforms (core/cpu/cpu_copy.cpp random, parallel over
 //     kParallelGrain, 4 uniforms per Philox block: core/philox.h philox_uniform_at), a compare and
 //     a product. It is deterministic for a Generator's (seed, offset), so its mask is recomputed
-//     here from philox_uniform_at (the RNG's definition) and checked at sizes crossing 4 and
-//     kParallelGrain, with p = 0, 0.25, 1 and training off.
-//   - mse_loss is composed of sub / mul / sum (their own families' kernels): a few sizes crossing
-//     kParallelGrain and the widths, each reduction.
+//     here from philox_uniform_at (the RNG's definition) and checked at sizes crossing 4, 8 and
+//     kParallelGrain with p = 0.25, and p = 0, p = 1 and training off at the short sizes.
+//   - mse_loss is composed of sub / mul / sum (their own families' kernels): sizes crossing the
+//     widths (each reduction) and kParallelGrain (mean).
 //   No other block constants exist in these kernels: one row per OpenMP iteration, no chunking of
 //   a row (cross_entropy's vocabulary is one pass per row on the CPU).
 //   CUDA (cuda/cuda_common.cuh, cuda/cuda_softmax.cu, cuda/cuda_norm.cu, cuda/cuda_loss.cu):
@@ -351,7 +351,7 @@ TEST_CASE("sweep: nn: softmax and log_softmax across kParallelGrain") {
 }
 
 TEST_CASE("sweep: nn: softmax and log_softmax over the first and a middle dim") {
-  const Sizes lens = pick(Sizes{1, 9}, crossing({4, 8, 16, 128}, {1}));
+  const Sizes lens = pick(Sizes{0, 1, 9}, crossing({4, 8, 16, 128}, {0, 1}));
   const Sizes others = pick(Sizes{3}, Sizes{1, 3, 17});
   for_each_config([&](const Config&) {
     for (int64_t r : lens)
