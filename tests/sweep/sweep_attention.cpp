@@ -81,11 +81,6 @@
 namespace hh::test::sweep {
 namespace {
 
-// pick() by value: a range-for over pick(temporary, temporary) would read destroyed vectors.
-template <typename T>
-T choose(const T& fast, const T& all) {
-  return full() ? all : fast;
-}
 
 constexpr double kEps = 1e-6;
 
@@ -260,7 +255,7 @@ TEST_SUITE("sweep") {
 TEST_CASE("sweep: attention: flash softmax attention across kTile, the grain, the backward schemes") {
   std::vector<FlashCase> cases;
   // L across kTile = 64 and 2·kTile, causal and not.
-  for (int64_t L : choose(std::vector<int64_t>{1, 63, 65, 129}, crossing({64, 128}, {1, 2, 17})))
+  for (int64_t L : pick(std::vector<int64_t>{1, 63, 65, 129}, crossing({64, 128}, {1, 2, 17})))
     for (bool causal : {false, true}) {
       FlashCase c;
       c.Lq = c.Lk = L;
@@ -268,7 +263,7 @@ TEST_CASE("sweep: attention: flash softmax attention across kTile, the grain, th
       cases.push_back(c);
     }
   // Lq != Lk (non-causal), no keys at all, no output columns, no batch.
-  for (auto qk : choose(std::vector<std::pair<int64_t, int64_t>>{{3, 70}, {5, 0}},
+  for (auto qk : pick(std::vector<std::pair<int64_t, int64_t>>{{3, 70}, {5, 0}},
                       std::vector<std::pair<int64_t, int64_t>>{{3, 70}, {70, 3}, {65, 129}, {129, 65}, {5, 0}})) {
     FlashCase c;
     c.Lq = qk.first;
@@ -287,7 +282,7 @@ TEST_CASE("sweep: attention: flash softmax attention across kTile, the grain, th
     cases.push_back(c);
   }
   // The key mask: holes, a padded tail and front, a padded tile, a batch entry with every key padded.
-  for (int64_t L : choose(std::vector<int64_t>{65}, std::vector<int64_t>{5, 63, 64, 65, 129}))
+  for (int64_t L : pick(std::vector<int64_t>{65}, std::vector<int64_t>{5, 63, 64, 65, 129}))
     for (bool causal : {false, true}) {
       FlashCase c;
       c.B = 4;
@@ -298,7 +293,7 @@ TEST_CASE("sweep: attention: flash softmax attention across kTile, the grain, th
       cases.push_back(c);
     }
   // The parallel grain: work = Lq·Lk·(D+Dv) around 32768.
-  for (int64_t Lk : choose(std::vector<int64_t>{33}, std::vector<int64_t>{31, 32, 33})) {
+  for (int64_t Lk : pick(std::vector<int64_t>{33}, std::vector<int64_t>{31, 32, 33})) {
     FlashCase c;
     c.B = c.H = 1;
     c.Lq = 32;
@@ -307,7 +302,7 @@ TEST_CASE("sweep: attention: flash softmax attention across kTile, the grain, th
     cases.push_back(c);
   }
   // G = B·H across 2·threads (the one-pass and two-pass backward), two tiles per group.
-  for (auto bh : choose(std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {3, 3}},
+  for (auto bh : pick(std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {3, 3}},
                       std::vector<std::pair<int64_t, int64_t>>{
                           {1, 1}, {1, 2}, {1, 3}, {2, 2}, {1, 5}, {1, 7}, {2, 4}, {3, 3}, {4, 4}}))
     for (bool causal : {false, true}) {
@@ -321,10 +316,10 @@ TEST_CASE("sweep: attention: flash softmax attention across kTile, the grain, th
     }
   // Head dims: Eigen packets (CPU), the CUDA accumulator widths (64, 128); an explicit scale.
   std::vector<std::pair<int64_t, int64_t>> dims;
-  for (int64_t D : choose(std::vector<int64_t>{1, 17}, crossing({4, 8, 16, 64}, {1, 127, 128}))) dims.push_back({D, D});
+  for (int64_t D : pick(std::vector<int64_t>{1, 17}, crossing({4, 8, 16, 64}, {1, 127, 128}))) dims.push_back({D, D});
   // D != Dv: on both sides of 64 (the CUDA kernels pick NJ by D and Dv apart); D = 1 with Dv > 1 (a
   // non-contiguous (B,H,L,1) q once laid the output out with Dv outermost, which the kernel rejected).
-  for (auto dd : choose(std::vector<std::pair<int64_t, int64_t>>{{1, 9}},
+  for (auto dd : pick(std::vector<std::pair<int64_t, int64_t>>{{1, 9}},
                         std::vector<std::pair<int64_t, int64_t>>{{1, 9}, {1, 65}, {16, 65}, {65, 16}, {128, 3}}))
     dims.push_back(dd);
   for (auto dd : dims) {
@@ -357,7 +352,7 @@ TEST_CASE("sweep: attention: softmax_attention composed path (window, weights, m
     bool masked;
   };
   std::vector<Case> cases;
-  for (int64_t L : choose(std::vector<int64_t>{17}, std::vector<int64_t>{17, 129}))
+  for (int64_t L : pick(std::vector<int64_t>{17}, std::vector<int64_t>{17, 129}))
     for (int64_t W : std::vector<int64_t>{1, 15, L - 1})
       for (bool masked : {false, true}) cases.push_back({masked ? 4 : 1, L, W, masked});
   for_each_config([&](const Config&) {
@@ -435,8 +430,8 @@ std::vector<Tensor> linear_inputs(int64_t B, int64_t H, int64_t L, int64_t F, in
 TEST_CASE("sweep: attention: chunked causal linear attention across the chunk, G, F and D") {
   std::vector<LinearCase> cases;
   // L across the chunk and twice the chunk.
-  for (int64_t chunk : choose(std::vector<int64_t>{7, 64}, std::vector<int64_t>{1, 7, 16, 64}))
-    for (int64_t L : choose(crossing({chunk, 2 * chunk}, {1}), crossing({chunk, 2 * chunk}, {1, 2}))) {
+  for (int64_t chunk : pick(std::vector<int64_t>{7, 64}, std::vector<int64_t>{1, 7, 16, 64}))
+    for (int64_t L : pick(crossing({chunk, 2 * chunk}, {1}), crossing({chunk, 2 * chunk}, {1, 2}))) {
       LinearCase c;
       c.H = 2;
       c.L = L;
@@ -444,7 +439,7 @@ TEST_CASE("sweep: attention: chunked causal linear attention across the chunk, G
       cases.push_back(c);
     }
   // G = B·H across the OpenMP split.
-  for (auto bh : choose(std::vector<std::pair<int64_t, int64_t>>{{1, 3}},
+  for (auto bh : pick(std::vector<std::pair<int64_t, int64_t>>{{1, 3}},
                       std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {1, 2}, {1, 3}, {1, 5}, {2, 4}})) {
     LinearCase c;
     c.B = bh.first;
@@ -454,8 +449,8 @@ TEST_CASE("sweep: attention: chunked causal linear attention across the chunk, G
     cases.push_back(c);
   }
   // F and D across the packets (CPU) and the 64-wide CUDA tiles.
-  for (int64_t F : choose(std::vector<int64_t>{1, 17}, crossing({4, 8, 16, 64}, {1})))
-    for (int64_t D : choose(std::vector<int64_t>{F == 1 ? 9 : 3}, std::vector<int64_t>{F <= 16 ? 65 : 3, F})) {
+  for (int64_t F : pick(std::vector<int64_t>{1, 17}, crossing({4, 8, 16, 64}, {1})))
+    for (int64_t D : pick(std::vector<int64_t>{F == 1 ? 9 : 3}, std::vector<int64_t>{F <= 16 ? 65 : 3, F})) {
       LinearCase c;
       c.L = 24;
       c.chunk = 16;
@@ -501,7 +496,7 @@ TEST_CASE("sweep: attention: chunked causal linear attention across the chunk, G
 }
 
 TEST_CASE("sweep: attention: linear attention forms (quadratic, noncausal, recurrent, step)") {
-  std::vector<int64_t> lengths = choose(std::vector<int64_t>{1, 65, 129}, crossing({64, 128}, {1, 2}));
+  std::vector<int64_t> lengths = pick(std::vector<int64_t>{1, 65, 129}, crossing({64, 128}, {1, 2}));
   for_each_config([&](const Config&) {
     uint64_t seed = 4000;
     for (int64_t L : lengths)
@@ -559,12 +554,12 @@ Host hedgehog_ref(const std::vector<Host>& in) {
 
 TEST_CASE("sweep: attention: hedgehog feature map across packets and the grain") {
   std::vector<Shape> shapes;
-  for (int64_t f : choose(crossing({8}, {1}), crossing({4, 8, 16}, {1})))
-    for (int64_t n : choose(std::vector<int64_t>{3}, std::vector<int64_t>{1, 3, 8})) shapes.push_back({n, f});
+  for (int64_t f : pick(crossing({8}, {1}), crossing({4, 8, 16}, {1})))
+    for (int64_t n : pick(std::vector<int64_t>{3}, std::vector<int64_t>{1, 3, 8})) shapes.push_back({n, f});
   shapes.push_back({2, 3, 0});  // no features
   shapes.push_back({0, 4});     // no rows
   shapes.push_back({2, 2, 3, 7});
-  for (int64_t n : choose(std::vector<int64_t>{4097}, std::vector<int64_t>{4095, 4096, 4097})) shapes.push_back({n, 8});
+  for (int64_t n : pick(std::vector<int64_t>{4097}, std::vector<int64_t>{4095, 4096, 4097})) shapes.push_back({n, 8});
   if (full())
     for (int64_t f : crossing({128, 256, 512, 1024, 2048})) shapes.push_back({f < 1024 ? 9 : 3, f});
   for_each_config([&](const Config&) {

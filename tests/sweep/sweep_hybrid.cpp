@@ -53,11 +53,6 @@
 namespace hh::test::sweep {
 namespace {
 
-// pick() by value: a range-for over pick(temporary, temporary) would read destroyed vectors.
-template <typename T>
-T choose(const T& fast, const T& all) {
-  return full() ? all : fast;
-}
 
 size_t at4(const Shape& s, int64_t b, int64_t h, int64_t i, int64_t c) {
   return static_cast<size_t>(((b * s[1] + h) * s[2] + i) * s[3] + c);
@@ -209,8 +204,8 @@ TEST_SUITE("sweep") {
 TEST_CASE("sweep: hybrid: window kernel across kWindowBlock, W, G and the key mask") {
   std::vector<HybridCase> cases;
   // L across the band (16) and W across it, W beyond L.
-  for (int64_t L : choose(std::vector<int64_t>{1, 17, 33}, crossing({16, 32, 64}, {1, 2})))
-    for (int64_t W : choose(std::vector<int64_t>{1, 16, L + 1}, crossing({16, 32}, {1, 2, L - 1, L, L + 1, 1000}))) {
+  for (int64_t L : pick(std::vector<int64_t>{1, 17, 33}, crossing({16, 32, 64}, {1, 2})))
+    for (int64_t W : pick(std::vector<int64_t>{1, 16, L + 1}, crossing({16, 32}, {1, 2, L - 1, L, L + 1, 1000}))) {
       if (W < 1) continue;
       HybridCase c;
       c.L = L;
@@ -218,7 +213,7 @@ TEST_CASE("sweep: hybrid: window kernel across kWindowBlock, W, G and the key ma
       cases.push_back(c);
     }
   // The key mask: rows without a real window key, whole bands of them, a batch entry all padding.
-  for (int64_t W : choose(std::vector<int64_t>{4}, std::vector<int64_t>{1, 4, 16, 17, 100})) {
+  for (int64_t W : pick(std::vector<int64_t>{4}, std::vector<int64_t>{1, 4, 16, 17, 100})) {
     HybridCase c;
     c.B = 4;
     c.H = 1;
@@ -228,7 +223,7 @@ TEST_CASE("sweep: hybrid: window kernel across kWindowBlock, W, G and the key ma
     cases.push_back(c);
   }
   // G across the OpenMP split (and the CUDA row blocks of 128: G·L = 127..129, 256, 258).
-  for (auto bhl : choose(std::vector<std::vector<int64_t>>{{1, 1, 1}, {1, 3, 20}},
+  for (auto bhl : pick(std::vector<std::vector<int64_t>>{{1, 1, 1}, {1, 3, 20}},
                        std::vector<std::vector<int64_t>>{
                            {1, 1, 1}, {1, 2, 1}, {1, 3, 20}, {1, 5, 20}, {1, 1, 127}, {1, 1, 128}, {1, 1, 129},
                            {1, 2, 128}, {1, 2, 129}})) {
@@ -240,7 +235,7 @@ TEST_CASE("sweep: hybrid: window kernel across kWindowBlock, W, G and the key ma
     cases.push_back(c);
   }
   // D and Dv across the packets; an explicit scale; no batch.
-  for (int64_t D : choose(std::vector<int64_t>{1, 9}, crossing({4, 8, 16}, {1}))) {
+  for (int64_t D : pick(std::vector<int64_t>{1, 9}, crossing({4, 8, 16}, {1}))) {
     HybridCase c;
     c.L = 20;
     c.window = 7;
@@ -266,9 +261,9 @@ TEST_CASE("sweep: hybrid: window kernel across kWindowBlock, W, G and the key ma
 TEST_CASE("sweep: hybrid: chunked and quadratic forms across the chunk, W and L") {
   std::vector<HybridCase> cases;
   // W across kWindowBlock and L (the clamp), L across the chunk and twice the chunk.
-  for (int64_t chunk : choose(std::vector<int64_t>{7, 64}, std::vector<int64_t>{1, 7, 16, 64}))
-    for (int64_t L : choose(std::vector<int64_t>{chunk + 1}, crossing({chunk, 2 * chunk}, {1})))
-      for (int64_t W : choose(std::vector<int64_t>{16, L + 1}, std::vector<int64_t>{1, 16, L - 1, L, 1000})) {
+  for (int64_t chunk : pick(std::vector<int64_t>{7, 64}, std::vector<int64_t>{1, 7, 16, 64}))
+    for (int64_t L : pick(std::vector<int64_t>{chunk + 1}, crossing({chunk, 2 * chunk}, {1})))
+      for (int64_t W : pick(std::vector<int64_t>{16, L + 1}, std::vector<int64_t>{1, 16, L - 1, L, 1000})) {
         // W across 16 is the window kernel's sweep; here W against L (the clamp) and the chunk.
         if (W < 1 || (chunk == 1 && L > 3 && W != 16) || (chunk == 64 && W == L - 1)) continue;
         HybridCase c;
@@ -277,7 +272,7 @@ TEST_CASE("sweep: hybrid: chunked and quadratic forms across the chunk, W and L"
         c.chunk = chunk;
         cases.push_back(c);
       }
-  for (int64_t W : choose(std::vector<int64_t>{5}, std::vector<int64_t>{1, 5, 16, 17, 40})) {
+  for (int64_t W : pick(std::vector<int64_t>{5}, std::vector<int64_t>{1, 5, 16, 17, 40})) {
     HybridCase c;
     c.B = 4;
     c.H = 1;
@@ -320,9 +315,9 @@ TEST_CASE("sweep: hybrid: chunked and quadratic forms across the chunk, W and L"
 
 TEST_CASE("sweep: hybrid: recurrent step across the ring's growth and the window") {
   std::vector<HybridCase> cases;
-  for (int64_t W : choose(std::vector<int64_t>{1, 17}, std::vector<int64_t>{1, 5, 15, 16, 17, 33, 100})) {
+  for (int64_t W : pick(std::vector<int64_t>{1, 17}, std::vector<int64_t>{1, 5, 15, 16, 17, 33, 100})) {
     HybridCase c;
-    c.L = choose<int64_t>(20, 40);
+    c.L = pick<int64_t>(20, 40);
     c.window = W;
     cases.push_back(c);
   }
