@@ -56,16 +56,14 @@ class Engine {
   // A request's place among the --max-concurrent: held while it runs, freed when destroyed.
   class Slot {
    public:
-    explicit Slot(Engine& e) : e_(e), start(std::chrono::steady_clock::now()) {}
+    explicit Slot(Engine& e) : start(std::chrono::steady_clock::now()), e_(e) {}
     ~Slot() { --e_.active_; }
     Slot(const Slot&) = delete;
     Slot& operator=(const Slot&) = delete;
+    const std::chrono::steady_clock::time_point start;  // admission: the request's clock starts
 
    private:
     Engine& e_;
-
-   public:
-    const std::chrono::steady_clock::time_point start;
   };
   // A slot, or ApiError 503 when --max-concurrent requests are running or the server is stopping.
   std::unique_ptr<Slot> admit();
