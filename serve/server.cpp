@@ -28,9 +28,12 @@ void log_line(const std::string& line) {
   std::fflush(stdout);
 }
 
+// JSON text; bytes of a decode that are not UTF-8 become U+FFFD rather than an exception.
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
 void send_json(httplib::Response& res, int status, const json& body) {
   res.status = status;
-  res.set_content(body.dump(), "application/json");
+  res.set_content(dump(body), "application/json");
 }
 
 // One line per request: what it was, its status, and for a completion its tokens and speed.
@@ -180,7 +183,7 @@ class HttpServer {
             const std::string& model = engine().model_id();
             bool ok = true;
             const auto send = [&](const json& j) {
-              const std::string event = sse_event(j.dump());
+              const std::string event = sse_event(dump(j));
               ok = ok && sink.write(event.data(), event.size());
               return ok;
             };

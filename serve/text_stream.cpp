@@ -39,7 +39,8 @@ std::string TextStream::push(int64_t id) {
     return out;
   }
   size_t safe = full.size();
-  static const std::string kReplacement = "\xEF\xBF\xBD";  // U+FFFD: a character cut short so far
+  // decode() gives valid UTF-8, a character whose bytes are not all generated yet as U+FFFD.
+  static const std::string kReplacement = "\xEF\xBF\xBD";
   if (safe >= kReplacement.size() && full.compare(safe - kReplacement.size(), kReplacement.size(), kReplacement) == 0)
     safe -= kReplacement.size();
   size_t hold = 0;  // the longest tail that a stop string starts with

@@ -182,6 +182,24 @@ TEST_CASE("serve text stream: released pieces concatenate to the full decode; st
     CHECK(!s.stopped());
   }
   {
+    // Characters of several bytes (byte-fallback tokens: U+FFFD until the last byte comes), after
+    // a prompt: the pieces are the continuation of the prompt's text, every one valid UTF-8.
+    const std::vector<int32_t> p32 = tok->encode("Les", true), c32 = tok->encode(" hérissons dorment l'hiver, ô été", false);
+    std::vector<int32_t> all = p32;
+    all.insert(all.end(), c32.begin(), c32.end());
+    const std::string whole = tok->decode(all, true), prompt = tok->decode(p32, true);
+    REQUIRE(whole.compare(0, prompt.size(), prompt) == 0);
+    serve::TextStream s(*tok, {}, std::vector<int64_t>(p32.begin(), p32.end()));
+    std::string joined;
+    for (int32_t id : c32) {
+      const std::string piece = s.push(id);
+      CHECK(piece.find("\xEF\xBF\xBD") == std::string::npos);
+      joined += piece;
+    }
+    joined += s.finish();
+    CHECK(joined == whole.substr(prompt.size()));
+  }
+  {
     serve::TextStream s(*tok, {"animal", "never there"});
     std::string joined;
     for (int64_t id : ids) {
