@@ -70,6 +70,7 @@ Generation generate(CausalLM& lm, const std::vector<int64_t>& prompt, Sampler& s
   g.prefill_seconds = seconds_since(t0);
   t0 = std::chrono::steady_clock::now();
   for (int64_t i = 0; i < o.max_new_tokens; ++i) {
+    if (o.on_logits) o.on_logits(logits);
     const int64_t next = sampler.next(logits);
     const bool stop = next == o.eos && o.eos >= 0;
     if (!stop || o.keep_eos) {
@@ -77,6 +78,7 @@ Generation generate(CausalLM& lm, const std::vector<int64_t>& prompt, Sampler& s
       if (o.on_token) o.on_token(static_cast<int64_t>(g.ids.size()), next);
     }
     if (stop || i + 1 == o.max_new_tokens) break;
+    if (o.should_stop && o.should_stop()) break;
     if (P >= 0 && state.pos >= P) break;  // no position left to read the token just drawn
     logits = feed(next);
   }

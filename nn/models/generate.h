@@ -35,6 +35,11 @@ struct GenerateOptions {
   bool keep_eos = true;    // the drawn eos is part of the result (HF generate), or dropped
   // Called after every new token with (tokens generated so far, the token).
   std::function<void(int64_t, int64_t)> on_token;
+  // Called with the logits each new token is drawn from, before on_token (log-probabilities).
+  std::function<void(const std::vector<double>&)> on_logits;
+  // Asked after every new token (after on_token): true ends the generation there (a stop string
+  // seen, a client gone, a deadline passed).
+  std::function<bool()> should_stop;
 };
 
 struct Generation {

@@ -1,0 +1,59 @@
+// hh_serve: an OpenAI-compatible HTTP server for an HF model folder (serve/): /v1/completions
+// (streamed or not) for decoders, /v1/embeddings for sentence-transformers encoders, /v1/models,
+// /health. Flags here, the server in serve::serve.
+#include <cstdlib>
+#include <string>
+
+#include "apps/kit/app.h"
+#include "apps/kit/flags.h"
+#include "serve/server.h"
+
+using namespace hh;
+
+namespace {
+
+int run(int argc, char** argv) {
+  apps::Flags f("hh_serve",
+                "hh_serve: serves an HF model folder over HTTP with OpenAI's API: POST /v1/completions (decoders;\n"
+                "\"stream\": true for server-sent events), POST /v1/embeddings (sentence-transformers encoders),\n"
+                "GET /v1/models, GET /health. SIGINT or SIGTERM stop it (exit 0).");
+  f.add("model", "", "HF model folder with its tokenizer (what hf_run reads)");
+  f.add("host", "127.0.0.1", "address to listen on (0.0.0.0: every interface)");
+  f.add("port", "8080", "TCP port (0: any free port, named on the start line)");
+  f.add("max-concurrent", "4", "requests admitted at once, running or waiting for the model (503 beyond)");
+  f.add("max-context", "0", "most tokens a request may hold, prompt + max_tokens (0: the model's positions)");
+  f.add("max-tokens", "0", "largest max_tokens a request may ask for (0: --max-context)");
+  f.add("max-body", "1048576", "largest request body in bytes (413 beyond)");
+  f.add("timeout", "600", "seconds a request may generate (then it ends, finish_reason length); a client that\n"
+        "                       stalls while sending a request is dropped after min(this, 30) s");
+  apps::CommonFlagSpec common;
+  common.precision = false;
+  common.seed = false;
+  common.threads_help = "CPU threads of each forward (0 = all cores)";
+  apps::add_common_flags(f, common);
+  if (!f.parse(argc, argv)) return 0;
+
+  serve::ServeOptions o;
+  o.host = f.str("host");
+  HH_CHECK(!o.host.empty(), "--host: empty");
+  o.port = static_cast<int>(f.integer("port", 0, 65535));
+  o.max_body = f.integer("max-body", 1, int64_t{1} << 40);
+  serve::EngineOptions& e = o.engine;
+  e.folder = f.str("model");
+  HH_CHECK(!e.folder.empty(), "--model is required: no model folder given (see --help)");
+  e.max_concurrent = f.integer("max-concurrent", 1, 4096);
+  e.max_context = f.integer("max-context", 0, int64_t{1} << 30);
+  e.max_tokens = f.integer("max-tokens", 0, int64_t{1} << 30);
+  HH_CHECK(e.max_context == 0 || e.max_tokens <= e.max_context, "--max-tokens ", e.max_tokens,
+           " exceeds --max-context ", e.max_context);
+  e.timeout_s = f.number("timeout", 0.001, 1e9);
+  const apps::CommonFlags c = apps::read_common_flags(f, common);
+  e.device = c.device;
+  e.threads = apps::apply_threads(c.threads);
+  if (const char* d = std::getenv("HH_SERVE_TEST_TOKEN_DELAY_MS")) e.token_delay_ms = std::atoll(d);
+  return serve::serve(o);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) { return hh::apps::run_main(argc, argv, run); }

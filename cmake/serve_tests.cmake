@@ -1,0 +1,33 @@
+# hh_serve end to end (tests/serve/e2e): the test program starts hh_serve on free ports over the
+# tiny fixtures, talks to it with cpp-httplib's client and raw sockets, runs hf_run for the
+# expected texts, and stops every server itself (SIGTERM / SIGINT, exit 0).
+add_executable(hh_serve_e2e tests/serve/e2e/serve_e2e.cpp)
+target_compile_options(hh_serve_e2e PRIVATE ${HH_WARNINGS} ${HH_OPT_FLAGS})
+target_link_libraries(hh_serve_e2e PRIVATE doctest::doctest nlohmann_json::nlohmann_json PkgConfig::HH_HTTPLIB)
+add_dependencies(hh_serve_e2e hh_serve hf_run)
+add_test(NAME hh_serve_e2e COMMAND hh_serve_e2e)
+set_tests_properties(hh_serve_e2e PROPERTIES TIMEOUT 300 ENVIRONMENT
+  "HH_SERVE=$<TARGET_FILE:hh_serve>;HH_HF_RUN=$<TARGET_FILE:hf_run>;HH_FIXTURES=${CMAKE_CURRENT_SOURCE_DIR}/tests/fixtures/hf")
+# Bad flags: "error: ..." naming the flag, non-zero exit, before any model is read.
+foreach(case
+    "--model ${CMAKE_CURRENT_SOURCE_DIR}/tests/fixtures/hf/no-such-folder" "--model .*: not a folder"
+    "--port 8080" "--model is required"
+    "--model ${CMAKE_CURRENT_SOURCE_DIR}/tests/fixtures/hf/gpt2-tiny --port 0" "no tokenizer in the folder"
+    "--model ${CMAKE_CURRENT_SOURCE_DIR}/tests/fixtures/hf/llama-tiny-tok --port 70000" "flag --port: 70000 is out of range"
+    "--model ${CMAKE_CURRENT_SOURCE_DIR}/tests/fixtures/hf/llama-tiny-tok --port 0 --max-context 65" "--max-context 65 exceeds the model's 64 positions"
+    "--model ${CMAKE_CURRENT_SOURCE_DIR}/tests/fixtures/hf/llama-tiny-tok --max-context 10 --max-tokens 20" "--max-tokens 20 exceeds --max-context 10"
+    "--model ${CMAKE_CURRENT_SOURCE_DIR}/tests/fixtures/hf/llama-tiny-tok --host 256.1.1.1" "cannot listen"
+    "--model ${CMAKE_CURRENT_SOURCE_DIR}/tests/fixtures/hf/llama-tiny-tok --max-concurrent 0" "flag --max-concurrent")
+  list(APPEND HH_SERVE_BAD "${case}")
+endforeach()
+list(LENGTH HH_SERVE_BAD n)
+math(EXPR last "${n} / 2 - 1")
+foreach(i RANGE ${last})
+  math(EXPR a "${i} * 2")
+  math(EXPR b "${i} * 2 + 1")
+  list(GET HH_SERVE_BAD ${a} flags)
+  list(GET HH_SERVE_BAD ${b} says)
+  separate_arguments(flags)
+  add_test(NAME hh_serve_rejects_${i} COMMAND hh_serve ${flags})
+  set_tests_properties(hh_serve_rejects_${i} PROPERTIES PASS_REGULAR_EXPRESSION "error: [^\n]*${says}")
+endforeach()

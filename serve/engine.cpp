@@ -1,0 +1,186 @@
+#include "serve/engine.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <thread>
+
+#include "autograd/grad_mode.h"
+#include "autograd/ops.h"
+#include "core/error.h"
+#include "core/parallel.h"
+#include "nn/models/generate.h"
+#include "serve/text_stream.h"
+
+namespace hh::serve {
+
+namespace {
+
+double seconds_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// The tokenizer files load_tokenizer reads, in the folder.
+bool has_tokenizer(const std::string& folder) {
+  namespace fs = std::filesystem;
+  return fs::exists(folder + "/tokenizer.json") || fs::exists(folder + "/vocab.txt") ||
+         (fs::exists(folder + "/vocab.json") && fs::exists(folder + "/merges.txt"));
+}
+
+}  // namespace
+
+Engine::Engine(const EngineOptions& o) : options_(o) {
+  HH_CHECK(!o.folder.empty(), "--model is required: no model folder given (see --help)");
+  HH_CHECK(std::filesystem::is_directory(o.folder), "--model ", o.folder, ": not a folder");
+  model_id_ = std::filesystem::path(o.folder).lexically_normal().filename().string();
+  if (model_id_.empty()) model_id_ = std::filesystem::path(o.folder).lexically_normal().parent_path().filename().string();
+  HH_CHECK(has_tokenizer(o.folder), "--model ", o.folder,
+           ": no tokenizer in the folder (tokenizer.json, vocab.json + merges.txt, or vocab.txt); hh_serve needs one");
+  nn::HFModelOptions mo;
+  mo.device = o.device;
+  model_ = nn::load_hf_model(o.folder, mo);
+  lm_ = dynamic_cast<nn::CausalLM*>(model_.get());
+  int64_t positions = 0;
+  if (lm_) {
+    positions = lm_->max_positions();
+  } else {
+    positions = nn::text_encoder_max_positions(*model_);
+    HH_CHECK(positions > 0, "--model ", o.folder, ": ", model_->architecture(),
+             " is neither a decoder (completions) nor a BERT-family text encoder (embeddings)");
+    embedding_ = nn::read_embedding_config(o.folder);
+  }
+  tok_ = data::load_tokenizer(o.folder);
+  const int64_t model_limit = positions >= 0 ? positions : 4096;
+  HH_CHECK(o.max_context <= model_limit || positions < 0, "--max-context ", o.max_context, " exceeds the model's ",
+           positions, " positions");
+  limits_.max_context = o.max_context > 0 ? o.max_context : model_limit;
+  HH_CHECK(o.max_tokens <= limits_.max_context, "--max-tokens ", o.max_tokens, " exceeds the context of ",
+           limits_.max_context, " tokens");
+  limits_.max_tokens = o.max_tokens > 0 ? o.max_tokens : limits_.max_context;
+}
+
+std::unique_ptr<Engine::Slot> Engine::admit() {
+  if (stopping_) throw ApiError(503, "the server is shutting down", "", "shutting_down");
+  if (++active_ > options_.max_concurrent) {
+    --active_;
+    throw ApiError(503,
+                   "the server is busy: " + std::to_string(options_.max_concurrent) +
+                       " requests are running (--max-concurrent); retry later",
+                   "", "server_busy");
+  }
+  return std::make_unique<Slot>(*this);
+}
+
+Engine::Prepared Engine::prepare(const CompletionRequest& r) const {
+  check_model(r.model, model_id_);
+  if (!lm_)
+    throw ApiError(400, "'" + model_id_ + "' is a text encoder: it serves /v1/embeddings, not completions", "model",
+                   "wrong_endpoint");
+  Prepared p;
+  p.request = r;
+  if (r.prompt_is_text) {
+    for (int32_t id : tok_->encode(r.prompt_text, true)) p.prompt.push_back(id);
+    if (p.prompt.empty()) throw ApiError(400, "the tokenizer produced no tokens for 'prompt'", "prompt");
+    if (r.echo) p.echo = r.prompt_text;
+  } else {
+    p.prompt = r.prompt_ids;
+    for (int64_t id : p.prompt)
+      if (id >= lm_->vocab_size())
+        throw ApiError(400, "'prompt' token id " + std::to_string(id) + " is outside the model's vocabulary of " +
+                                std::to_string(lm_->vocab_size()), "prompt");
+    if (r.echo) p.echo = tok_->decode(std::vector<int32_t>(p.prompt.begin(), p.prompt.end()), true);
+  }
+  check_context(r, static_cast<int64_t>(p.prompt.size()), limits_);
+  return p;
+}
+
+Completion Engine::complete(const Prepared& p, const Slot& slot, const OnText& on_text, CompletionStats& stats) {
+  const CompletionRequest& r = p.request;
+  Completion c;
+  c.prompt_tokens = stats.prompt_tokens = static_cast<int64_t>(p.prompt.size());
+  c.want_logprobs = r.logprobs >= 0;
+  c.logprob_offset = p.echo.size();
+  TextStream text(*tok_, r.stop, p.prompt);
+  nn::Sampler sampler(r.sampling);
+  nn::GenerateOptions go;
+  go.max_new_tokens = r.max_tokens;
+  go.eos = tok_->eos_id() >= 0 ? tok_->eos_id() : lm_->config().get_int("eos_token_id", -1);  // as hf_run
+  const auto deadline = slot.start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                         std::chrono::duration<double>(options_.timeout_s));
+  bool client_gone = false, timed_out = false;
+  std::vector<double> last_logits;
+  if (c.want_logprobs) go.on_logits = [&](const std::vector<double>& logits) { last_logits = logits; };
+  const auto token_text = [&](int64_t id) { return tok_->decode({static_cast<int32_t>(id)}, false); };
+  std::chrono::steady_clock::time_point first;
+  int64_t last_id = -1;
+  go.on_token = [&](int64_t n, int64_t id) {
+    if (n == 1) first = std::chrono::steady_clock::now();
+    last_id = id;
+    c.completion_tokens = n;
+    json lp = nullptr;
+    if (c.want_logprobs) {
+      c.logprobs.push_back(token_logprob(last_logits, id, r.logprobs, token_text));
+      lp = logprobs_json({c.logprobs.back()}, c.logprob_offset + text.text().size());
+    }
+    const std::string piece = text.push(id);
+    if (!client_gone && !on_text(piece, lp)) client_gone = true;
+    if (options_.token_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(options_.token_delay_ms));
+  };
+  go.should_stop = [&] {
+    timed_out = timed_out || std::chrono::steady_clock::now() > deadline;
+    return text.stopped() || client_gone || stopping_ || timed_out;
+  };
+  {
+    std::lock_guard<std::mutex> lock(model_mutex_);
+    set_num_threads(options_.threads);  // this thread's OpenMP team size
+    if (r.max_tokens > 0 && !stopping_) nn::generate(*lm_, p.prompt, sampler, go);
+  }
+  const std::string rest = text.finish();
+  if (!rest.empty() && !client_gone) client_gone = !on_text(rest, nullptr);
+  const auto end = std::chrono::steady_clock::now();
+  c.text = p.echo + text.text();
+  const bool eos = last_id >= 0 && last_id == go.eos;
+  c.finish_reason = text.stopped() || eos ? "stop" : "length";
+  stats.completion_tokens = c.completion_tokens;
+  stats.ended = text.stopped() ? "stop"
+                : eos          ? "eos"
+                : client_gone  ? "client gone"
+                : stopping_    ? "shutdown"
+                : timed_out    ? "timeout"
+                               : "length";
+  if (c.completion_tokens > 0) {
+    stats.first_token_s = seconds_between(slot.start, first);
+    stats.generate_s = seconds_between(first, end);
+  }
+  return c;
+}
+
+std::vector<std::vector<float>> Engine::embed(const std::vector<std::string>& texts, int64_t& tokens) {
+  if (lm_) throw ApiError(400, "'" + model_id_ + "' is a decoder: /v1/embeddings needs a text-encoder folder", "model",
+                          "wrong_endpoint");
+  data::BatchOptions bo;
+  bo.truncation = true;
+  const int64_t positions = nn::text_encoder_max_positions(*model_);
+  bo.max_length = embedding_.max_seq_length > 0 ? std::min(embedding_.max_seq_length, positions) : positions;
+  constexpr size_t kBatch = 32;  // texts per forward, as hf_run's default --batch
+  std::vector<std::vector<float>> out;
+  tokens = 0;
+  std::lock_guard<std::mutex> lock(model_mutex_);
+  set_num_threads(options_.threads);
+  NoGradGuard ng;
+  for (size_t at = 0; at < texts.size(); at += kBatch) {
+    const std::vector<std::string> part(texts.begin() + static_cast<std::ptrdiff_t>(at),
+                                        texts.begin() + static_cast<std::ptrdiff_t>(std::min(texts.size(), at + kBatch)));
+    const data::BatchEncoding enc = data::encode_batch(*tok_, part, bo);
+    for (int64_t m : to_vector<int64_t>(enc.attention_mask)) tokens += m != 0;
+    const Tensor mask = enc.attention_mask.to(options_.device);
+    const Tensor h = nn::text_encoder_hidden(*model_, enc.input_ids.to(options_.device),
+                                             enc.token_type_ids.to(options_.device), mask);
+    Tensor emb = nn::pool_hidden(h, mask, embedding_.pooling);
+    if (embedding_.normalize) emb = nn::l2_normalize(emb);
+    emb = emb.to(DType::f32).to(Device::cpu());
+    for (int64_t i = 0; i < emb.size(0); ++i) out.push_back(to_vector<float>(select(emb, 0, i)));
+  }
+  return out;
+}
+
+}  // namespace hh::serve

@@ -1,0 +1,106 @@
+// The model behind the server, without HTTP: one folder loaded once (a decoder or a text encoder,
+// with its tokenizer), requests admitted up to --max-concurrent (503 beyond), completions run one
+// decode at a time through nn::generate under the model's mutex, embeddings pooled as
+// sentence-transformers (hf_run --task embed) pools them. A generation ends at its end-of-sequence
+// token, a stop string, max_tokens, the request's deadline, a client gone, or shutdown.
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/device.h"
+#include "data/tokenizer.h"
+#include "nn/models/embedding.h"
+#include "nn/models/hf_model.h"
+#include "serve/api.h"
+
+namespace hh::serve {
+
+struct EngineOptions {
+  std::string folder;          // the HF model folder (and its tokenizer)
+  Device device = Device::cpu();
+  int threads = 1;             // CPU threads of each request's forward (OpenMP's setting is per thread)
+  int64_t max_concurrent = 4;  // requests admitted at once (running or waiting for the model)
+  int64_t max_context = 0;     // prompt + max_tokens; 0: the model's positions (4096 without a limit)
+  int64_t max_tokens = 0;      // a request's max_tokens; 0: max_context
+  double timeout_s = 600;      // a request's generation stops after this many seconds
+  // Test hook: a pause after every generated token (HH_SERVE_TEST_TOKEN_DELAY_MS), so tests can
+  // hold a request running to see 503s, disconnects and shutdown.
+  int64_t token_delay_ms = 0;
+};
+
+// What one completion did, for the response and the log line.
+struct CompletionStats {
+  int64_t prompt_tokens = 0, completion_tokens = 0;
+  double first_token_s = 0;  // from admission to the first token (waiting for the model included)
+  double generate_s = 0;     // from the first token to the last
+  std::string ended;         // eos, stop, length, timeout, client gone, shutdown
+};
+
+class Engine {
+ public:
+  // Loads the folder: a decoder (completions) or a BERT-family encoder (embeddings).
+  explicit Engine(const EngineOptions& o);
+
+  const std::string& model_id() const { return model_id_; }  // the folder's name
+  bool is_decoder() const { return lm_ != nullptr; }
+  const Limits& limits() const { return limits_; }
+  int64_t active() const { return active_.load(); }
+  int64_t max_concurrent() const { return options_.max_concurrent; }
+
+  // A request's place among the --max-concurrent: held while it runs, freed when destroyed.
+  class Slot {
+   public:
+    explicit Slot(Engine& e) : start(std::chrono::steady_clock::now()), e_(e) {}
+    ~Slot() { --e_.active_; }
+    Slot(const Slot&) = delete;
+    Slot& operator=(const Slot&) = delete;
+    const std::chrono::steady_clock::time_point start;  // admission: the request's clock starts
+
+   private:
+    Engine& e_;
+  };
+  // A slot, or ApiError 503 when --max-concurrent requests are running or the server is stopping.
+  std::unique_ptr<Slot> admit();
+
+  // A completion request checked against this model (a decoder, its vocabulary, the context) and
+  // its prompt tokenized: every 400 comes from here, before anything runs.
+  struct Prepared {
+    CompletionRequest request;
+    std::vector<int64_t> prompt;  // token ids
+    std::string echo;             // the prompt's text, when echoed
+  };
+  Prepared prepare(const CompletionRequest& r) const;
+
+  // Runs a prepared completion. on_text(text, logprob) is called once per generated token with the
+  // text it releases (often "", see TextStream; logprob null unless asked) and returns false when
+  // the client is gone, which stops the generation. Returns the whole completion.
+  using OnText = std::function<bool(const std::string&, const json&)>;
+  Completion complete(const Prepared& p, const Slot& slot, const OnText& on_text, CompletionStats& stats);
+
+  // One embedding per text (and the token count), the folder's pooling and normalization.
+  std::vector<std::vector<float>> embed(const std::vector<std::string>& texts, int64_t& tokens);
+
+  // Shutdown: running generations end at their next token, new requests get 503.
+  void stop_all() { stopping_ = true; }
+  bool stopping() const { return stopping_.load(); }
+
+ private:
+  EngineOptions options_;
+  std::string model_id_;
+  std::shared_ptr<nn::HFModel> model_;
+  nn::CausalLM* lm_ = nullptr;
+  std::unique_ptr<data::Tokenizer> tok_;  // null when the folder has none (token-id prompts only)
+  nn::EmbeddingConfig embedding_;
+  Limits limits_;
+  std::mutex model_mutex_;  // one forward at a time
+  std::atomic<int64_t> active_{0};
+  std::atomic<bool> stopping_{false};
+};
+
+}  // namespace hh::serve
