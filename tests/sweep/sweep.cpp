@@ -37,19 +37,20 @@ std::string Config::name() const {
   return std::to_string(threads) + " thread" + (threads == 1 ? "" : "s") + ", " + cpu_isa_name(isa);
 }
 
-std::vector<Config> configs() {
+std::vector<Config> configs(bool isa_paths) {
   if (cuda_requested()) return {Config{}};
   std::vector<CpuIsa> isas;
   for (CpuIsa isa : {CpuIsa::scalar, CpuIsa::avx2, CpuIsa::avx512})
     if (cpu_isa_supported(isa)) isas.push_back(isa);
-  if (!full()) return {Config{1, isas.back()}, Config{4, CpuIsa::scalar}};
+  if (!isa_paths) isas = {isas.back()};
+  if (!full()) return {Config{1, isas.back()}, Config{4, isas.front()}};
   std::vector<Config> out;
   for (int t : {1, 2, 4})
     for (CpuIsa isa : isas) out.push_back(Config{t, isa});
   return out;
 }
 
-void for_each_config(const std::function<void(const Config&)>& fn) {
+void for_each_config(const std::function<void(const Config&)>& fn, bool isa_paths) {
   struct Restore {
     int threads = num_threads();
     CpuIsa isa = cpu_isa();
@@ -58,7 +59,7 @@ void for_each_config(const std::function<void(const Config&)>& fn) {
       set_cpu_isa(isa);
     }
   } restore;
-  for (const Config& c : configs()) {
+  for (const Config& c : configs(isa_paths)) {
     if (!cuda_requested()) {
       set_num_threads(c.threads);
       set_cpu_isa(c.isa);

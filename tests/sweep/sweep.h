@@ -44,10 +44,12 @@ struct Config {
 };
 // CPU: threads {1, 2, 4} x the ISA paths this machine supports (fast subset: 1 thread on the best
 // path and 4 threads on the scalar path). CUDA: one config (threads and ISA do not apply).
-std::vector<Config> configs();
+std::vector<Config> configs(bool isa_paths = true);
 // Runs fn once per config with the thread count and ISA set (restored afterwards, also on throw).
-// The config's name is in doctest's context for every check inside fn.
-void for_each_config(const std::function<void(const Config&)>& fn);
+// The config's name is in doctest's context for every check inside fn. A kernel with no per-ISA
+// copies (core/cpu/cpu_kernels.h lists those that have them) passes isa_paths = false: thread
+// counts 1, 2, 4 (fast subset: 1 and 4) on the best path only.
+void for_each_config(const std::function<void(const Config&)>& fn, bool isa_paths = true);
 
 // Sizes around a threshold t: {t - 1, t, t + 1}, the ones >= 0.
 std::vector<int64_t> around(int64_t t);
