@@ -39,7 +39,7 @@
 //     exponents, sizes crossing kParallelGrain.
 //   - the broadcast backward is sum_to (autograd/ops/shape.cpp:190), a sum over the broadcast dims
 //     in the reduction kernel (core/cpu/cpu_reduce.cpp: 618237c fixed rows past 128 being dropped):
-//     (64,200,256) op (1,200,1) and (64,200,256) op (64,1,256) (a reduced middle dim of 200 > 128
+//     (64,200,256) op (1,200,1) and (64,200,64) op (64,1,64) (a reduced middle dim of 200 > 128
 //     under 64 outer rows) in the full list, (8,130,33) op (1,130,1) and (64,130,8) op (64,1,8)
 //     in the fast one.
 //   Comparisons use the same binary_loop with a bool output; inputs quantized to quarters so ties
@@ -137,26 +137,29 @@ struct Unary {
   std::function<Tensor(const Tensor&)> op;
   std::function<double(double)> f, df;
   double lo = -3.0, hi = 3.0;
+  bool vec = false;  // an f32 VecF32 path (cpu_elementwise.inc:36-86)
 };
 
 std::vector<Unary> unary_ops() {
   return {
       // f32 vectorized (VecF32) forwards; exp's range crosses the -88 cut (f32).
       {"exp", [](const Tensor& x) { return exp(x); }, [](double x) { return std::exp(x); },
-       [](double x) { return std::exp(x); }, -100.0, 3.0},
+       [](double x) { return std::exp(x); }, -100.0, 3.0, true},
       {"gelu erf", [](const Tensor& x) { return gelu(x); }, [](double x) { return x * big_phi(x); },
-       [](double x) { return big_phi(x) + x * phi(x); }},
+       [](double x) { return big_phi(x) + x * phi(x); }, -3.0, 3.0, true},
       {"gelu tanh", [](const Tensor& x) { return gelu(x, "tanh"); },
        [](double x) { return 0.5 * x * (1.0 + std::tanh(gelu_tanh_inner(x))); },
        [](double x) {
          const double t = std::tanh(gelu_tanh_inner(x));
          return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * kSqrt2OverPi * (1.0 + 3.0 * 0.044715 * x * x);
-       }},
+       },
+       -3.0, 3.0, true},
       {"elu alpha 1", [](const Tensor& x) { return elu(x, 1.0); },
-       [](double x) { return x > 0 ? x : std::expm1(x); }, [](double x) { return x > 0 ? 1.0 : std::exp(x); }},
+       [](double x) { return x > 0 ? x : std::expm1(x); }, [](double x) { return x > 0 ? 1.0 : std::exp(x); }, -3.0,
+       3.0, true},
       {"elu alpha 0.5", [](const Tensor& x) { return elu(x, 0.5); },
        [](double x) { return x > 0 ? x : 0.5 * std::expm1(x); },
-       [](double x) { return x > 0 ? 1.0 : 0.5 * std::exp(x); }},
+       [](double x) { return x > 0 ? 1.0 : 0.5 * std::exp(x); }, -3.0, 3.0, true},
       // The scalar loops.
       {"tanh", [](const Tensor& x) { return tanh(x); }, [](double x) { return std::tanh(x); },
        [](double x) { return 1.0 - std::tanh(x) * std::tanh(x); }},
@@ -297,14 +300,17 @@ std::vector<ShapePair> binary_shapes() {
 
 TEST_SUITE("sweep") {
   TEST_CASE("sweep: elementwise: unary forward and backward across kBlock, kParallelGrain and vector tails") {
-    const Sizes sizes = pick(Sizes{0, 1, 7, 9, 4097, 32769},
-                             crossing({4, 8, 16, 32, 256, 512, 4096, 8192, 32768}, {0, 1, 3, 40961}));
+    // The vectorized ops (VecF32, blocks of kBlock) get every size; the scalar-loop ops share one
+    // loop shape (only kParallelGrain and the compiler's vector tails choose a path there).
+    const Sizes vec_sizes = pick(Sizes{0, 1, 7, 9, 4097, 32769},
+                                 crossing({4, 8, 16, 32, 256, 512, 4096, 8192, 32768}, {0, 1, 3, 40961}));
+    const Sizes scalar_sizes = pick(Sizes{1, 9, 32769}, crossing({8, 16, 32768}, {0, 1, 3}));
     const std::vector<Unary> ops = unary_ops();
     for_each_config([&](const Config&) {
       Generator g(101);
       for (DType dt : float_dtypes())
         for (const Unary& u : ops)
-          for (int64_t n : sizes) {
+          for (int64_t n : u.vec ? vec_sizes : scalar_sizes) {
             const Tensor x = input({n}, g, dt, u.lo, u.hi);
             check_unary(u, x, g, u.name + " (" + std::to_string(n) + ") " + dname(dt));
           }
@@ -321,7 +327,7 @@ TEST_SUITE("sweep") {
       Generator g(102);
       for (DType dt : float_dtypes())
         for (const Unary& u : ops) {
-          if (!full() && u.name != "gelu tanh" && u.name != "tanh") continue;
+          if (!(full() && u.vec) && u.name != "gelu tanh" && u.name != "tanh") continue;
           for (const Shape& s : shapes) check_unary(u, input(s, g, dt, u.lo, u.hi), g, u.name + " " + shape_str(s) + " " + dname(dt));
         }
     });
@@ -334,9 +340,11 @@ TEST_SUITE("sweep") {
       Generator g(201);
       for (const Binary& op : ops)
         for (const ShapePair& p : shapes) {
-          // The fast subset runs every shape with add and mul, the other ops on a few.
+          // Every shape with add and mul; the other ops (the same loop, another functor) on the
+          // shapes up to 20000 elements and one past the grain.
           const bool all_shapes = op.name == "add" || op.name == "mul";
-          if (!full() && !all_shapes && numel_of(broadcast_of({p.a, p.b})) > 20000) continue;
+          const int64_t n = numel_of(broadcast_of({p.a, p.b}));
+          if (!all_shapes && n > 20000 && !(p.a == Shape{32769} && p.b == Shape{32769})) continue;
           check_binary(op, p, g, true);
         }
     });
@@ -347,7 +355,7 @@ TEST_SUITE("sweep") {
     const std::vector<ShapePair> shapes =
         pick(std::vector<ShapePair>{{{8, 130, 33}, {1, 130, 1}}, {{64, 130, 8}, {64, 1, 8}}},
              std::vector<ShapePair>{{{64, 200, 256}, {1, 200, 1}},
-                                    {{64, 200, 256}, {64, 1, 256}},
+                                    {{64, 200, 64}, {64, 1, 64}},
                                     {{64, 130, 8}, {64, 1, 8}},
                                     {{1, 200, 1}, {64, 200, 9}},
                                     {{129, 1}, {129, 257}},
@@ -362,7 +370,7 @@ TEST_SUITE("sweep") {
   }
 
   TEST_CASE("sweep: elementwise: integer arithmetic (truncating division, zero divisors, exact pow)") {
-    const Sizes sizes = pick(Sizes{1, 9, 32769}, crossing({8, 16384, 32768}, {0, 1}));
+    const Sizes sizes = pick(Sizes{1, 9, 32769}, crossing({8, 32768}, {0, 1}));
     auto int_pow = [](double a, double e) {
       const int64_t b = static_cast<int64_t>(a), k = static_cast<int64_t>(e);
       if (k < 0) return b == 1 ? 1.0 : b == -1 ? (k % 2 ? -1.0 : 1.0) : 0.0;
@@ -460,6 +468,8 @@ TEST_SUITE("sweep") {
       for (DType dt : {DType::f32, DType::f64, DType::i64})
         for (const Cmp& c : ops)
           for (const ShapePair& p : shapes) {
+            // Every shape with eq and lt; the other comparisons (the same loop) up to 20000 elements.
+            if (c.name != "eq" && c.name != "lt" && numel_of(broadcast_of({p.a, p.b})) > 20000) continue;
             const DType vt = dt == DType::i64 ? DType::f64 : dt;
             Tensor a = quarters(p.a, g, vt), b = quarters(p.b, g, vt);
             if (dt == DType::i64) {  // integers: quarters times 4
