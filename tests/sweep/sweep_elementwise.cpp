@@ -154,9 +154,8 @@ std::vector<Unary> unary_ops() {
          return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * kSqrt2OverPi * (1.0 + 3.0 * 0.044715 * x * x);
        },
        -3.0, 3.0, true},
-      {"elu alpha 1", [](const Tensor& x) { return elu(x, 1.0); },
-       [](double x) { return x > 0 ? x : std::expm1(x); }, [](double x) { return x > 0 ? 1.0 : std::exp(x); }, -3.0,
-       3.0, true},
+      {"elu alpha 1", [](const Tensor& x) { return elu(x, 1.0); }, [](double x) { return x > 0 ? x : std::expm1(x); },
+       [](double x) { return x > 0 ? 1.0 : std::exp(x); }, -3.0, 3.0, true},
       {"elu alpha 0.5", [](const Tensor& x) { return elu(x, 0.5); },
        [](double x) { return x > 0 ? x : 0.5 * std::expm1(x); },
        [](double x) { return x > 0 ? 1.0 : 0.5 * std::exp(x); }, -3.0, 3.0, true},
@@ -273,8 +272,8 @@ void check_binary(const Binary& op, const ShapePair& p, Generator& g, bool backw
 // grain, ranks 1..6, size-1 and empty dims.
 std::vector<ShapePair> binary_shapes() {
   std::vector<ShapePair> out;
-  const Sizes flat = pick(Sizes{0, 1, 7, 9, 16385, 32769},
-                          crossing({4, 8, 16, 32, 256, 512, 16384, 32768, 49152}, {0, 1, 3}));
+  const Sizes flat =
+      pick(Sizes{0, 1, 7, 9, 16385, 32769}, crossing({4, 8, 16, 32, 256, 512, 16384, 32768, 49152}, {0, 1, 3}));
   for (int64_t n : flat) out.push_back({{n}, {n}});  // one contiguous run
   const Sizes scalar_n = pick(Sizes{1, 17, 32769}, crossing({8, 16384, 32768}, {1, 3}));
   for (int64_t n : scalar_n) {
@@ -283,15 +282,26 @@ std::vector<ShapePair> binary_shapes() {
   }
   out.push_back({{}, {}});
   // A stride-0 operand inside every run; runs straddling chunk ends; many runs past the grain.
-  const std::vector<ShapePair> runs = {
-      {{33, 1}, {33, 1000}},   {{33, 1000}, {33, 1}},  {{1, 1000}, {33, 1000}}, {{17, 2049}, {2049}},
-      {{4096, 1}, {4096, 9}},  {{5, 3}, {1, 3}},       {{9, 1}, {1, 7}},        {{3, 1, 5}, {1, 4, 1}},
-      {{2, 1, 3, 1, 5, 4}, {1, 3, 3, 2, 1, 4}},        {{3, 1, 4, 1, 6}, {1, 5, 1, 7, 1}},
-      {{1, 1, 1}, {1}},        {{0, 5}, {1, 5}},       {{3, 0}, {3, 1}},        {{4, 0, 2}, {4, 1, 2}},
-      {{1, 8, 1}, {8, 1}}};
-  const std::vector<ShapePair> runs_fast = {{{33, 1}, {33, 1000}}, {{1, 1000}, {33, 1000}},
+  const std::vector<ShapePair> runs = {{{33, 1}, {33, 1000}},
+                                       {{33, 1000}, {33, 1}},
+                                       {{1, 1000}, {33, 1000}},
+                                       {{17, 2049}, {2049}},
+                                       {{4096, 1}, {4096, 9}},
+                                       {{5, 3}, {1, 3}},
+                                       {{9, 1}, {1, 7}},
+                                       {{3, 1, 5}, {1, 4, 1}},
+                                       {{2, 1, 3, 1, 5, 4}, {1, 3, 3, 2, 1, 4}},
+                                       {{3, 1, 4, 1, 6}, {1, 5, 1, 7, 1}},
+                                       {{1, 1, 1}, {1}},
+                                       {{0, 5}, {1, 5}},
+                                       {{3, 0}, {3, 1}},
+                                       {{4, 0, 2}, {4, 1, 2}},
+                                       {{1, 8, 1}, {8, 1}}};
+  const std::vector<ShapePair> runs_fast = {{{33, 1}, {33, 1000}},
+                                            {{1, 1000}, {33, 1000}},
                                             {{2, 1, 3, 1, 5, 4}, {1, 3, 3, 2, 1, 4}},
-                                            {{0, 5}, {1, 5}},        {{1, 1, 1}, {1}}};
+                                            {{0, 5}, {1, 5}},
+                                            {{1, 1, 1}, {1}}};
   for (const ShapePair& p : pick(runs_fast, runs)) out.push_back(p);
   return out;
 }
@@ -302,8 +312,8 @@ TEST_SUITE("sweep") {
   TEST_CASE("sweep: elementwise: unary forward and backward across kBlock, kParallelGrain and vector tails") {
     // The vectorized ops (VecF32, blocks of kBlock) get every size; the scalar-loop ops share one
     // loop shape (only kParallelGrain and the compiler's vector tails choose a path there).
-    const Sizes vec_sizes = pick(Sizes{0, 1, 7, 9, 4097, 32769},
-                                 crossing({4, 8, 16, 32, 256, 512, 4096, 8192, 32768}, {0, 1, 3, 40961}));
+    const Sizes vec_sizes =
+        pick(Sizes{0, 1, 7, 9, 4097, 32769}, crossing({4, 8, 16, 32, 256, 512, 4096, 8192, 32768}, {0, 1, 3, 40961}));
     const Sizes scalar_sizes = pick(Sizes{1, 9, 32769}, crossing({8, 16, 32768}, {0, 1, 3}));
     const std::vector<Unary> ops = unary_ops();
     for_each_config([&](const Config&) {
@@ -319,16 +329,17 @@ TEST_SUITE("sweep") {
 
   TEST_CASE("sweep: elementwise: unary on multi-dim and non-contiguous inputs past the grain") {
     // unary_op makes its input contiguous (autograd/ops/elementwise.cpp:65): the kernel sees one flat run.
-    const std::vector<Shape> shapes = pick(std::vector<Shape>{{33, 1001}, {2, 1, 3}},
-                                           std::vector<Shape>{{33, 1001}, {2, 1, 3}, {8, 4097}, {1, 1, 32769}, {3, 0, 5},
-                                                              {2, 3, 2, 3, 2, 3}});
+    const std::vector<Shape> shapes =
+        pick(std::vector<Shape>{{33, 1001}, {2, 1, 3}},
+             std::vector<Shape>{{33, 1001}, {2, 1, 3}, {8, 4097}, {1, 1, 32769}, {3, 0, 5}, {2, 3, 2, 3, 2, 3}});
     const std::vector<Unary> ops = unary_ops();
     for_each_config([&](const Config&) {
       Generator g(102);
       for (DType dt : float_dtypes())
         for (const Unary& u : ops) {
           if (!(full() && u.vec) && u.name != "gelu tanh" && u.name != "tanh") continue;
-          for (const Shape& s : shapes) check_unary(u, input(s, g, dt, u.lo, u.hi), g, u.name + " " + shape_str(s) + " " + dname(dt));
+          for (const Shape& s : shapes)
+            check_unary(u, input(s, g, dt, u.lo, u.hi), g, u.name + " " + shape_str(s) + " " + dname(dt));
         }
     });
   }
@@ -432,18 +443,18 @@ TEST_SUITE("sweep") {
       std::function<bool(double, double)> f;
     };
     const std::vector<Cmp> ops = {
-        {"eq", [](const Tensor& a, const Tensor& b) { return eq(a, b); }, [](const Tensor& a, double b) { return eq(a, b); },
-         [](double a, double b) { return a == b; }},
-        {"ne", [](const Tensor& a, const Tensor& b) { return ne(a, b); }, [](const Tensor& a, double b) { return ne(a, b); },
-         [](double a, double b) { return a != b; }},
-        {"lt", [](const Tensor& a, const Tensor& b) { return lt(a, b); }, [](const Tensor& a, double b) { return lt(a, b); },
-         [](double a, double b) { return a < b; }},
-        {"le", [](const Tensor& a, const Tensor& b) { return le(a, b); }, [](const Tensor& a, double b) { return le(a, b); },
-         [](double a, double b) { return a <= b; }},
-        {"gt", [](const Tensor& a, const Tensor& b) { return gt(a, b); }, [](const Tensor& a, double b) { return gt(a, b); },
-         [](double a, double b) { return a > b; }},
-        {"ge", [](const Tensor& a, const Tensor& b) { return ge(a, b); }, [](const Tensor& a, double b) { return ge(a, b); },
-         [](double a, double b) { return a >= b; }},
+        {"eq", [](const Tensor& a, const Tensor& b) { return eq(a, b); },
+         [](const Tensor& a, double b) { return eq(a, b); }, [](double a, double b) { return a == b; }},
+        {"ne", [](const Tensor& a, const Tensor& b) { return ne(a, b); },
+         [](const Tensor& a, double b) { return ne(a, b); }, [](double a, double b) { return a != b; }},
+        {"lt", [](const Tensor& a, const Tensor& b) { return lt(a, b); },
+         [](const Tensor& a, double b) { return lt(a, b); }, [](double a, double b) { return a < b; }},
+        {"le", [](const Tensor& a, const Tensor& b) { return le(a, b); },
+         [](const Tensor& a, double b) { return le(a, b); }, [](double a, double b) { return a <= b; }},
+        {"gt", [](const Tensor& a, const Tensor& b) { return gt(a, b); },
+         [](const Tensor& a, double b) { return gt(a, b); }, [](double a, double b) { return a > b; }},
+        {"ge", [](const Tensor& a, const Tensor& b) { return ge(a, b); },
+         [](const Tensor& a, double b) { return ge(a, b); }, [](double a, double b) { return a >= b; }},
     };
     const std::vector<ShapePair> shapes =
         pick(std::vector<ShapePair>{{{9}, {9}}, {{32769}, {32769}}, {{33, 1}, {33, 1000}}, {{7}, {}}},
@@ -479,13 +490,15 @@ TEST_SUITE("sweep") {
             const std::string label = c.name + " " + pair_str(p) + " " + dname(dt);
             check_forward([&](const std::vector<Tensor>& xs) { return c.op(xs[0], xs[1]); },
                           [&](const std::vector<Host>& hs) {
-                            return broadcast_ref(hs, [&](const std::vector<double>& v) { return c.f(v[0], v[1]) ? 1.0 : 0.0; });
+                            return broadcast_ref(
+                                hs, [&](const std::vector<double>& v) { return c.f(v[0], v[1]) ? 1.0 : 0.0; });
                           },
                           {a, b}, label, 0.0, 0.0);
             const double s = dt == DType::i64 ? 1.0 : 0.25;  // a value that occurs: ties with the scalar
             check_forward([&](const std::vector<Tensor>& xs) { return c.op_scalar(xs[0], s); },
                           [&](const std::vector<Host>& hs) {
-                            return broadcast_ref(hs, [&](const std::vector<double>& v) { return c.f(v[0], s) ? 1.0 : 0.0; });
+                            return broadcast_ref(
+                                hs, [&](const std::vector<double>& v) { return c.f(v[0], s) ? 1.0 : 0.0; });
                           },
                           {a}, label + " vs scalar", 0.0, 0.0);
           }
@@ -517,24 +530,28 @@ TEST_SUITE("sweep") {
         for (const Triple& t : shapes) {
           const Tensor c = gt(input(t.c, g, DType::f32), 0.0);
           const Tensor a = input(t.a, g, dt), b = input(t.b, g, dt);
-          const std::string label = "where " + shape_str(t.c) + ", " + shape_str(t.a) + ", " + shape_str(t.b) + " " + dname(dt);
+          const std::string label =
+              "where " + shape_str(t.c) + ", " + shape_str(t.a) + ", " + shape_str(t.b) + " " + dname(dt);
           auto fn = [](const std::vector<Tensor>& xs) { return where(xs[0], xs[1], xs[2]); };
-          check_forward(fn,
-                        [](const std::vector<Host>& hs) {
-                          return broadcast_ref(hs, [](const std::vector<double>& v) { return v[0] != 0.0 ? v[1] : v[2]; });
-                        },
-                        {c, a, b}, label, rtol_of(dt), atol_of(dt));
-          if (dt == DType::f64 && numel_of(broadcast_of({t.c, t.a, t.b})) > 0) check_directional(fn, {c, a, b}, {1, 2}, label);
+          check_forward(
+              fn,
+              [](const std::vector<Host>& hs) {
+                return broadcast_ref(hs, [](const std::vector<double>& v) { return v[0] != 0.0 ? v[1] : v[2]; });
+              },
+              {c, a, b}, label, rtol_of(dt), atol_of(dt));
+          if (dt == DType::f64 && numel_of(broadcast_of({t.c, t.a, t.b})) > 0)
+            check_directional(fn, {c, a, b}, {1, 2}, label);
           // masked_fill: the mask broadcast to a's shape.
           const Shape ms = broadcast_of({t.c, t.a}) == t.a ? t.c : t.a;
           const Tensor m = gt(input(ms, g, DType::f32), 0.0);
           auto mf = [](const std::vector<Tensor>& xs) { return masked_fill(xs[0], xs[1], -7.5); };
-          check_forward(mf,
-                        [](const std::vector<Host>& hs) {
-                          return broadcast_ref(hs, [](const std::vector<double>& v) { return v[1] != 0.0 ? -7.5 : v[0]; });
-                        },
-                        {a, m}, "masked_fill " + shape_str(t.a) + " mask " + shape_str(ms) + " " + dname(dt),
-                        rtol_of(dt), atol_of(dt));
+          check_forward(
+              mf,
+              [](const std::vector<Host>& hs) {
+                return broadcast_ref(hs, [](const std::vector<double>& v) { return v[1] != 0.0 ? -7.5 : v[0]; });
+              },
+              {a, m}, "masked_fill " + shape_str(t.a) + " mask " + shape_str(ms) + " " + dname(dt), rtol_of(dt),
+              atol_of(dt));
           if (dt == DType::f64 && a.numel() > 0) check_directional(mf, {a, m}, {0}, "masked_fill " + shape_str(t.a));
         }
     });
@@ -570,8 +587,10 @@ TEST_SUITE("sweep") {
       }
       Shape a = s, b = s;
       for (int d = 0; d < rank; ++d) {
-        if (rng() % 3 == 0) a[static_cast<size_t>(d)] = 1;
-        else if (rng() % 3 == 0) b[static_cast<size_t>(d)] = 1;
+        if (rng() % 3 == 0)
+          a[static_cast<size_t>(d)] = 1;
+        else if (rng() % 3 == 0)
+          b[static_cast<size_t>(d)] = 1;
       }
       // Drop leading dims of b sometimes (rank broadcasting).
       const size_t drop = rng() % (b.size() + 1);

@@ -266,9 +266,11 @@ TEST_SUITE("sweep") {
               CHECK(y.is_contiguous());
               return y;
             };
-            check_forward(fn, [&](const std::vector<Host>& hs) { return v.ref(hs[0]); }, {x}, label, 0.0, 0.0);
+            check_forward(
+                fn, [&](const std::vector<Host>& hs) { return v.ref(hs[0]); }, {x}, label, 0.0, 0.0);
             // Backward: permute's is a permute, slice's a zero fill and a copy_ into the stepped view.
-            if (dt == DType::f64 && x.numel() > 0 && (full() || x.numel() < 40000)) check_directional(fn, {x}, {0}, label);
+            if (dt == DType::f64 && x.numel() > 0 && (full() || x.numel() < 40000))
+              check_directional(fn, {x}, {0}, label);
           }
     });
   }
@@ -330,10 +332,11 @@ TEST_SUITE("sweep") {
   }
 
   TEST_CASE("sweep: copy: dtype casts f32 / f64 / bf16 / f16 / ints / bool, contiguous and strided") {
-    const std::vector<DType> all = {DType::f32, DType::f64, DType::bf16, DType::f16, DType::i32, DType::i64, DType::boolean};
-    const std::vector<Shape> shapes =
-        pick(std::vector<Shape>{{9}, {32769}, {33, 1001}},
-             std::vector<Shape>{{0}, {1}, {9}, {255}, {257}, {32767}, {32768}, {32769}, {33, 1001}, {1, 1, 7}, {3, 0, 2}});
+    const std::vector<DType> all = {DType::f32, DType::f64, DType::bf16,   DType::f16,
+                                    DType::i32, DType::i64, DType::boolean};
+    const std::vector<Shape> shapes = pick(
+        std::vector<Shape>{{9}, {32769}, {33, 1001}},
+        std::vector<Shape>{{0}, {1}, {9}, {255}, {257}, {32767}, {32768}, {32769}, {33, 1001}, {1, 1, 7}, {3, 0, 2}});
     for_each_config([&](const Config&) {
       Generator g(703);
       for (DType from : all)
@@ -397,20 +400,21 @@ TEST_SUITE("sweep") {
             const Tensor x = input(e.from, g, dt);
             const std::string label = "expand " + shape_str(e.from) + " -> " + shape_str(e.to) + " " + dname(dt);
             auto fn = [&](const std::vector<Tensor>& xs) { return contiguous(expand(xs[0], e.to)); };
-            check_forward(fn,
-                          [&](const std::vector<Host>& hs) {
-                            const Host& h = hs[0];
-                            Host out{e.to, std::vector<double>(static_cast<size_t>(count(e.to)))};
-                            for (int64_t i = 0; i < out.numel(); ++i) {
-                              std::vector<int64_t> c = unravel(i, e.to);
-                              c.erase(c.begin(), c.begin() + static_cast<std::ptrdiff_t>(e.to.size() - h.shape.size()));
-                              for (size_t d = 0; d < c.size(); ++d)
-                                if (h.shape[d] == 1) c[d] = 0;
-                              out.v[static_cast<size_t>(i)] = h.v[static_cast<size_t>(ravel(c, h.shape))];
-                            }
-                            return out;
-                          },
-                          {x}, label, 0.0, 0.0);
+            check_forward(
+                fn,
+                [&](const std::vector<Host>& hs) {
+                  const Host& h = hs[0];
+                  Host out{e.to, std::vector<double>(static_cast<size_t>(count(e.to)))};
+                  for (int64_t i = 0; i < out.numel(); ++i) {
+                    std::vector<int64_t> c = unravel(i, e.to);
+                    c.erase(c.begin(), c.begin() + static_cast<std::ptrdiff_t>(e.to.size() - h.shape.size()));
+                    for (size_t d = 0; d < c.size(); ++d)
+                      if (h.shape[d] == 1) c[d] = 0;
+                    out.v[static_cast<size_t>(i)] = h.v[static_cast<size_t>(ravel(c, h.shape))];
+                  }
+                  return out;
+                },
+                {x}, label, 0.0, 0.0);
             if (dt == DType::f64 && count(e.to) > 0) check_directional(fn, {x}, {0}, label);
           }
           // cat / stack of three pieces (one of them empty when n allows) along each dim.
@@ -421,8 +425,8 @@ TEST_SUITE("sweep") {
             s2[static_cast<size_t>(dim)] = 0;
             s3[static_cast<size_t>(dim)] = 5;
             const Tensor a = input(s1, g, dt), b = input(s2, g, dt), c = input(s3, g, dt);
-            const std::string label = "cat dim " + std::to_string(dim) + " of " + shape_str(s1) + ", " +
-                                      shape_str(s2) + ", " + shape_str(s3) + " " + dname(dt);
+            const std::string label = "cat dim " + std::to_string(dim) + " of " + shape_str(s1) + ", " + shape_str(s2) +
+                                      ", " + shape_str(s3) + " " + dname(dt);
             auto fn = [dim](const std::vector<Tensor>& xs) { return cat(xs, dim); };
             auto ref = [dim](const std::vector<Host>& hs) {
               Shape s = hs[0].shape;
@@ -460,13 +464,14 @@ TEST_SUITE("sweep") {
               const Tensor x = input(s1, g, dt);
               const int64_t sz = std::max<int64_t>(3, n / 3);
               auto sp = [dim, sz](const std::vector<Tensor>& xs) { return mul(split(xs[0], sz, dim)[1], 2.0); };
-              check_forward(sp,
-                            [&](const std::vector<Host>& hs) {
-                              Host r = slice_view(dim, sz, 2 * sz, 1).ref(hs[0]);
-                              for (double& e : r.v) e *= 2.0;
-                              return r;
-                            },
-                            {x}, "split dim " + std::to_string(dim) + " of " + shape_str(s1), 0.0, 0.0);
+              check_forward(
+                  sp,
+                  [&](const std::vector<Host>& hs) {
+                    Host r = slice_view(dim, sz, 2 * sz, 1).ref(hs[0]);
+                    for (double& e : r.v) e *= 2.0;
+                    return r;
+                  },
+                  {x}, "split dim " + std::to_string(dim) + " of " + shape_str(s1), 0.0, 0.0);
               if (dt == DType::f64) check_directional(sp, {x}, {0}, "split dim " + std::to_string(dim));
               // unbind along dim with two of its slices used (one view per slice: short dims only).
               if (n > 300) continue;
@@ -474,15 +479,16 @@ TEST_SUITE("sweep") {
                 std::vector<Tensor> u = unbind(xs[0], dim);
                 return add(u[1], mul(u.back(), 3.0));
               };
-              check_forward(ub,
-                            [&](const std::vector<Host>& hs) {
-                              const int64_t len = hs[0].shape[static_cast<size_t>(dim)];
-                              Host r1 = slice_view(dim, 1, 2, 1).ref(hs[0]), r2 = slice_view(dim, len - 1, len, 1).ref(hs[0]);
-                              r1.shape.erase(r1.shape.begin() + dim);
-                              for (size_t i = 0; i < r1.v.size(); ++i) r1.v[i] += 3.0 * r2.v[i];
-                              return r1;
-                            },
-                            {x}, "unbind dim " + std::to_string(dim) + " of " + shape_str(s1), rtol_of(dt), atol_of(dt));
+              check_forward(
+                  ub,
+                  [&](const std::vector<Host>& hs) {
+                    const int64_t len = hs[0].shape[static_cast<size_t>(dim)];
+                    Host r1 = slice_view(dim, 1, 2, 1).ref(hs[0]), r2 = slice_view(dim, len - 1, len, 1).ref(hs[0]);
+                    r1.shape.erase(r1.shape.begin() + dim);
+                    for (size_t i = 0; i < r1.v.size(); ++i) r1.v[i] += 3.0 * r2.v[i];
+                    return r1;
+                  },
+                  {x}, "unbind dim " + std::to_string(dim) + " of " + shape_str(s1), rtol_of(dt), atol_of(dt));
               if (dt == DType::f64) check_directional(ub, {x}, {0}, "unbind dim " + std::to_string(dim));
             }
           }
@@ -541,14 +547,14 @@ std::string ori_str(const Ori& s) {
 // I crossing kTile (256, 512) and the CUDA row_launch widths (128, 256, 512); O K I crossing the
 // grain; repeated indices (K > R, R = 1); empty index lists.
 std::vector<Ori> ori_cases() {
-  return pick(std::vector<Ori>{{1, 5, 256, 7}, {3, 4, 257, 9}, {1, 3, 1, 0}, {1, 128, 257, 129}, {65, 1, 1, 3}},
-              std::vector<Ori>{{1, 5, 1, 1},      {1, 5, 127, 7},     {1, 5, 128, 7},    {1, 5, 129, 7},
-                               {1, 5, 255, 7},    {1, 5, 256, 7},     {1, 5, 257, 7},    {1, 5, 511, 3},
-                               {1, 5, 512, 3},    {1, 5, 513, 3},     {3, 4, 257, 9},    {2, 1, 300, 5},
-                               {1, 3, 1, 0},      {4, 3, 0, 2},       {3, 0, 5, 0},      {65, 1, 1, 3},
-                               {9, 7, 3, 8},      {5, 4, 2, 3},       {1, 200, 256, 128}, {1, 200, 256, 129},
-                               {1, 200, 255, 128}, {2, 64, 256, 65},  {33, 7, 1000, 1},  {1, 128, 257, 129},
-                               {4, 11, 513, 17},  {1000, 3, 33, 2}});
+  return pick(
+      std::vector<Ori>{{1, 5, 256, 7}, {3, 4, 257, 9}, {1, 3, 1, 0}, {1, 128, 257, 129}, {65, 1, 1, 3}},
+      std::vector<Ori>{{1, 5, 1, 1},       {1, 5, 127, 7},   {1, 5, 128, 7},   {1, 5, 129, 7},     {1, 5, 255, 7},
+                       {1, 5, 256, 7},     {1, 5, 257, 7},   {1, 5, 511, 3},   {1, 5, 512, 3},     {1, 5, 513, 3},
+                       {3, 4, 257, 9},     {2, 1, 300, 5},   {1, 3, 1, 0},     {4, 3, 0, 2},       {3, 0, 5, 0},
+                       {65, 1, 1, 3},      {9, 7, 3, 8},     {5, 4, 2, 3},     {1, 200, 256, 128}, {1, 200, 256, 129},
+                       {1, 200, 255, 128}, {2, 64, 256, 65}, {33, 7, 1000, 1}, {1, 128, 257, 129}, {4, 11, 513, 17},
+                       {1000, 3, 33, 2}});
 }
 
 TEST_SUITE("sweep") {
@@ -571,8 +577,9 @@ TEST_SUITE("sweep") {
               if (x.numel() / std::max<int64_t>(rd, 1) * c.k > 200000) continue;  // a long dim 0 / 2 selected K times
               auto fn = [dim](const std::vector<Tensor>& xs) { return index_select(xs[0], dim, xs[1]); };
               const std::string l = label + " dim " + std::to_string(dim);
-              check_forward(fn, [dim](const std::vector<Host>& hs) { return index_select_ref(hs[0], dim, hs[1]); },
-                            {x, id}, l, 0.0, 0.0);
+              check_forward(
+                  fn, [dim](const std::vector<Host>& hs) { return index_select_ref(hs[0], dim, hs[1]); }, {x, id}, l,
+                  0.0, 0.0);
               if (dt == DType::f64 && x.numel() > 0 && c.k > 0) check_directional(fn, {x, id}, {0}, l);
             }
           }
@@ -584,13 +591,26 @@ TEST_SUITE("sweep") {
       int64_t v, c;
       Shape ids;
     };
-    const std::vector<Emb> cases = pick(
-        std::vector<Emb>{{7, 256, {3, 11}}, {5, 257, {2, 70}}, {1, 33, {4}}, {9, 8, {0, 3}}},
-        std::vector<Emb>{{7, 1, {5}},       {7, 127, {3, 11}},   {7, 128, {3, 11}},  {7, 129, {3, 11}},
-                         {7, 255, {3, 11}}, {7, 256, {3, 11}},   {7, 257, {3, 11}},  {7, 512, {2, 5}},
-                         {7, 513, {2, 5}},  {5, 257, {2, 70}},   {50, 256, {128}},   {50, 256, {129}},
-                         {50, 255, {128}},  {1, 33, {4}},        {9, 8, {0, 3}},     {9, 8, {}},
-                         {3, 1000, {2, 3, 7}}, {100, 300, {1, 1, 1}}});
+    const std::vector<Emb> cases =
+        pick(std::vector<Emb>{{7, 256, {3, 11}}, {5, 257, {2, 70}}, {1, 33, {4}}, {9, 8, {0, 3}}},
+             std::vector<Emb>{{7, 1, {5}},
+                              {7, 127, {3, 11}},
+                              {7, 128, {3, 11}},
+                              {7, 129, {3, 11}},
+                              {7, 255, {3, 11}},
+                              {7, 256, {3, 11}},
+                              {7, 257, {3, 11}},
+                              {7, 512, {2, 5}},
+                              {7, 513, {2, 5}},
+                              {5, 257, {2, 70}},
+                              {50, 256, {128}},
+                              {50, 256, {129}},
+                              {50, 255, {128}},
+                              {1, 33, {4}},
+                              {9, 8, {0, 3}},
+                              {9, 8, {}},
+                              {3, 1000, {2, 3, 7}},
+                              {100, 300, {1, 1, 1}}});
     for_each_config([&](const Config&) {
       Generator g(802);
       for (DType dt : float_dtypes())
@@ -598,23 +618,24 @@ TEST_SUITE("sweep") {
           for (DType it : {DType::i64, DType::i32}) {
             const Tensor w = input({e.v, e.c}, g, dt);
             const Tensor ids = index_tensor(e.ids, e.v, g, it);
-            const std::string label =
-                "embedding V " + std::to_string(e.v) + " C " + std::to_string(e.c) + " ids " + shape_str(e.ids) + " " + dname(dt);
+            const std::string label = "embedding V " + std::to_string(e.v) + " C " + std::to_string(e.c) + " ids " +
+                                      shape_str(e.ids) + " " + dname(dt);
             auto fn = [](const std::vector<Tensor>& xs) { return embedding(xs[0], xs[1]); };
-            check_forward(fn,
-                          [](const std::vector<Host>& hs) {
-                            const Host &w0 = hs[0], &ids0 = hs[1];
-                            const int64_t c = w0.shape[1];
-                            Shape s = ids0.shape;
-                            s.push_back(c);
-                            Host out{s, std::vector<double>(static_cast<size_t>(count(s)))};
-                            for (int64_t n = 0; n < ids0.numel(); ++n)
-                              for (int64_t j = 0; j < c; ++j)
-                                out.v[static_cast<size_t>(n * c + j)] =
-                                    w0.v[static_cast<size_t>(static_cast<int64_t>(ids0.v[static_cast<size_t>(n)]) * c + j)];
-                            return out;
-                          },
-                          {w, ids}, label, 0.0, 0.0);
+            check_forward(
+                fn,
+                [](const std::vector<Host>& hs) {
+                  const Host &w0 = hs[0], &ids0 = hs[1];
+                  const int64_t c = w0.shape[1];
+                  Shape s = ids0.shape;
+                  s.push_back(c);
+                  Host out{s, std::vector<double>(static_cast<size_t>(count(s)))};
+                  for (int64_t n = 0; n < ids0.numel(); ++n)
+                    for (int64_t j = 0; j < c; ++j)
+                      out.v[static_cast<size_t>(n * c + j)] =
+                          w0.v[static_cast<size_t>(static_cast<int64_t>(ids0.v[static_cast<size_t>(n)]) * c + j)];
+                  return out;
+                },
+                {w, ids}, label, 0.0, 0.0);
             if (dt == DType::f64 && ids.numel() > 0) check_directional(fn, {w, ids}, {0}, label);
           }
     });
@@ -635,7 +656,7 @@ TEST_SUITE("sweep") {
             if (count(is) > 200000) continue;  // a long dim 0 / 2 replaced by K
             for (bool partial : {false, true}) {
               if (partial && dim != 1) continue;  // the partial path is a slice and a copy, no threshold of its own
-              Shape ps = is;  // an index smaller than x in the other dims
+              Shape ps = is;                      // an index smaller than x in the other dims
               if (partial) {
                 bool any = false;
                 for (size_t d = 0; d < 3; ++d)
@@ -650,8 +671,9 @@ TEST_SUITE("sweep") {
               const std::string label = ori_str(c) + " dim " + std::to_string(dim) + " index " + shape_str(ps) + " " +
                                         dname(dt) + (partial ? " (partial)" : "");
               auto ga = [dim](const std::vector<Tensor>& t) { return gather(t[0], dim, t[1]); };
-              check_forward(ga, [dim](const std::vector<Host>& hs) { return gather_ref(hs[0], dim, hs[1]); }, {x, idx},
-                            "gather " + label, 0.0, 0.0);
+              check_forward(
+                  ga, [dim](const std::vector<Host>& hs) { return gather_ref(hs[0], dim, hs[1]); }, {x, idx},
+                  "gather " + label, 0.0, 0.0);
               if (dt == DType::f64 && idx.numel() > 0) check_directional(ga, {x, idx}, {0}, "gather " + label);
               // scatter_add: src with index's shape plus one more in dim (only index's extent is used).
               Shape ss = ps;
@@ -659,10 +681,11 @@ TEST_SUITE("sweep") {
               const Tensor src = input(ss, g, dt);
               auto sa = [dim](const std::vector<Tensor>& t) { return scatter_add(t[0], dim, t[1], t[2]); };
               // Repeated targets accumulate in a different order than the reference: f32 rounding.
-              check_forward(sa,
-                            [dim](const std::vector<Host>& hs) { return scatter_add_ref(hs[0], dim, hs[1], hs[2]); },
-                            {x, idx, src}, "scatter_add " + label, rtol_of(dt), atol_of(dt));
-              if (dt == DType::f64 && idx.numel() > 0) check_directional(sa, {x, idx, src}, {0, 2}, "scatter_add " + label);
+              check_forward(
+                  sa, [dim](const std::vector<Host>& hs) { return scatter_add_ref(hs[0], dim, hs[1], hs[2]); },
+                  {x, idx, src}, "scatter_add " + label, rtol_of(dt), atol_of(dt));
+              if (dt == DType::f64 && idx.numel() > 0)
+                check_directional(sa, {x, idx, src}, {0, 2}, "scatter_add " + label);
             }
           }
     });
@@ -674,40 +697,53 @@ TEST_SUITE("sweep") {
       int64_t classes;
     };
     const std::vector<Oh> cases =
-        pick(std::vector<Oh>{{{3, 5}, 256}, {{129}, 257}, {{0}, 4}, {{7}, -1}},
-             std::vector<Oh>{{{3, 5}, 1},   {{3, 5}, 255}, {{3, 5}, 256}, {{3, 5}, 257}, {{128}, 256}, {{129}, 256},
-                             {{128}, 255},  {{129}, 257},  {{0}, 4},      {{2, 0}, 3},   {{7}, -1},    {{}, 9},
-                             {{33000}, 2},  {{2, 3, 4}, -1}});
+        pick(std::vector<Oh>{{{3, 5}, 256}, {{129}, 257}, {{0}, 4}, {{7}, -1}}, std::vector<Oh>{{{3, 5}, 1},
+                                                                                                {{3, 5}, 255},
+                                                                                                {{3, 5}, 256},
+                                                                                                {{3, 5}, 257},
+                                                                                                {{128}, 256},
+                                                                                                {{129}, 256},
+                                                                                                {{128}, 255},
+                                                                                                {{129}, 257},
+                                                                                                {{0}, 4},
+                                                                                                {{2, 0}, 3},
+                                                                                                {{7}, -1},
+                                                                                                {{}, 9},
+                                                                                                {{33000}, 2},
+                                                                                                {{2, 3, 4}, -1}});
     for_each_config([&](const Config&) {
       Generator g(804);
       for (const Oh& c : cases)
         for (DType out_t : {DType::f32, DType::f64, DType::i64, DType::bf16}) {
           const int64_t k = c.classes == -1 ? 11 : c.classes;
           const Tensor ids = index_tensor(c.ids, k, g, DType::i64);
-          const std::string label = "one_hot " + shape_str(c.ids) + " classes " + std::to_string(c.classes) + " " + dname(out_t);
-          check_forward([&](const std::vector<Tensor>& xs) { return one_hot(xs[0], c.classes, out_t); },
-                        [&](const std::vector<Host>& hs) {
-                          int64_t classes = c.classes;
-                          if (classes == -1) {
-                            classes = 0;
-                            for (double v : hs[0].v) classes = std::max(classes, static_cast<int64_t>(v) + 1);
-                          }
-                          Shape s = hs[0].shape;
-                          s.push_back(classes);
-                          Host out{s, std::vector<double>(static_cast<size_t>(count(s)), 0.0)};
-                          for (int64_t n = 0; n < hs[0].numel(); ++n)
-                            out.v[static_cast<size_t>(n * classes + static_cast<int64_t>(hs[0].v[static_cast<size_t>(n)]))] = 1.0;
-                          return out;
-                        },
-                        {ids}, label, 0.0, 0.0);
+          const std::string label =
+              "one_hot " + shape_str(c.ids) + " classes " + std::to_string(c.classes) + " " + dname(out_t);
+          check_forward(
+              [&](const std::vector<Tensor>& xs) { return one_hot(xs[0], c.classes, out_t); },
+              [&](const std::vector<Host>& hs) {
+                int64_t classes = c.classes;
+                if (classes == -1) {
+                  classes = 0;
+                  for (double v : hs[0].v) classes = std::max(classes, static_cast<int64_t>(v) + 1);
+                }
+                Shape s = hs[0].shape;
+                s.push_back(classes);
+                Host out{s, std::vector<double>(static_cast<size_t>(count(s)), 0.0)};
+                for (int64_t n = 0; n < hs[0].numel(); ++n)
+                  out.v[static_cast<size_t>(n * classes + static_cast<int64_t>(hs[0].v[static_cast<size_t>(n)]))] = 1.0;
+                return out;
+              },
+              {ids}, label, 0.0, 0.0);
         }
     });
   }
 
   TEST_CASE("sweep: index: tril and triu across k and the grain, forward and backward") {
-    const std::vector<Shape> shapes = pick(std::vector<Shape>{{7, 9}, {2, 129, 257}, {1, 1}},
-                                           std::vector<Shape>{{1, 1}, {7, 9}, {9, 7}, {3, 0, 4}, {2, 129, 257}, {181, 181},
-                                                              {128, 256}, {2, 2, 7, 600}, {5, 1, 33000}});
+    const std::vector<Shape> shapes = pick(
+        std::vector<Shape>{{7, 9}, {2, 129, 257}, {1, 1}},
+        std::vector<Shape>{
+            {1, 1}, {7, 9}, {9, 7}, {3, 0, 4}, {2, 129, 257}, {181, 181}, {128, 256}, {2, 2, 7, 600}, {5, 1, 33000}});
     for_each_config([&](const Config&) {
       Generator g(805);
       for (DType dt : float_dtypes())
@@ -715,25 +751,28 @@ TEST_SUITE("sweep") {
           const int64_t m = s[s.size() - 2], n = s.back();
           // Every k around the clamp on the small shapes; a few on the ones past the grain.
           const Sizes few = {-m - 1, -1, 0, 2, n + 1};
-          const Sizes ks = full() && count(s) < 20000 ? Sizes{-m - 2, -m - 1, -m, -1, 0, 1, n - 1, n, n + 1, n + 2} : few;
+          const Sizes ks =
+              full() && count(s) < 20000 ? Sizes{-m - 2, -m - 1, -m, -1, 0, 1, n - 1, n, n + 1, n + 2} : few;
           for (int64_t k : ks)
             for (bool upper : {false, true}) {
               const Tensor x = input(s, g, dt);
               const std::string label =
                   std::string(upper ? "triu " : "tril ") + shape_str(s) + " k " + std::to_string(k) + " " + dname(dt);
               auto fn = [k, upper](const std::vector<Tensor>& xs) { return upper ? triu(xs[0], k) : tril(xs[0], k); };
-              check_forward(fn,
-                            [&](const std::vector<Host>& hs) {
-                              Host out = hs[0];
-                              for (int64_t i = 0; i < out.numel(); ++i) {
-                                const int64_t r = (i / n) % m, col = i % n;
-                                const bool keep = upper ? col - r >= k : col - r <= k;
-                                if (!keep) out.v[static_cast<size_t>(i)] = 0.0;
-                              }
-                              return out;
-                            },
-                            {x}, label, 0.0, 0.0);
-              if (dt == DType::f64 && x.numel() > 0 && (k == 0 || (full() && k == -1))) check_directional(fn, {x}, {0}, label);
+              check_forward(
+                  fn,
+                  [&](const std::vector<Host>& hs) {
+                    Host out = hs[0];
+                    for (int64_t i = 0; i < out.numel(); ++i) {
+                      const int64_t r = (i / n) % m, col = i % n;
+                      const bool keep = upper ? col - r >= k : col - r <= k;
+                      if (!keep) out.v[static_cast<size_t>(i)] = 0.0;
+                    }
+                    return out;
+                  },
+                  {x}, label, 0.0, 0.0);
+              if (dt == DType::f64 && x.numel() > 0 && (k == 0 || (full() && k == -1)))
+                check_directional(fn, {x}, {0}, label);
             }
         }
     });
@@ -749,12 +788,17 @@ TEST_SUITE("sweep") {
         const Tensor idx = from_vector(v, {n}, {DType::i64, test_device()});
         const Tensor x = zeros({2, 4}, {DType::f32, test_device()});
         check_throws([&] { (void)index_select(x, 1, idx); }, {"index_select", "index 9 is out of range"});
-        check_throws([&] { (void)embedding(zeros({4, 3}, {DType::f32, test_device()}), idx); }, {"embedding", "index 9"});
+        check_throws(
+            [&] {
+              (void)embedding(zeros({4, 3}, {DType::f32, test_device()}), idx);
+            },
+            {"embedding", "index 9"});
         const Tensor gi = idx.reshape({1, n});
         check_throws([&] { (void)gather(zeros({1, 4}, {DType::f32, test_device()}), 1, gi); }, {"gather", "index 9"});
         check_throws(
             [&] {
-              (void)scatter_add(zeros({1, 4}, {DType::f32, test_device()}), 1, gi, zeros({1, n}, {DType::f32, test_device()}));
+              (void)scatter_add(zeros({1, 4}, {DType::f32, test_device()}), 1, gi,
+                                zeros({1, n}, {DType::f32, test_device()}));
             },
             {"scatter_add", "index 9"});
       }
@@ -786,19 +830,22 @@ TEST_SUITE("sweep") {
         const Tensor x = input(c.x, g, DType::f64);
         const Tensor i1 = index_tensor({c.k}, r, g, DType::i64);
         auto is = [&](const std::vector<Tensor>& t) { return index_select(t[0], c.dim, t[1]); };
-        check_forward(is, [&](const std::vector<Host>& hs) { return index_select_ref(hs[0], c.dim, hs[1]); }, {x, i1},
-                      "index_select " + label, 0.0, 0.0);
+        check_forward(
+            is, [&](const std::vector<Host>& hs) { return index_select_ref(hs[0], c.dim, hs[1]); }, {x, i1},
+            "index_select " + label, 0.0, 0.0);
         if (c.k > 0) check_directional(is, {x, i1}, {0}, "index_select " + label);
         Shape ps = c.x;
         ps[static_cast<size_t>(c.dim)] = c.k;
         const Tensor i2 = index_tensor(ps, r, g, DType::i64);
         auto ga = [&](const std::vector<Tensor>& t) { return gather(t[0], c.dim, t[1]); };
-        check_forward(ga, [&](const std::vector<Host>& hs) { return gather_ref(hs[0], c.dim, hs[1]); }, {x, i2},
-                      "gather " + label, 0.0, 0.0);
+        check_forward(
+            ga, [&](const std::vector<Host>& hs) { return gather_ref(hs[0], c.dim, hs[1]); }, {x, i2},
+            "gather " + label, 0.0, 0.0);
         const Tensor src = input(ps, g, DType::f64);
         auto sa = [&](const std::vector<Tensor>& t) { return scatter_add(t[0], c.dim, t[1], t[2]); };
-        check_forward(sa, [&](const std::vector<Host>& hs) { return scatter_add_ref(hs[0], c.dim, hs[1], hs[2]); },
-                      {x, i2, src}, "scatter_add " + label, 1e-10, 1e-10);
+        check_forward(
+            sa, [&](const std::vector<Host>& hs) { return scatter_add_ref(hs[0], c.dim, hs[1], hs[2]); }, {x, i2, src},
+            "scatter_add " + label, 1e-10, 1e-10);
         if (i2.numel() > 0) check_directional(sa, {x, i2, src}, {0, 2}, "scatter_add " + label);
       }
     });
