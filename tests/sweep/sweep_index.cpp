@@ -269,8 +269,7 @@ TEST_SUITE("sweep") {
             check_forward(
                 fn, [&](const std::vector<Host>& hs) { return v.ref(hs[0]); }, {x}, label, 0.0, 0.0);
             // Backward: permute's is a permute, slice's a zero fill and a copy_ into the stepped view.
-            if (dt == DType::f64 && x.numel() > 0 && (full() || x.numel() < 40000))
-              check_directional(fn, {x}, {0}, label);
+            if (dt == DType::f64 && x.numel() > 0 && x.numel() < 40000) check_directional(fn, {x}, {0}, label);
           }
     });
   }
@@ -300,7 +299,7 @@ TEST_SUITE("sweep") {
     for_each_config([&](const Config&) {
       Generator g(702);
       for (const Pair& p : pairs)
-        for (const Shape& s : p.dst == p.src ? shapes : cast_shapes)
+        for (const Shape& s : p.dst == p.src && p.dst == DType::f32 ? shapes : cast_shapes)
           for (const View& v : views_of(s)) {
             if (s.size() < 2 && v.name.rfind("permute", 0) == 0) continue;  // the identity
             const Shape vs = v.ref(Host{s, std::vector<double>(static_cast<size_t>(count(s)))}).shape;
@@ -334,9 +333,9 @@ TEST_SUITE("sweep") {
   TEST_CASE("sweep: copy: dtype casts f32 / f64 / bf16 / f16 / ints / bool, contiguous and strided") {
     const std::vector<DType> all = {DType::f32, DType::f64, DType::bf16,   DType::f16,
                                     DType::i32, DType::i64, DType::boolean};
-    const std::vector<Shape> shapes = pick(
-        std::vector<Shape>{{9}, {32769}, {33, 1001}},
-        std::vector<Shape>{{0}, {1}, {9}, {255}, {257}, {32767}, {32768}, {32769}, {33, 1001}, {1, 1, 7}, {3, 0, 2}});
+    const std::vector<Shape> shapes =
+        pick(std::vector<Shape>{{9}, {32769}, {33, 1001}},
+             std::vector<Shape>{{0}, {1}, {9}, {257}, {32769}, {33, 1001}, {1, 1, 7}, {3, 0, 2}});
     for_each_config([&](const Config&) {
       Generator g(703);
       for (DType from : all)
@@ -564,13 +563,13 @@ TEST_SUITE("sweep") {
       for (DType dt : float_dtypes())
         for (const Ori& c : ori_cases())
           for (DType it : {DType::i64, DType::i32}) {
-            if (!full() && it == DType::i32 && dt == DType::f64) continue;
+            if (it == DType::i32 && dt == DType::f64) continue;  // i32 indices: f32, dim 1
             // x (O, R, I) indexed along 1; and the same data as (R, O*I)-like layouts: dims 0 and 2.
             const Tensor x = input({c.o, c.r, c.i}, g, dt);
             const Tensor idx = index_tensor({c.k}, c.r, g, it);
             const std::string label = "index_select " + ori_str(c) + " " + dname(dt) + " index " + dname(it);
             for (int64_t dim : {1, 0, 2}) {
-              if (dim != 1 && !full()) continue;
+              if (dim != 1 && (!full() || it == DType::i32)) continue;
               const int64_t rd = dim == 1 ? c.r : dim == 0 ? c.o : c.i;
               const Tensor id = dim == 1 ? idx : index_tensor({c.k}, rd, g, it);
               if (rd == 0 && c.k > 0) continue;
