@@ -35,8 +35,10 @@
 //     merged, a 0-d / all-ones shape becomes one run of 1: ranks 1..6 with size-1 dims, 0-d
 //     operands, empty dims (0 in the first, middle or last dim: no kernel call).
 //   - integer arithmetic (:162 int_pow, :177 DivF: truncation, x / 0 = 0, x / -1 without a trap):
-//     i32 and i64 add / sub / mul / div / maximum / pow with zero and negative divisors and
-//     exponents, sizes crossing kParallelGrain.
+//     i32 and i64 add / sub / mul / maximum / pow with zero and negative divisors and exponents,
+//     sizes crossing kParallelGrain. div() of two integer tensors is a true division in f32
+//     (autograd/ops/elementwise.cpp:278, torch's), so DivF's integer branch is reached only through
+//     the backend: it is called directly here (Backend::binary on expanded operands).
 //   - the broadcast backward is sum_to (autograd/ops/shape.cpp:190), a sum over the broadcast dims
 //     in the reduction kernel (core/cpu/cpu_reduce.cpp: 618237c fixed rows past 128 being dropped):
 //     (64,200,256) op (1,200,1) and (64,200,64) op (64,1,64) (a reduced middle dim of 200 > 128

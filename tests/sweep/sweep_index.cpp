@@ -7,13 +7,13 @@
 //
 // Constants that choose a path, and the sizes below that cross them:
 //   CPU copy (core/cpu/cpu_copy.cpp, core/cpu/strided.h; no ISA-specific copy):
-//   - kParallelGrain = 32768 (core/cpu/cpu_backend.h:93): fill (cpu_copy.cpp:32) and copy
-//     (cpu_copy.cpp:46) go parallel over outer runs above it: numel crossing 32768 in every rank
+//   - kParallelGrain = 32768 (core/cpu/cpu_backend.h:93): fill (cpu_copy.cpp:33) and copy
+//     (cpu_copy.cpp:47) go parallel over outer runs above it: numel crossing 32768 in every rank
 //     1..6 ((32767..32769), (181,181) / (128,256) / (257,128), (31,33,33) / (32,32,32),
 //     (8,8,8,64) / (8,8,8,65), (4,4,4,4,128), (2,2,2,2,2,1025)), one run only ((1, 32769)) or
 //     runs of one element ((32769, 1) transposed).
-//   - the same-dtype memcpy run (cpu_copy.cpp:52: both inner strides 1) versus the strided loop
-//     (:56), the arithmetic cast (:58) and the bf16 / f16 / bool cast through double (:60):
+//   - the same-dtype memcpy run (cpu_copy.cpp:53: both inner strides 1) versus the strided loop
+//     (:57), the arithmetic cast (:59) and the bf16 / f16 / bool cast through double (:61):
 //     contiguous and transposed / stepped views, every cast pair below.
 //   - StridedLoop (strided.h:28-43): size-1 dims dropped, dims contiguous in every operand merged
 //     (slices of a middle dim merge with the inner dims), 0-d tensors one run of 1, empty dims no
