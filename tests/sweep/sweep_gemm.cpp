@@ -291,9 +291,12 @@ TEST_CASE("sweep: gemm: batch split against split per product (kSmallGemmWork, b
   // bt around 4·threads. Forward only: the products are large (the backward runs the same engine
   // and is swept at smaller sizes above).
   std::vector<std::pair<int64_t, Shape>> cases;  // (bt, (M, N, K))
-  for (int64_t bt : pick(std::vector<int64_t>{3}, std::vector<int64_t>{2, 3, 5}))
-    for (const Shape& s : pick(std::vector<Shape>{{40, 481, 109}}, std::vector<Shape>{{49, 127, 337}, {128, 128, 128}, {40, 481, 109}}))
-      cases.push_back({bt, s});
+  // (pick returns a reference to one of its arguments: named lists, not temporaries, in a range-for.)
+  const std::vector<int64_t> bts = pick(std::vector<int64_t>{3}, std::vector<int64_t>{2, 3, 5});
+  const std::vector<Shape> pers =
+      pick(std::vector<Shape>{{40, 481, 109}}, std::vector<Shape>{{49, 127, 337}, {128, 128, 128}, {40, 481, 109}});
+  for (int64_t bt : bts)
+    for (const Shape& s : pers) cases.push_back({bt, s});
   if (full())
     for (int64_t bt : {7, 8, 9, 15, 16, 17}) cases.push_back({bt, {40, 481, 109}});
   uint64_t seed = 400;
@@ -328,20 +331,21 @@ TEST_CASE("sweep: gemm: batched matmul, broadcasting, 1-d operands, empty and si
   const OpFn expanded = [](const std::vector<Tensor>& x) {
     return matmul(expand(x[0], {x[1].size(0), x[0].size(0), x[0].size(1)}), x[1]);
   };
-  for (const auto& s : pick(std::vector<std::vector<Shape>>{{{13, 20}, {3, 20, 17}}},
-                            std::vector<std::vector<Shape>>{{{13, 20}, {3, 20, 17}}, {{30, 270}, {5, 270, 40}}}))
-    run_case("matmul(expand(a), b)", s, expanded, mm_naive, ++seed);
+  const std::vector<std::vector<Shape>> expand_cases =
+      pick(std::vector<std::vector<Shape>>{{{13, 20}, {3, 20, 17}}},
+           std::vector<std::vector<Shape>>{{{13, 20}, {3, 20, 17}}, {{30, 270}, {5, 270, 40}}});
+  for (const auto& s : expand_cases) run_case("matmul(expand(a), b)", s, expanded, mm_naive, ++seed);
 }
 
 TEST_CASE("sweep: gemm: linear with and without bias") {
   // rows (M) across MR and MC, out_features (N) across NR, in_features (K) across KC.
   std::vector<std::pair<Shape, Shape>> xw;  // (x, weight)
-  for (int64_t r : pick(std::vector<int64_t>{1, 7, 145}, crossing({6, 12, 144}, {1})))
-    xw.push_back({{r, 20}, {17, 20}});
-  for (int64_t o : pick(std::vector<int64_t>{1, 33}, crossing({16, 32, 64}, {1})))
-    xw.push_back({{13, 20}, {o, 20}});
-  for (int64_t i : pick(std::vector<int64_t>{0, 1, 257}, crossing({8, 192, 256}, {0, 1})))
-    xw.push_back({{13, i}, {17, i}});
+  const std::vector<int64_t> rows = pick(std::vector<int64_t>{1, 7, 145}, crossing({6, 12, 144}, {1}));
+  const std::vector<int64_t> outs = pick(std::vector<int64_t>{0, 1, 33}, crossing({16, 32, 64}, {0, 1}));
+  const std::vector<int64_t> ins = pick(std::vector<int64_t>{0, 1, 257}, crossing({8, 192, 256}, {0, 1}));
+  for (int64_t r : rows) xw.push_back({{r, 20}, {17, 20}});
+  for (int64_t o : outs) xw.push_back({{13, 20}, {o, 20}});
+  for (int64_t i : ins) xw.push_back({{13, i}, {17, i}});
   xw.push_back({{2, 7, 20}, {33, 20}});  // leading dims folded into the rows
   xw.push_back({{20}, {17, 20}});        // 1-d input
   xw.push_back({{0, 20}, {17, 20}});     // no rows
