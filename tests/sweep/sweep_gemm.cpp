@@ -29,7 +29,13 @@
 //     micro-kernels' epilogue): linear with and without bias, Backend::gemm with alpha 0.5, beta
 //     -2 and with a NaN-filled c at beta 0; K = 0 (c = beta c).
 //   f64 always, f32 under HH_CPU_ISA=scalar or below use_packed: Eigen (its own blocking and its own
-//     OpenMP split), reached by every case in f64 and by the scalar configs in f32.
+//     OpenMP split), reached by every case in f64 and by the scalar configs in f32. Eigen splits a
+//     product over the threads only when M·N·K >= 2·kMinTaskSize, kMinTaskSize = 50000
+//     (/usr/include/eigen3/Eigen/src/Core/products/Parallelizer.h:131-132), with at most work/50000
+//     threads: crossed by (M,N,K) = (9,41,271) [99999], (40,50,50) [100000], (4,23,1087) [100004],
+//     (18,41,271) [199998], (40,50,100) [200000], (20,87,115) [200100]. Below 100000 multiply-adds
+//     no engine uses a second thread, so the sweep runs such cases under 1 thread per ISA only
+//     (kThreadsMatter below).
 // core/cpu/sgemm_avx2.cpp (AVX2 packed engine): MR = 6, NR = 16 (:13), KC = 256, MC = 144, NC = 3072
 //   (:74). core/cpu/sgemm_avx512.cpp: MR = 6, NR = 32 (:14), KC = 192, MC = 144, NC = 3072 (:69).
 //   core/cpu/sgemm_x86.h: pack_a6 transposes 8 k at a time when a sliver has all 6 rows and unit
@@ -66,6 +72,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <random>
 #include <string>
@@ -73,6 +80,7 @@
 
 #include "autograd/ops.h"
 #include "core/backend.h"
+#include "core/parallel.h"
 #include "tests/sweep/sweep.h"
 
 namespace hh::test::sweep {
@@ -183,14 +191,38 @@ std::vector<Host> linear_naive(const std::vector<Host>& in, const Host* w) {
 
 using NaiveFn = std::function<std::vector<Host>(const std::vector<Host>&, const Host*)>;
 
-// One op case: inputs of `shapes` in f32 and f64 (drawn once, the reference computed once), then
-// under every config: the forward on contiguous and non-contiguous (transposed) inputs against the
-// naive loop; the gradients of sum(w · out) for every input, on both layouts, against the naive
-// loop's; in f64 the directional-derivative check too. `grads` = false for forward-only cases.
+// Below this many multiply-adds (M·N·K over the batch) a product runs on the calling thread in
+// every engine: ours below kGemmParallelWork = 2^18 (cpu_gemm.cpp:228), Eigen's own split below
+// 2·kMinTaskSize = 2·50000 (Eigen/src/Core/products/Parallelizer.h:131-132, at least 2 tasks). So a
+// smaller case under 2 or 4 threads repeats the 1-thread run of the same ISA and is skipped there.
+constexpr int64_t kThreadsMatter = 100000;
+
+using ConfigFilter = std::function<bool(const Config&)>;
+struct CaseOpts {
+  bool grads = true;                            // false: forward only
+  ConfigFilter only;                            // when set, the configs where the case crosses something
+  std::vector<DType> dtypes = float_dtypes();  // the dtypes compared
+};
+
+// Whether config c adds anything for a case of `work` multiply-adds (see kThreadsMatter).
+bool threads_matter(const Config& c, int64_t work) {
+  if (cuda_requested() || c.threads == 1 || work >= kThreadsMatter) return true;
+  for (const Config& o : configs())
+    if (o.threads == 1 && o.isa == c.isa) return false;  // the 1-thread run of this ISA covers it
+  return true;
+}
+
+// One op case: inputs of `shapes` (drawn once per dtype, the reference computed once), then under
+// every config: the forward on contiguous and non-contiguous (transposed) inputs against the naive
+// loop; the gradients of sum(w · out) for every input, on both layouts, against the naive loop's;
+// in f64 the directional-derivative check too, under the first config only (it checks the
+// backward's formula; the exact gradient comparison runs under every config and catches a path
+// that computes a product wrongly). The inner dim is shapes[0]'s last (matmul's K, linear's in).
 void run_case(const std::string& what, const std::vector<Shape>& shapes, const OpFn& fn, const NaiveFn& naive,
-              uint64_t seed, bool grads = true) {
+              uint64_t seed, const CaseOpts& o = {}) {
   const std::string label = what + " " + shape_label(shapes);
-  for (DType dt : float_dtypes()) {
+  const bool grads = o.grads;
+  for (DType dt : o.dtypes) {
     Generator g(seed);
     std::vector<Tensor> xs;
     std::vector<Host> hs;
@@ -203,7 +235,12 @@ void run_case(const std::string& what, const std::vector<Shape>& shapes, const O
     const Host wh = to_host(w);
     const std::vector<Host> want_g = grads ? naive(hs, &wh) : std::vector<Host>{};
     const std::string dl = label + " " + dtype_name(dt);
-    for_each_config([&](const Config&) {
+    bool first = true;
+    for_each_config([&](const Config& cfg) {
+      if (!threads_matter(cfg, want.numel() * shapes[0].back())) return;
+      if (o.only && !cuda_requested() && !o.only(cfg)) return;
+      const bool directional = dt == DType::f64 && first;
+      first = false;
       check_forward(fn, [&](const std::vector<Host>&) { return want; }, xs, dl, rtol_of(dt), atol_of(dt));
       if (!grads) return;
       for (bool nc : {false, true}) {
@@ -223,7 +260,7 @@ void run_case(const std::string& what, const std::vector<Shape>& shapes, const O
           compare(gi, want_g[i], rtol_of(dt), atol_of(dt), gl);
         }
       }
-      if (dt == DType::f64) {
+      if (directional) {
         std::vector<int> which;
         for (size_t i = 0; i < xs.size(); ++i)
           if (xs[i].numel() > 0) which.push_back(static_cast<int>(i));
@@ -238,8 +275,8 @@ std::vector<Host> mm_naive(const std::vector<Host>& h, const Host* w) { return m
 
 Tensor linear_op(const std::vector<Tensor>& x) { return linear(x[0], x[1], x.size() > 2 ? x[2] : Tensor()); }
 
-void run_matmul(const Shape& a, const Shape& b, uint64_t seed, bool grads = true) {
-  run_case("matmul", {a, b}, mm_op, mm_naive, seed, grads);
+void run_matmul(const Shape& a, const Shape& b, uint64_t seed, const CaseOpts& o = {}) {
+  run_case("matmul", {a, b}, mm_op, mm_naive, seed, o);
 }
 
 }  // namespace
@@ -267,23 +304,60 @@ TEST_CASE("sweep: gemm: packed-engine and parallel-work thresholds") {
       {{3, 100}, {100, 50}},  {{4, 100}, {100, 50}},  {{50, 100}, {100, 3}},  {{50, 100}, {100, 4}},
       {{50, 3}, {3, 100}},    {{50, 4}, {4, 100}},    {{27, 73}, {73, 133}},  {{64, 64}, {64, 64}},
       {{65, 109}, {109, 37}}, {{4, 16, 64}, {4, 64, 64}}, {{4, 16, 65}, {4, 65, 64}},
+      // Eigen's own split (f64, f32 on scalar): M·N·K around 2·50000 and 4·50000.
+      {{9, 271}, {271, 41}},  {{40, 50}, {50, 50}},   {{4, 1087}, {1087, 23}},
+      {{18, 271}, {271, 41}}, {{40, 100}, {100, 50}}, {{20, 115}, {115, 87}},
   };
-  if (!full()) cases = {cases[0], cases[1], cases[2], cases[3], cases[4], cases[10], cases[11]};
+  if (!full()) cases = {cases[0], cases[1], cases[2], cases[3], cases[4], cases[10], cases[11], cases[15], cases[16]};
   uint64_t seed = 200;
   for (const auto& c : cases) run_matmul(c[0], c[1], ++seed);
 }
 
 TEST_CASE("sweep: gemm: the tile grid of one product over the threads") {
   // Parallel sizes (M·N·K > 2^18) at bt = 1: the grid's row split needs M >= tm·6, its column split
-  // N >= tn·NR (16 or 32); tiles past the edge are skipped.
+  // N >= tn·NR (16 or 32); tiles past the edge are skipped. Only a threaded config splits a product
+  // (the packed grid under avx2/avx512, Eigen's own split under scalar). Full sweep: the whole M × N
+  // grid forward, the gradients along one line each way.
   const std::vector<int64_t> ms = pick(std::vector<int64_t>{7, 25}, crossing({6, 12, 24}));
   const std::vector<int64_t> ns = pick(std::vector<int64_t>{33, 129}, crossing({32, 64, 128}));
+  const ConfigFilter threaded = [](const Config& c) { return c.threads > 1; };
+  const ConfigFilter packed_threaded = [](const Config& c) { return c.threads > 1 && c.isa != CpuIsa::scalar; };
+  auto k_for = [](int64_t m, int64_t n) { return (int64_t{1} << 18) / (m * n) + 1; };  // just over kGemmParallelWork
   uint64_t seed = 300;
   for (int64_t m : ms)
     for (int64_t n : ns) {
-      const int64_t k = (1 << 18) / (m * n) + 1;  // just over kGemmParallelWork
-      run_case("matmul", {{m, k}, {k, n}}, mm_op, mm_naive, ++seed, /*grads=*/full());
+      const int64_t k = k_for(m, n);
+      // The whole grid in f32 on the packed configs; the two lines in both dtypes on every threaded one.
+      CaseOpts o;
+      o.grads = full() && (m == 25 || n == 65);
+      o.only = o.grads || !full() ? threaded : packed_threaded;
+      o.dtypes = o.grads || !full() ? float_dtypes() : std::vector<DType>{DType::f32};
+      run_case("matmul", {{m, k}, {k, n}}, mm_op, mm_naive, ++seed, o);
     }
+  // The fast configs (1 thread on the best path, 4 threads on scalar) never reach the packed grid:
+  // the fast subset also runs these under 2 threads on the best path.
+  if (!full() && !cuda_requested() && cpu_isa_detected() != CpuIsa::scalar) {
+    struct Restore {
+      int threads = num_threads();
+      CpuIsa isa = cpu_isa();
+      ~Restore() {
+        set_num_threads(threads);
+        set_cpu_isa(isa);
+      }
+    } restore;
+    set_num_threads(2);
+    set_cpu_isa(cpu_isa_detected());
+    for (int64_t m : ms)
+      for (int64_t n : ns) {
+        const int64_t k = k_for(m, n);
+        Generator g(++seed);
+        const std::vector<Tensor> xs = {input({m, k}, g, DType::f32), input({k, n}, g, DType::f32)};
+        const Host want = matmul_naive(to_host(xs[0]), to_host(xs[1]), nullptr)[0];
+        check_forward(mm_op, [&](const std::vector<Host>&) { return want; }, xs,
+                      "matmul " + shape_label({{m, k}, {k, n}}) + " f32, 2 threads, best ISA", rtol_of(DType::f32),
+                      atol_of(DType::f32));
+      }
+  }
 }
 
 TEST_CASE("sweep: gemm: batch split against split per product (kSmallGemmWork, bt vs threads)") {
@@ -299,9 +373,16 @@ TEST_CASE("sweep: gemm: batch split against split per product (kSmallGemmWork, b
     for (const Shape& s : pers) cases.push_back({bt, s});
   if (full())
     for (int64_t bt : {7, 8, 9, 15, 16, 17}) cases.push_back({bt, {40, 481, 109}});
+  // Only threaded configs choose between the two splits; bt around 16 matters at 4 threads only.
   uint64_t seed = 400;
-  for (const auto& [bt, s] : cases)
-    run_matmul({bt, s[0], s[2]}, {bt, s[2], s[1]}, ++seed, /*grads=*/false);
+  for (const auto& [bt, s] : cases) {
+    const int64_t b = bt;
+    const ConfigFilter only = [b](const Config& c) { return c.threads > 1 && (b < 15 || c.threads == 4); };
+    CaseOpts o;
+    o.grads = false;
+    o.only = only;
+    run_case("matmul", {{bt, s[0], s[2]}, {bt, s[2], s[1]}}, mm_op, mm_naive, ++seed, o);
+  }
 }
 
 TEST_CASE("sweep: gemm: batched matmul, broadcasting, 1-d operands, empty and size-1 dims") {
@@ -407,9 +488,10 @@ TEST_CASE("sweep: gemm: seeded random shapes (property)") {
   INFO("HH_SWEEP_SEED=" << seed);
   std::mt19937_64 rng(seed);
   auto draw = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
-  const int count = full() ? 24 : 3;
+  const int count = full() ? 10 : 3;
   for (int i = 0; i < count; ++i) {
-    const int64_t m = draw(1, 200), n = draw(1, 200), k = draw(1, 300), bt = draw(0, 3);
+    const int64_t hi = full() ? 160 : 48;
+    const int64_t m = draw(1, hi), n = draw(1, hi), k = draw(1, hi + hi / 2), bt = draw(0, 3);
     Shape a{m, k}, b{k, n};
     if (bt > 0) {
       a.insert(a.begin(), bt);
