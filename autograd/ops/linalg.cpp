@@ -336,10 +336,13 @@ Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
 
   return record("linear", c, {x, weight, bias}, {x, weight}, [x, weight](const Tensor& g, const NeedsGrad& needs) {
     const int64_t in = weight.size(1), out_f = weight.size(0);
-    Tensor g2 = reshape(g, {-1, out_f});  // (R, out)
+    // R spelled out, not -1: with in_features or out_features 0 (which the forward takes) a -1
+    // next to a 0 is ambiguous and reshape threw in the backward.
+    const int64_t rows = numel_of(Shape(x.shape().begin(), x.shape().end() - 1));
+    Tensor g2 = reshape(g, {rows, out_f});  // (R, out)
     Tensor gx, gw, gb;
     if (needs[0]) gx = reshape(matmul(g2, weight), x.shape());
-    if (needs[1]) gw = matmul(transpose(g2, 0, 1), reshape(x, {-1, in}));
+    if (needs[1]) gw = matmul(transpose(g2, 0, 1), reshape(x, {rows, in}));
     if (needs[2]) gb = sum(g2, {0});
     return std::vector<Tensor>{gx, gw, gb};
   });
