@@ -6,6 +6,8 @@
 #   cmake -DAPP=<exe> -DOUT=<dir> -DARGS="..." [-DMETRICS=<file in OUT>] -P one_writer.cmake
 separate_arguments(args UNIX_COMMAND "${ARGS}")
 file(REMOVE_RECURSE "${OUT}" "${OUT}-1.log" "${OUT}-2.log")
+get_filename_component(parent "${OUT}" DIRECTORY)
+file(MAKE_DIRECTORY "${parent}")
 execute_process(COMMAND sh -c "\"$0\" \"$@\" >\"${OUT}-1.log\" 2>&1" ${APP} ${args} --out ${OUT}
                 COMMAND sh -c "\"$0\" \"$@\" >\"${OUT}-2.log\" 2>&1" ${APP} ${args} --out ${OUT}
                 RESULTS_VARIABLE rcs TIMEOUT 600)

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -14,6 +15,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <system_error>
+#include <thread>
 
 #include "core/atomic_file.h"
 #include "core/error.h"
@@ -138,9 +140,12 @@ void lock_output_folder(const std::string& path, const std::string& flag) {
                    flag.c_str(), path.c_str(), std::strerror(err));
       return;
     }
-    // Held by a live process: what it wrote (it may not have written yet).
+    // Held by a live process: what it wrote (it writes just after taking the lock: waited for up
+    // to a second).
     char buf[256] = {};
-    const ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
+    ssize_t n = 0;
+    for (int tries = 0; tries < 100 && (n = ::pread(fd, buf, sizeof buf - 1, 0)) <= 0; ++tries)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
     ::close(fd);
     std::string holder = n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
     while (!holder.empty() && (holder.back() == '\n' || holder.back() == '\r')) holder.pop_back();
