@@ -50,3 +50,14 @@ add_test(NAME lra_generate_keeps_previous_data COMMAND ${CMAKE_COMMAND} -DAPP=$<
          -DFAULT=basic_test.tsv -P ${CMAKE_CURRENT_SOURCE_DIR}/cmake/keeps_previous.cmake)
 set_tests_properties(ar_probe_keeps_previous_results lra_keeps_previous_results lra_generate_keeps_previous_data
                      PROPERTIES PASS_REGULAR_EXPRESSION "previous results kept")
+
+# One writer per --out (train::lock_output_folder, issue 36): two runs started at once into one
+# folder; one completes, the other is refused naming the holder (cmake/one_writer.cmake).
+add_test(NAME train_lm_one_writer_per_out COMMAND ${CMAKE_COMMAND} -DAPP=$<TARGET_FILE:train_lm> -DOUT=${RD_OUT}/one_writer_lm
+         "-DARGS=train --data ${TLM}/data --preset tiny --context 32 --steps 30 --eval-every 10 --samples 0 --quiet --attentions softmax"
+         -DMETRICS=softmax/metrics.jsonl -P ${CMAKE_CURRENT_SOURCE_DIR}/cmake/one_writer.cmake)
+add_test(NAME ar_probe_one_writer_per_out COMMAND ${CMAKE_COMMAND} -DAPP=$<TARGET_FILE:ar_probe> -DOUT=${RD_OUT}/one_writer_ar
+         "-DARGS=${AR_TINY_TEXT} --epochs 1 --feature-map softmax" -P ${CMAKE_CURRENT_SOURCE_DIR}/cmake/one_writer.cmake)
+set_tests_properties(train_lm_one_writer_per_out ar_probe_one_writer_per_out PROPERTIES
+                     PASS_REGULAR_EXPRESSION "one run completed, the other was refused")
+set_tests_properties(train_lm_one_writer_per_out PROPERTIES FIXTURES_REQUIRED train_lm_data)

@@ -17,9 +17,11 @@ if(NOT rc EQUAL 0)
   message(FATAL_ERROR "train_lm_prepare_keeps_previous: the first preparation failed (${rc}):\n${o}\n${e}")
 endif()
 
-# Every entry of the folder with its SHA-256, hidden ones included.
+# Every entry of the folder with its SHA-256, hidden ones included, but the folder's lock file
+# (.hh-lock: it names the run holding the folder, train/run_dir.h lock_output_folder).
 function(snapshot var)
   file(GLOB entries LIST_DIRECTORIES true RELATIVE ${out} ${out}/* ${out}/.*)
+  list(REMOVE_ITEM entries .hh-lock)
   list(SORT entries)
   set(s "")
   foreach(f ${entries})

@@ -261,6 +261,48 @@ bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol) {
   return true;
 }
 
+int64_t first_non_finite(const Tensor& t) {
+  const Tensor c = t.device().is_cpu() ? t.contiguous() : t.to(Device::cpu());
+  const int64_t n = c.numel();
+  const void* p = c.raw_data();
+  switch (c.dtype()) {
+    case DType::f32: {
+      const float* f = static_cast<const float*>(p);
+      for (int64_t i = 0; i < n; ++i)
+        if (!std::isfinite(f[i])) return i;
+      return -1;
+    }
+    case DType::f64: {
+      const double* f = static_cast<const double*>(p);
+      for (int64_t i = 0; i < n; ++i)
+        if (!std::isfinite(f[i])) return i;
+      return -1;
+    }
+    case DType::f16:
+    case DType::bf16: {  // all exponent bits set: infinity or NaN
+      const uint16_t mask = c.dtype() == DType::f16 ? 0x7C00 : 0x7F80;
+      const uint16_t* h = static_cast<const uint16_t*>(p);
+      for (int64_t i = 0; i < n; ++i)
+        if ((h[i] & mask) == mask) return i;
+      return -1;
+    }
+    default: return -1;
+  }
+}
+
+std::string non_finite_text(const Tensor& t, int64_t i) {
+  const Tensor c = t.device().is_cpu() ? t.contiguous() : t.to(Device::cpu());
+  double v = 0;
+  if (c.dtype() == DType::f32) v = static_cast<const float*>(c.raw_data())[i];
+  else if (c.dtype() == DType::f64) v = static_cast<const double*>(c.raw_data())[i];
+  else {
+    const uint16_t h = static_cast<const uint16_t*>(c.raw_data())[i];
+    const uint16_t frac = c.dtype() == DType::f16 ? 0x03FF : 0x007F;
+    return (h & frac) ? "nan" : (h & 0x8000) ? "-inf" : "inf";
+  }
+  return std::isnan(v) ? "nan" : v < 0 ? "-inf" : "inf";
+}
+
 namespace {
 // Prints dims longer than 2*kEdge as "first kEdge, ..., last kEdge". Recursion depth = rank.
 constexpr int64_t kEdge = 3;

@@ -184,5 +184,10 @@ inline void bump_version(const Tensor& t) { ++t.storage()->version; }
 // max |a-b| <= atol + rtol*|b| elementwise, on host in f64; shapes must match.
 bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8);
 double max_abs_diff(const Tensor& a, const Tensor& b);
+// Index (in row-major order) of the first NaN or infinity of a floating tensor, or -1 (also for
+// integer and boolean dtypes). Reads every element once (a tensor on a device is copied to the host).
+int64_t first_non_finite(const Tensor& t);
+// "nan", "inf" or "-inf": element i of t, an index first_non_finite returned.
+std::string non_finite_text(const Tensor& t, int64_t i);
 
 }  // namespace hh

@@ -7,7 +7,9 @@
 // Labels: numbers with a fractional part anywhere in train make a regression task (one output,
 // Pearson and Spearman); otherwise a classification task whose classes are train's distinct labels
 // (integers in numeric order, names in sorted order; accuracy, plus F1 when there are two). A dev
-// label train never had is an error. Every error names the file and the 1-based line.
+// label train never had is an error, and so are more than kMaxUserClasses classes. A label that
+// reads as a non-finite number (nan, inf, 1e999) and a line that is not valid UTF-8 are errors.
+// Every error names the file (and the 1-based line where there is one).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -16,6 +18,10 @@
 #include "data/glue.h"
 
 namespace hh::data {
+
+// The most classes a classification task may have (a head of 10,000 outputs; more is a broken
+// file or a regression whose labels lack fractions).
+constexpr int64_t kMaxUserClasses = 10000;
 
 struct UserTask {
   GlueTask task;                      // name "custom"; num_labels, pair, metrics, label_names

@@ -2,10 +2,20 @@
 // set aside while a fresh run replaces it.
 #include "train/run_dir.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <system_error>
+#include <thread>
 
 #include "core/atomic_file.h"
 #include "core/error.h"
@@ -18,6 +28,7 @@ namespace {
 
 const char* kPrevious = ".previous";
 const char* kFailed = "failed_run";
+const char* kLockFile = ".hh-lock";
 
 // The path with ".." and symlinks resolved (the existing part through the file system, the rest
 // lexically); the path as given when even that fails.
@@ -99,6 +110,57 @@ void refuse_system_folder(const std::string& path, const std::string& flag) {
            "; a run's files go in a folder of their own (e.g. ", flag, " out/run1)"));
 }
 
+namespace {
+
+// The folders this process holds the lock of (resolved path -> the lock file's descriptor), kept
+// open until the process ends: the kernel then drops the lock, however the process ends.
+std::mutex g_locks_mutex;
+std::map<std::string, int> g_locks;
+
+std::string this_host() {
+  char host[256] = {};
+  if (gethostname(host, sizeof host - 1) != 0) return "?";
+  return host;
+}
+
+}  // namespace
+
+void lock_output_folder(const std::string& path, const std::string& flag) {
+  const std::string key = resolved(path).string();
+  std::lock_guard<std::mutex> g(g_locks_mutex);
+  if (g_locks.count(key)) return;  // this process holds it already (a RunDir after the app's check)
+  const std::string file = (fs::path(path) / kLockFile).string();
+  const int fd = ::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  HH_CHECK(fd >= 0, flag, " ", path, ": cannot open the lock file ", file, ": ", std::strerror(errno));
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    if (err != EWOULDBLOCK) {  // a file system without flock: go on unlocked, and say so
+      ::close(fd);
+      std::fprintf(stderr, "warning: %s %s: cannot lock the folder (%s): another run into it would not be refused\n",
+                   flag.c_str(), path.c_str(), std::strerror(err));
+      return;
+    }
+    // Held by a live process: what it wrote (it writes just after taking the lock: waited for up
+    // to a second).
+    char buf[256] = {};
+    ssize_t n = 0;
+    for (int tries = 0; tries < 100 && (n = ::pread(fd, buf, sizeof buf - 1, 0)) <= 0; ++tries)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    ::close(fd);
+    std::string holder = n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
+    while (!holder.empty() && (holder.back() == '\n' || holder.back() == '\r')) holder.pop_back();
+    fail(str(flag, " ", path, ": another run is writing into this folder (",
+             holder.empty() ? std::string("its pid not written yet") : holder, "; lock file ", file,
+             "); wait for it to end or choose another folder"));
+  }
+  // Ours: a lock file a dead process left (its lock went with it) is taken over and rewritten.
+  const std::string me = str("pid ", ::getpid(), " on host ", this_host());
+  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, me.data(), me.size(), 0) != static_cast<ssize_t>(me.size())) {
+    // The lock holds without its note (a full disk): the refusal then cannot name us.
+  }
+  g_locks.emplace(key, fd);
+}
+
 void check_output_folder(const std::string& path, const std::string& flag) {
   refuse_system_folder(path, flag);
   try {
@@ -106,6 +168,7 @@ void check_output_folder(const std::string& path, const std::string& flag) {
   } catch (const Error& e) {
     fail(str(flag, " ", path, ": ", e.what()));
   }
+  lock_output_folder(path, flag);
 }
 
 namespace {

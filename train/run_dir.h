@@ -28,9 +28,17 @@ std::string system_folder_of(const std::string& path);
 // no change on disk (for ranks that only check).
 void refuse_system_folder(const std::string& path, const std::string& flag = "--out");
 
+// One writer per folder: an exclusive advisory lock (flock) on <path>/.hh-lock, whose text names
+// the holder ("pid 1234 on host gpu3"). Held until this process ends (the kernel then drops it,
+// however the process ends, so the file a killed run leaves is a stale lock the next run takes
+// over); a second call in the same process is a no-op. Another live process holding it is an
+// error: "<flag> <path>: another run is writing into this folder (pid 1234 on host gpu3; lock file
+// ...)". A file system without flock gives a warning and no lock. The folder must exist.
+void lock_output_folder(const std::string& path, const std::string& flag = "--out");
+
 // The output-folder checks of every app, before any long work: refuse_system_folder, then the
-// folder is created when missing and must take new files (core/atomic_file.h ensure_writable_dir).
-// Errors read "<flag> <path>: ...".
+// folder is created when missing and must take new files (core/atomic_file.h ensure_writable_dir),
+// then lock_output_folder. Errors read "<flag> <path>: ...".
 void check_output_folder(const std::string& path, const std::string& flag = "--out");
 
 // How --resume compares the settings a run was started with against the settings now.

@@ -79,6 +79,8 @@ std::vector<ChoiceExample> read_choice_examples(const std::string& path) {
     e.file = path;
     e.context = j["context"].get<std::string>();
     HH_CHECK(!j["choices"].empty(), at, ": \"choices\" is empty");
+    HH_CHECK(j["choices"].size() <= kMaxChoices, at, ": ", j["choices"].size(), " choices, more than the ", kMaxChoices,
+             " an example may have");
     for (size_t i = 0; i < j["choices"].size(); ++i) {
       const nlohmann::json& c = j["choices"][i];
       HH_CHECK(c.is_string(), at, ": choice ", i, " is not a string: ", c.dump());

@@ -40,8 +40,12 @@ struct ChoiceExample {
 
 // Reads every example, checked before any scoring: a line that is not a JSON object, a missing or
 // mistyped "context" / "choices" / "gold", an empty choice list or an empty choice, a gold index
-// out of range: "FILE:LINE: ..." errors. Blank lines are skipped; no example at all is an error.
+// out of range, more than kMaxChoices choices: "FILE:LINE: ..." errors. Blank lines are skipped;
+// no example at all is an error.
 std::vector<ChoiceExample> read_choice_examples(const std::string& path);
+// The most choices one example may have (each is a forward pass: a million on one line ran for
+// minutes before any error; benchmarks have a handful).
+constexpr size_t kMaxChoices = 1000;
 
 struct ChoiceOptions {
   std::string target_delimiter;  // prepended to every choice before scoring ("" = as given)

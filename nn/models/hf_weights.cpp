@@ -71,6 +71,13 @@ void load_hf_weights(Module& model, const SafeTensors& weights, const std::strin
     if (name.empty()) continue;
     auto [it, fresh] = source.emplace(name, file_name);
     HH_CHECK(fresh, "hf: ", origin, ": tensors '", it->second, "' and '", file_name, "' both load into '", name, "'");
+    // Every weight must be finite, as a resumed checkpoint's (train/checkpoint.h): a file holding
+    // NaN or infinity (damaged, or saved from a diverged run) would run and print garbage as a
+    // result. This reads each tensor as stored once (on the CPU the pages of the mapped file;
+    // README "Running an HF model" gives the cost at load).
+    const int64_t bad_at = first_non_finite(t);
+    HH_CHECK(bad_at < 0, "hf: ", origin, ": tensor '", file_name, "' holds a non-finite value (", non_finite_text(t, bad_at),
+             " at element ", bad_at, "): the file is damaged or was saved from a diverged run");
     file_shape[name] = t.shape();
     state[name] = transform ? transform(name, t) : t;
   }

@@ -80,3 +80,49 @@ TEST_CASE("user task: errors name the file and the line") {
   hh::test::check_throws([&] { data::read_user_task(j.path.string()); }, {"train.jsonl:1", "JSON object"});
   hh::test::check_throws([] { data::read_user_task("/nonexistent/task"); }, {"/nonexistent/task", "not a folder"});
 }
+
+// Issue 36: an invalid UTF-8 byte (nlohmann's type_error.316 with no file or line, at the end) and a
+// label that reads as a non-finite number (one "nan" among fractions made a 4-class task) are
+// errors naming the file and the line.
+TEST_CASE("user task: invalid UTF-8 and non-finite labels are errors naming the file and the line") {
+  hh::test::TempDir d("user_task_hostile");
+  const std::string dir = d.path.string();
+  d.write("dev.tsv", "text\tlabel\nz\t0.5\n");
+  d.write("train.tsv", "text\tlabel\nx\t0.5\ny\tgo\xff\n");
+  hh::test::check_throws([&] { data::read_user_task(dir); }, {"train.tsv:3", "invalid UTF-8", "byte 5"});
+  d.write("train.tsv", "text\tlabel\nx\t0.5\n\xc3\x28\t1.5\n");
+  hh::test::check_throws([&] { data::read_user_task(dir); }, {"train.tsv:3", "invalid UTF-8", "byte 1"});
+  for (const char* bad : {"nan", "NaN", "inf", "-Infinity", "1e999"}) {
+    CAPTURE(bad);
+    d.write("train.tsv", std::string("text\tlabel\nx\t0.5\ny\t1.25\nz\t") + bad + "\n");
+    hh::test::check_throws([&] { data::read_user_task(dir); }, {"train.tsv:4", "not a finite number"});
+  }
+  d.write("train.tsv", "text\tlabel\nx\t0.5\ny\t1.25\n");
+  d.write("dev.tsv", "text\tlabel\nz\tnan\n");
+  hh::test::check_throws([&] { data::read_user_task(dir); }, {"dev.tsv:2", "not a finite number"});
+  hh::test::TempDir j("user_task_hostile_jsonl");
+  j.write("dev.jsonl", "{\"text\": \"a\", \"label\": 0.5}\n");
+  j.write("train.jsonl", "{\"text\": \"a\", \"label\": 0.5}\n{\"text\": \"b\", \"label\": \"inf\"}\n");
+  hh::test::check_throws([&] { data::read_user_task(j.path.string()); }, {"train.jsonl:2", "not a finite number"});
+  j.write("train.jsonl", "{\"text\": \"a\", \"label\": 0.5}\n{\"text\": \"b\xff\", \"label\": 1.5}\n");
+  hh::test::check_throws([&] { data::read_user_task(j.path.string()); }, {"train.jsonl:2", "invalid UTF-8"});
+}
+
+// Issue 36: the classes are found in time linear in the rows (a search per row was quadratic: 125 s
+// at 100k labels), and more than kMaxUserClasses is an error naming the file and the count.
+TEST_CASE("user task: many classes are read quickly; more than kMaxUserClasses is refused") {
+  hh::test::TempDir d("user_task_classes");
+  auto labels = [&](int64_t n) {
+    std::string t = "text\tlabel\n";
+    for (int64_t i = 0; i < n; ++i) t += "x\tc" + std::to_string(i) + "\n";
+    return t;
+  };
+  d.write("dev.tsv", "text\tlabel\nz\tc1\n");
+  d.write("train.tsv", labels(data::kMaxUserClasses));
+  const data::UserTask u = data::read_user_task(d.path.string());
+  CHECK(u.task.num_labels == data::kMaxUserClasses);
+  CHECK(u.task.label_names.front() == "c0");
+  d.write("train.tsv", labels(data::kMaxUserClasses + 1));
+  hh::test::check_throws([&] { data::read_user_task(d.path.string()); },
+                         {"train.tsv", "10001 distinct labels", "more than the 10000 classes"});
+}

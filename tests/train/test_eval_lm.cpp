@@ -188,6 +188,13 @@ TEST_CASE("eval choice: bad lines are FILE:LINE errors before any scoring") {
       {R"({"context": "a", "choices": [" b", " c"], "gold": 2})", ":2: \"gold\" 2 is out of range (2 choices: 0..1)"},
       {R"({"context": "a", "choices": [" b", " c"], "gold": -1})", ":2: \"gold\" -1 is out of range"},
       {R"({"context": "a", "choices": [" b"], "gold": 0, "id": [1]})", ":2: \"id\" must be"},
+      // Issue 36: a million choices on one line scored for minutes; more than kMaxChoices is refused.
+      {R"({"context": "a", "choices": [)" + [] {
+         std::string c = R"(" x")";
+         for (size_t i = 1; i <= train::kMaxChoices; ++i) c += R"(, " x")";
+         return c;
+       }() + R"(], "gold": 0})",
+       ":2: 1001 choices, more than the 1000 an example may have"},
   };
   for (const Case& c : cases) {
     CAPTURE(c.line);

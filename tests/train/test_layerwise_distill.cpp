@@ -16,7 +16,9 @@
 #include "nn/models/hf_model.h"
 #include "nn/models/llama.h"
 #include "train/convert/convert.h"
+#include "train/convert/hidden_store.h"
 #include "train/convert/layerwise_distill.h"
+#include "tests/temp_dir.h"
 
 using namespace hh;
 
@@ -270,4 +272,57 @@ TEST_CASE("layerwise distill: a block of layers, hidden states on disk, and the 
     CHECK(max_diff <= 1e-5);
     CHECK(va != values(*load_student(mixer)));  // training did move the maps
   }
+}
+
+// Issue 36: hidden-state shards on disk were read back unchecked (two shards swapped, or one byte
+// changed, while the run went on: the run ended "ok" with another perplexity). A shard that is not
+// the one put() wrote is an error naming it, never used.
+TEST_CASE("hidden store: a swapped or changed shard on disk is refused, naming it") {
+  hh::test::TempDir tmp("hidden_store_tamper");
+  auto fill = [](double v) { return full({2, 3, 4}, v); };
+  {
+    train::HiddenStore h(train::HiddenPlace::disk, Device::cpu(), tmp.file("h"));
+    h.put(0, fill(1));
+    h.put(1, fill(2));
+    CHECK(to_vector<float>(h.get(1))[0] == 2.0f);
+    // Swapped: each file is a valid shard of the other batch.
+    std::filesystem::rename(tmp.file("h/hidden-0.safetensors"), tmp.file("h/swap"));
+    std::filesystem::rename(tmp.file("h/hidden-1.safetensors"), tmp.file("h/hidden-0.safetensors"));
+    std::filesystem::rename(tmp.file("h/swap"), tmp.file("h/hidden-1.safetensors"));
+    CHECK_THROWS_WITH_AS(h.get(0), doctest::Contains("hidden-0.safetensors holds another batch's hidden state"), Error);
+    CHECK_THROWS_WITH_AS(h.get(1), doctest::Contains("hidden-1.safetensors holds another batch's hidden state"), Error);
+    h.put(0, fill(1));
+    h.put(1, fill(2));
+    // One byte of the data changed (the last byte of the file: the last tensor's data).
+    {
+      std::fstream f(tmp.file("h/hidden-1.safetensors"), std::ios::in | std::ios::out | std::ios::binary);
+      f.seekg(-1, std::ios::end);
+      const char c = static_cast<char>(f.get() ^ 0x01);
+      f.seekp(-1, std::ios::end);
+      f.put(c);
+    }
+    CHECK_THROWS_WITH_AS(h.get(1), doctest::Contains("hidden-1.safetensors cannot be read"), Error);
+    // Another state written under the right name with valid checksums (not this run's write).
+    save_safetensors(tmp.file("h/hidden-0.safetensors"), {{"hidden", fill(3)}}, {{"hedgehog.hidden.batch", "0"}},
+                     Checksums::xxh3);
+    CHECK_THROWS_WITH_AS(h.get(0), doctest::Contains("is not the hidden state this run wrote"), Error);
+  }
+}
+
+// Issue 36: a run killed during block-wise transfer left its shards on disk; the next store in the
+// folder removes them (and their temp files), and its own at its end.
+TEST_CASE("hidden store: the shards a killed run left are removed by the next store") {
+  hh::test::TempDir tmp("hidden_store_stale");
+  std::filesystem::create_directories(tmp.file("h"));
+  save_safetensors(tmp.file("h/hidden-7.safetensors"), {{"hidden", full({2}, 1.0)}});
+  std::ofstream(tmp.file("h/hidden-3.safetensors.tmp.999999.0")) << "x";
+  std::ofstream(tmp.file("h/keep.txt")) << "not a shard";
+  {
+    train::HiddenStore h(train::HiddenPlace::disk, Device::cpu(), tmp.file("h"));
+    CHECK_FALSE(std::filesystem::exists(tmp.file("h/hidden-7.safetensors")));
+    CHECK_FALSE(std::filesystem::exists(tmp.file("h/hidden-3.safetensors.tmp.999999.0")));
+    h.put(0, full({2}, 2.0));
+  }
+  CHECK_FALSE(std::filesystem::exists(tmp.file("h/hidden-0.safetensors")));
+  CHECK(std::filesystem::exists(tmp.file("h/keep.txt")));
 }

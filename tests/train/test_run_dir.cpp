@@ -2,7 +2,10 @@
 // the root and system folders refused (also through "..", a symlink), and a failed run leaving the
 // previous results as they were (also on an injected full disk).
 #include <doctest/doctest.h>
+#include <signal.h>
 #include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <functional>
@@ -198,4 +201,44 @@ TEST_CASE("run_dir: a stopped run keeps the previous results aside until its res
     CHECK(read_file(out + "/.previous/results.csv") == "map,accuracy\na,0.9\n");
   }
   check_previous(out);
+}
+
+// Issue 36: two runs writing one --out mixed their files (metrics.jsonl held both runs' lines, some
+// glued together). A second process is refused while the first holds the folder, the message
+// naming the holder's pid and host; once the holder is dead (killed: its lock file stays behind),
+// the next run takes the stale lock over.
+TEST_CASE("run_dir: one writer per output folder; a dead holder's lock is taken over") {
+  hh::test::TempDir tmp("run_dir_lock");
+  const std::string out = tmp.file("out");
+  int ready[2], go[2];
+  REQUIRE(pipe(ready) == 0);
+  REQUIRE(pipe(go) == 0);
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {  // the first run: takes the folder, says so, waits until killed
+    char c = 0;
+    try {
+      train::check_output_folder(out);
+      c = 'y';
+    } catch (...) {
+      c = 'n';
+    }
+    if (write(ready[1], &c, 1) != 1) _exit(2);
+    if (read(go[0], &c, 1) < 0) _exit(2);
+    _exit(0);
+  }
+  char c = 0;
+  REQUIRE(read(ready[0], &c, 1) == 1);
+  REQUIRE(c == 'y');
+  const std::string e = error_of([&] { train::check_output_folder(out); });
+  CHECK(e.find("--out " + out + ": another run is writing into this folder (pid " + std::to_string(child) +
+               " on host ") != std::string::npos);
+  CHECK(e.find(".hh-lock") != std::string::npos);
+  kill(child, SIGKILL);
+  int status = 0;
+  waitpid(child, &status, 0);
+  CHECK(error_of([&] { train::check_output_folder(out); }).empty());  // the stale lock is taken over
+  CHECK(read_file(out + "/.hh-lock").find("pid " + std::to_string(getpid()) + " on host ") == 0);
+  CHECK(error_of([&] { train::check_output_folder(out); }).empty());  // this process again: a no-op
+  for (int fd : {ready[0], ready[1], go[0], go[1]}) close(fd);
 }

@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -18,12 +19,6 @@ namespace hh::train {
 namespace {
 constexpr const char* kFingerprintKey = "hedgehog.logit_cache";
 constexpr const char* kBatchKey = "hedgehog.logit_cache.batch";
-
-std::string hex(uint64_t v) {
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
-  return buf;
-}
 
 // The shard's three tensors, checked against each other; empty `why` when they fit.
 TopkLogits unpack(const SafeTensors& f, std::string& why) {
@@ -113,16 +108,6 @@ TopkLogits topk_logits(const Tensor& logits, int64_t k, double temperature) {
   return t;
 }
 
-uint64_t batch_checksum(const std::vector<Tensor>& tensors) {
-  std::string acc;
-  for (const Tensor& x : tensors) {
-    const Tensor h = x.detach().to(Device::cpu()).contiguous();
-    const uint64_t c = safetensors_checksum(h.raw_data(), static_cast<size_t>(h.numel()) * itemsize(h.dtype()));
-    acc += str(h.dtype(), h.shape(), hex(c), ";");
-  }
-  return safetensors_checksum(acc.data(), acc.size());
-}
-
 std::string logit_cache_fingerprint(const std::string& conversion, int64_t k, double temperature) {
   char t[32];
   std::snprintf(t, sizeof t, "%.17g", temperature);
@@ -132,37 +117,28 @@ std::string logit_cache_fingerprint(const std::string& conversion, int64_t k, do
 LogitShards::LogitShards(const std::string& folder, const std::string& prefix, std::string fingerprint)
     : shards_(folder, prefix), fingerprint_(std::move(fingerprint)) {}
 
+std::vector<ShardFolder::Stamp> LogitShards::stamp(uint64_t batch) const {
+  return {{kFingerprintKey, fingerprint_, "was written by another teacher, data, K or temperature"},
+          {kBatchKey, checksum_hex(batch), "holds the teacher's logits of another batch than the one being trained on"}};
+}
+
 bool LogitShards::valid(size_t i, uint64_t batch) const {
-  if (!shards_.exists(i)) return false;
-  try {
-    const SafeTensors f = shards_.read(i);
-    auto fp = f.metadata.find(kFingerprintKey), b = f.metadata.find(kBatchKey);
-    if (fp == f.metadata.end() || fp->second != fingerprint_ || b == f.metadata.end() || b->second != hex(batch))
-      return false;
-    std::string why;
-    unpack(f, why);
-    return why.empty() && f.checksummed;
-  } catch (const Error&) {
-    return false;  // unreadable or damaged: rebuilt
-  }
+  std::string why;
+  const std::optional<SafeTensors> f = shards_.read_stamped(i, stamp(batch), why);
+  if (f) unpack(*f, why);
+  return f && why.empty();  // else rebuilt
 }
 
 int64_t LogitShards::put(size_t i, const TopkLogits& t) const {
-  return shards_.write(i, {{"values", t.values}, {"indices", t.indices}, {"lse", t.lse}},
-                {{kFingerprintKey, fingerprint_}, {kBatchKey, hex(t.batch)}}, Checksums::xxh3);
+  return shards_.write_stamped(i, {{"values", t.values}, {"indices", t.indices}, {"lse", t.lse}}, stamp(t.batch));
 }
 
 TopkLogits LogitShards::get(size_t i, uint64_t batch, Device device) const {
   const std::string p = shards_.path(i);
-  HH_CHECK(shards_.exists(i), "logit cache: ", p, " is missing");
-  const SafeTensors f = shards_.read(i);
-  auto fp = f.metadata.find(kFingerprintKey), b = f.metadata.find(kBatchKey);
-  HH_CHECK(fp != f.metadata.end() && fp->second == fingerprint_, "logit cache: ", p,
-           " was written by another teacher, data, K or temperature");
-  HH_CHECK(b != f.metadata.end() && b->second == hex(batch), "logit cache: ", p,
-           " holds the teacher's logits of another batch than the one being trained on");
   std::string why;
-  TopkLogits t = unpack(f, why);
+  const std::optional<SafeTensors> f = shards_.read_stamped(i, stamp(batch), why);
+  HH_CHECK(f, "logit cache: ", p, " ", why);
+  TopkLogits t = unpack(*f, why);
   HH_CHECK(why.empty(), "logit cache: ", p, ": ", why);
   t.values = t.values.to(device);
   t.indices = t.indices.to(device);

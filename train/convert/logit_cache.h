@@ -37,9 +37,6 @@ struct TopkLogits {
 // to the lower id. A row with a NaN or +inf, or only -inf, is an error.
 TopkLogits topk_logits(const Tensor& logits, int64_t k, double temperature);
 
-// XXH3-64 over the bytes of each tensor in turn (any device; contiguous copies on the host).
-uint64_t batch_checksum(const std::vector<Tensor>& tensors);
-
 // The cache's shards of one split: "<prefix>-<i>.safetensors" under `folder`.
 class LogitShards {
  public:
@@ -56,6 +53,8 @@ class LogitShards {
   std::string path(size_t i) const { return shards_.path(i); }
 
  private:
+  std::vector<ShardFolder::Stamp> stamp(uint64_t batch) const;  // the fingerprint and the batch's checksum
+
   ShardFolder shards_;
   std::string fingerprint_;
 };

@@ -148,6 +148,37 @@ TEST_CASE("load_hf_model: malformed folders are errors naming the key, file or t
   }
 }
 
+// A weight holding NaN or infinity is refused at load, naming the file tensor and the element (issue
+// 36: hf_run ran a NaN ln_f.weight and printed "generated ids: [0,0]"), in f32 and f16 files alike.
+TEST_CASE("load_hf_model: a non-finite weight is an error naming the tensor") {
+  struct Case {
+    const char* folder;
+    const char* tensor;
+    double value;
+    const char* says;
+  };
+  for (const Case& c : {Case{"gpt2-tiny", "transformer.ln_f.weight", std::nan(""), "nan at element 3"},
+                        Case{"llama-tiny-f16", "model.norm.weight", -INFINITY, "-inf at element 3"}}) {
+    hh::test::ScratchFolder dir(c.folder);
+    auto st = load_safetensors(dir.file("model.safetensors"));
+    std::vector<std::pair<std::string, Tensor>> out;
+    for (const auto& name : st.order) {
+      Tensor t = st.tensors.at(name);
+      if (name == c.tensor) {
+        std::vector<double> v = to_vector<double>(t);
+        v[3] = c.value;
+        t = from_vector(v, t.shape(), t.dtype());
+      }
+      out.emplace_back(name, t);
+    }
+    save_safetensors(dir.file("model.safetensors"), out);
+    CAPTURE(c.folder);
+    CHECK_THROWS_WITH_AS(load_hf_model(dir.path()),
+                         doctest::Contains(str("tensor '", c.tensor, "' holds a non-finite value (", c.says, ")").c_str()),
+                         Error);
+  }
+}
+
 TEST_CASE("load_causal_lm: a decoder is returned as CausalLM; an encoder is refused") {
   auto lm = load_causal_lm(hf_fixture("llama-tiny"));
   CHECK(lm->vocab_size() == 97);
