@@ -133,7 +133,7 @@ void run_adamw(const std::vector<int64_t>& ns, int steps, bool single, uint64_t 
   }
 }
 
-const std::vector<int64_t>& single_sizes() {
+std::vector<int64_t> single_sizes() {
   static const std::vector<int64_t> fast{0, 1, 17, 8191, 8193, 32768, 32769};
   static const std::vector<int64_t> all =
       crossing({8192, 16384, 24576, 32768, 256}, {0, 1, 2, 3, 7, 5 * 8192 + 1});
