@@ -103,6 +103,12 @@ Tensor delta_attention_recurrent(const Tensor& q, const Tensor& k, const Tensor&
   AutocastGuard no_autocast(DType::bf16, false);
   Prepared p = prepare("delta_attention_recurrent", q, k, v, beta, log_alpha, scale, key_mask, initial_state);
   const int64_t B = q.size(0), H = q.size(1), L = q.size(2);
+  // No token: S_L is the initial state. Before the unbind below, which throws on an empty L (it
+  // records no output; the check after the loop came too late, so L = 0 threw).
+  if (L == 0) {
+    if (final_state) *final_state = p.start();
+    return zeros({B, H, 0, v.size(3)}, {p.q.dtype(), q.device()});
+  }
   // Per token (B,H,1,C): unbind over a (B,H,L,1,C) view, one node per input.
   auto tokens = [&](const Tensor& x) { return unbind(reshape(x, {B, H, L, 1, x.size(3)}), 2); };
   const std::vector<Tensor> qs = tokens(p.q), ks = tokens(p.k), vs = tokens(p.v), bs = tokens(p.beta),
@@ -112,7 +118,6 @@ Tensor delta_attention_recurrent(const Tensor& q, const Tensor& k, const Tensor&
   os.reserve(static_cast<size_t>(L));
   for (size_t t = 0; t < static_cast<size_t>(L); ++t) os.push_back(delta_update(S, qs[t], ks[t], vs[t], bs[t], las[t]));
   if (final_state) *final_state = S;
-  if (L == 0) return zeros({B, H, 0, v.size(3)}, {p.q.dtype(), q.device()});
   return cat(os, 2);  // (B,H,L,Dv)
 }
 
