@@ -22,6 +22,19 @@ and the outputs it produced (f32). The configurations exercise the awkward cases
                   max_window_layers 1 (layer 0 full, layer 1 sliding); expected.json: a text's ids
   qwen3-tiny      Qwen3ForCausalLM: q_norm/k_norm, head_dim 12 with hidden_size 32 and 4 heads, GQA,
                   untied, rope_parameters {rope_theta 20000}
+  RoPE scaling (rope()): each over inputs of 2 x 40-56 tokens, past the context the scaling is about,
+  head_dim 16 (so llama3's medium band and yarn's ramp cover some frequencies), 20 greedy tokens;
+  references loaded back from the written folder (so transformers reads the config.json the engine
+  reads), plus `step_logits`: the inputs fed one token at a time through transformers' KV cache.
+    llama-tiny-llama3    rope_parameters llama3 (factor 8, low/high_freq_factor 1/4, original 32)
+    llama-tiny-yarn      the transformers-4 spelling: top-level rope_theta, rope_scaling {"type": "yarn"}
+                         with beta_fast 16, beta_slow 2, mscale 0.8 / mscale_all_dim 0.5, truncate false
+    qwen2-tiny-dynamic   rope_parameters dynamic (factor 2) over max_position_embeddings 32: inputs of
+                         56 tokens; a 24-token prompt whose 20 new tokens cross position 32
+    mistral-tiny-linear  rope_scaling {"type": "linear", "factor": 2} (transformers 4), sliding_window 16
+    qwen3-tiny-yarn      rope_parameters yarn as Qwen3 documents it (factor 4, original 32)
+  rope_inv_freq.json: transformers' inverse frequencies and attention scaling for more parameter sets
+  (each variant, yarn's optional keys, dynamic below and above max_position_embeddings).
 
 Weights are random (initializer_range 0.1) plus noise on every parameter, so layer norms, biases and
 nonlinearities all matter. Decoder references also hold `generated_ids`: greedy generation of
@@ -288,8 +301,118 @@ def qwen3():
     save(model, "qwen3-tiny", decoder_refs(DEC_IDS, 5, 12))
 
 
+def rope_refs(ids, prompt_len, new):
+    """References from the folder as written (a fresh model for each: dynamic RoPE keeps state)."""
+    def load(path):
+        return tf.AutoModelForCausalLM.from_pretrained(path, attn_implementation="eager", dtype=torch.float32).eval()
+
+    def refs(path):
+        with torch.no_grad():
+            o = load(path)(input_ids=ids, output_hidden_states=True)
+            gen = greedy(load(path), ids[:1, :prompt_len], new)
+            m, cache, steps = load(path), tf.DynamicCache(), []
+            for t in range(ids.shape[1]):
+                out = m(input_ids=ids[:, t:t + 1], past_key_values=cache, use_cache=True)
+                cache = out.past_key_values
+                steps.append(out.logits)
+        return {"input_ids": ids, "logits": o.logits, "last_hidden_state": o.hidden_states[-1],
+                "prompt_ids": ids[:1, :prompt_len], "generated_ids": gen, "step_logits": torch.cat(steps, 1)}
+    return refs
+
+
+def save_rope(model, folder, refs, old_spelling=False):
+    """Saves the model, rewrites config.json the transformers-4 way when asked (top-level rope_theta,
+    rope_scaling with "type"), then computes the references from the folder."""
+    path = fresh(folder)
+    model.save_pretrained(path, safe_serialization=True)
+    if old_spelling:
+        cpath = os.path.join(path, "config.json")
+        with open(cpath) as f:
+            c = json.load(f)
+        rp = c.pop("rope_parameters")
+        c["rope_theta"] = rp.pop("rope_theta")
+        rp["type"] = rp.pop("rope_type")
+        c["rope_scaling"] = rp
+        with open(cpath, "w") as f:
+            json.dump(c, f, indent=2, sort_keys=True)
+    out = refs(path)
+    save_file({k: v.detach().clone().contiguous() for k, v in out.items()}, os.path.join(path, "reference.safetensors"),
+              metadata={"transformers": tf.__version__, "torch": torch.__version__})
+
+
+def rope():
+    def ids(seed, length, vocab=97):
+        g = torch.Generator().manual_seed(seed)
+        return torch.randint(3, vocab, (2, length), generator=g)
+
+    common = dict(vocab_size=97, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, head_dim=16, rms_norm_eps=1e-6, tie_word_embeddings=False,
+                  initializer_range=0.1, hidden_act="silu", attn_implementation="eager", bos_token_id=1,
+                  eos_token_id=2)
+    torch.manual_seed(20)
+    cfg = tf.LlamaConfig(max_position_embeddings=256, rope_parameters={
+        "rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0, "original_max_position_embeddings": 32}, **common)
+    save_rope(perturb(tf.LlamaForCausalLM(cfg).eval(), seed=20), "llama-tiny-llama3", rope_refs(ids(20, 48), 8, 20))
+
+    torch.manual_seed(21)
+    cfg = tf.LlamaConfig(max_position_embeddings=128, rope_parameters={
+        "rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 32,
+        "beta_fast": 16.0, "beta_slow": 2.0, "mscale": 0.8, "mscale_all_dim": 0.5, "truncate": False}, **common)
+    save_rope(perturb(tf.LlamaForCausalLM(cfg).eval(), seed=21), "llama-tiny-yarn", rope_refs(ids(21, 48), 8, 20),
+              old_spelling=True)
+
+    torch.manual_seed(22)
+    cfg = tf.Qwen2Config(max_position_embeddings=32, rope_parameters={
+        "rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0}, use_sliding_window=False, **common)
+    save_rope(perturb(tf.Qwen2ForCausalLM(cfg).eval(), seed=22), "qwen2-tiny-dynamic", rope_refs(ids(22, 56), 24, 20))
+
+    torch.manual_seed(23)
+    cfg = tf.MistralConfig(max_position_embeddings=128, sliding_window=16, rope_parameters={
+        "rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0}, **common)
+    save_rope(perturb(tf.MistralForCausalLM(cfg).eval(), seed=23), "mistral-tiny-linear", rope_refs(ids(23, 40), 8, 20),
+              old_spelling=True)
+
+    torch.manual_seed(24)
+    cfg = tf.Qwen3Config(max_position_embeddings=128, rope_parameters={
+        "rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 32},
+        **common)
+    save_rope(perturb(tf.Qwen3ForCausalLM(cfg).eval(), seed=24), "qwen3-tiny-yarn", rope_refs(ids(24, 48), 8, 20))
+
+    # Inverse frequencies and attention scaling straight from ROPE_INIT_FUNCTIONS.
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+    cases = []
+    for head_dim, max_pos, params, seq_lens in (
+            (16, 256, {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
+                       "high_freq_factor": 4.0, "original_max_position_embeddings": 32}, [None]),
+            (64, 131072, {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0, "low_freq_factor": 1.0,
+                          "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}, [None]),
+            (16, 128, {"rope_type": "linear", "rope_theta": 10000.0, "factor": 3.0}, [None]),
+            (16, 32, {"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0}, [None, 33, 56, 64]),
+            (128, 4096, {"rope_type": "dynamic", "rope_theta": 1000000.0, "factor": 3.5}, [5000, 9999]),
+            (16, 128, {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                       "original_max_position_embeddings": 32}, [None]),
+            (16, 128, {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 32,
+                       "beta_fast": 16.0, "beta_slow": 2.0, "mscale": 0.8, "mscale_all_dim": 0.5, "truncate": False},
+             [None]),
+            (128, 131072, {"rope_type": "yarn", "rope_theta": 1000000.0, "factor": 4.0,
+                           "original_max_position_embeddings": 32768, "attention_factor": 0.9}, [None]),
+            (64, 16384, {"rope_type": "yarn", "rope_theta": 10000.0, "factor": None,
+                         "original_max_position_embeddings": 4096}, [None])):
+        for seq_len in seq_lens:
+            cfg = tf.LlamaConfig(hidden_size=head_dim * 2, num_attention_heads=2, head_dim=head_dim,
+                                 max_position_embeddings=max_pos, rope_parameters=dict(params))
+            arg = None if seq_len is None else torch.tensor(seq_len)
+            inv, scale = ROPE_INIT_FUNCTIONS[params["rope_type"]](cfg, "cpu", seq_len=arg)
+            cases.append({"head_dim": head_dim, "max_position_embeddings": max_pos, "rope_parameters": params,
+                          "seq_len": seq_len or 0, "inv_freq": [float(v) for v in inv.float()],
+                          "attention_scaling": float(scale)})
+    with open(os.path.join(OUT, "rope_inv_freq.json"), "w") as f:
+        json.dump({"transformers": tf.__version__, "cases": cases}, f, indent=1)
+
+
 ALL = {"bert": bert, "gpt2": gpt2, "vit": vit, "llama": llama, "with_tokenizers": with_tokenizers,
-       "mistral": mistral, "qwen2": qwen2, "qwen3": qwen3}
+       "mistral": mistral, "qwen2": qwen2, "qwen3": qwen3, "rope": rope}
 
 if __name__ == "__main__":
     torch.set_num_threads(1)

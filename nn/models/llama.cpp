@@ -1,6 +1,8 @@
 #include "nn/models/llama.h"
 
 #include <algorithm>
+#include <cmath>
+#include <iterator>
 #include <utility>
 
 #include "core/checked.h"
@@ -55,37 +57,75 @@ ParamCount llama_params(const LlamaConfig& c, const std::string& where) {
   return p;
 }
 
-// rope_scaling (transformers 4) or rope_parameters (transformers 5): only the plain rotation is
-// implemented, so any other type (linear, dynamic, yarn, llama3, ...) is refused by name, and so are
-// parameters nested per layer type.
-void check_rope_kind(const HFConfig& config, const std::string& key, const char* who) {
-  if (!config.has(key)) return;
-  const HFConfig rope = config.child(key);
-  for (const char* type_key : {"rope_type", "type"}) {
-    if (!rope.has(type_key)) continue;
-    const std::string type = rope.get_string(type_key);
-    HH_CHECK(type == "default", who, ": ", rope.origin(), ": ", type_key, " '", type,
-             "' is not supported (only \"default\" RoPE)");
-  }
-  for (const char* layer_type : {"full_attention", "sliding_attention"})
-    HH_CHECK(!rope.has(layer_type), who, ": ", rope.origin(), ": RoPE parameters per layer type (\"", layer_type,
-             "\") are not supported");
-  HH_CHECK(rope.get_double("partial_rotary_factor", 1.0) == 1.0, who, ": ", rope.origin(),
-           ": partial_rotary_factor other than 1 is not supported");
-}
-
-// rope_theta as transformers 5.24 reads it (RotaryEmbeddingConfigMixin.convert_rope_params_to_dict):
-// rope_scaling, when given, replaces rope_parameters; that dict's rope_theta wins over the top-level
-// key, which wins over the default 10000.
-double read_rope_theta(const HFConfig& config, const char* who) {
+// RoPE as transformers 5.24 reads it (RotaryEmbeddingConfigMixin.convert_rope_params_to_dict,
+// standardize_rope_params): rope_scaling (transformers 4), when given, replaces rope_parameters;
+// its rope_type (or the older "type") picks the variant (default when absent); that dict's
+// rope_theta wins over the top-level key, which wins over the default 10000. Each variant reads the
+// keys its _compute_*_parameters function reads, with the same defaults. Parameters nested per
+// layer type and a partial rotation are refused.
+RopeScaling read_rope(const HFConfig& config, int64_t max_positions, const char* who) {
   // A top-level partial_rotary_factor is moved into the dict by transformers: refused here too.
   HH_CHECK(config.get_double("partial_rotary_factor", 1.0) == 1.0, who, ": ", config.origin(),
            ": partial_rotary_factor other than 1 is not supported");
-  check_rope_kind(config, "rope_scaling", who);
-  check_rope_kind(config, "rope_parameters", who);
-  const char* dict = config.has("rope_scaling") ? "rope_scaling" : config.has("rope_parameters") ? "rope_parameters" : "";
-  if (*dict && config.child(dict).has("rope_theta")) return config.child(dict).get_double("rope_theta");
-  return config.get_double("rope_theta", 10000.0);
+  RopeScaling r;
+  r.theta = config.get_double("rope_theta", 10000.0);
+  const char* key = config.has("rope_scaling") ? "rope_scaling" : config.has("rope_parameters") ? "rope_parameters" : "";
+  if (!*key) return r;
+  const HFConfig rope = config.child(key);
+  const std::string& where = rope.origin();
+  for (const char* layer_type : {"full_attention", "sliding_attention"})
+    HH_CHECK(!rope.has(layer_type), who, ": ", where, ": RoPE parameters per layer type (\"", layer_type,
+             "\") are not supported");
+  HH_CHECK(rope.get_double("partial_rotary_factor", 1.0) == 1.0, who, ": ", where,
+           ": partial_rotary_factor other than 1 is not supported");
+  if (rope.has("rope_theta")) r.theta = rope.get_double("rope_theta");
+  const char* type_key = rope.has("rope_type") ? "rope_type" : "type";
+  const std::string type = rope.get_string(type_key, "default");
+  const RopeType types[] = {RopeType::plain, RopeType::linear, RopeType::dynamic, RopeType::yarn, RopeType::llama3};
+  const auto* it = std::find_if(std::begin(types), std::end(types), [&](RopeType t) { return type == rope_type_name(t); });
+  HH_CHECK(it != std::end(types), who, ": ", where, ": ", type_key, " '", type,
+           "' is not supported (default, linear, dynamic, yarn, llama3)");
+  r.type = *it;
+  if (r.type == RopeType::plain) return r;
+  // llama3 and yarn: the pretraining context, where a top-level key wins (as Phi-3 writes it).
+  if (r.type == RopeType::llama3 || r.type == RopeType::yarn) {
+    r.original_max_positions = config.has("original_max_position_embeddings")
+                                   ? config.get_int("original_max_position_embeddings")
+                                   : rope.get_int("original_max_position_embeddings", max_positions);
+    HH_CHECK(r.original_max_positions > 0, who, ": ", where, ": original_max_position_embeddings must be positive, got ",
+             r.original_max_positions);
+  }
+  // yarn alone may leave factor out (or null): max_position_embeddings / original_max_position_embeddings.
+  r.factor = r.type == RopeType::yarn && !rope.has("factor")
+                 ? static_cast<double>(max_positions) / static_cast<double>(r.original_max_positions)
+                 : rope.get_double("factor");
+  HH_CHECK(r.factor > 0, who, ": ", where, ": factor must be positive, got ", r.factor);
+  switch (r.type) {
+    case RopeType::plain:
+    case RopeType::linear: break;
+    case RopeType::dynamic: r.max_positions = max_positions; break;
+    case RopeType::llama3:
+      r.low_freq_factor = rope.get_double("low_freq_factor");
+      r.high_freq_factor = rope.get_double("high_freq_factor");
+      HH_CHECK(r.high_freq_factor != r.low_freq_factor, who, ": ", where,
+               ": high_freq_factor must differ from low_freq_factor, both are ", r.low_freq_factor);
+      break;
+    case RopeType::yarn: {
+      // `get("beta_fast") or 32`: a 0 is the default too.
+      r.beta_fast = rope.get_double("beta_fast", 0.0) != 0.0 ? rope.get_double("beta_fast") : 32.0;
+      r.beta_slow = rope.get_double("beta_slow", 0.0) != 0.0 ? rope.get_double("beta_slow") : 1.0;
+      r.truncate = rope.get_bool("truncate", true);
+      // The cos/sin scale: attention_factor, else the paper's 0.1 ln(factor) + 1, or the ratio of two
+      // such terms when mscale and mscale_all_dim are both given (and non-zero).
+      const auto mscale = [&](double m) { return r.factor <= 1 ? 1.0 : 0.1 * m * std::log(r.factor) + 1.0; };
+      const double m = rope.get_double("mscale", 0.0), m_all = rope.get_double("mscale_all_dim", 0.0);
+      r.attention_factor = rope.has("attention_factor") ? rope.get_double("attention_factor")
+                           : m != 0.0 && m_all != 0.0  ? mscale(m) / mscale(m_all)
+                                                       : mscale(1.0);
+      break;
+    }
+  }
+  return r;
 }
 
 // An optional window: the key set to a number (which must be positive), set to null (no window: 0),
@@ -172,15 +212,24 @@ LlamaConfig LlamaConfig::from_hf(const HFConfig& config, DecoderFamily family) {
       break;
   }
   c.tie_word_embeddings = config.get_bool("tie_word_embeddings", false);
-  c.rope_theta = read_rope_theta(config, who);
-  HH_CHECK(c.rope_theta > 0, who, ": ", where, ": rope_theta must be positive, got ", c.rope_theta);
+  c.rope = read_rope(config, c.max_position_embeddings, who);
+  HH_CHECK(c.rope.theta > 0, who, ": ", where, ": rope_theta must be positive, got ", c.rope.theta);
+  // dynamic's exponent D / (D - 2) needs D > 2 (transformers divides by zero).
+  HH_CHECK(c.rope.type != RopeType::dynamic || c.head_dim > 2, who, ": ", where,
+           ": dynamic RoPE needs head_dim > 2, got ", c.head_dim);
   llama_params(c, where).check_memory();  // before any layer is built (or a per-layer list sized)
   c.layer_window = read_layer_windows(config, family, c.num_hidden_layers, who);
   return c;
 }
 
+int64_t LlamaConfig::position_limit() const {
+  if (rope.type != RopeType::dynamic) return max_position_embeddings;
+  return std::max(max_position_embeddings,
+                  static_cast<int64_t>(rope.factor * static_cast<double>(max_position_embeddings)));
+}
+
 LlamaAttention::LlamaAttention(const LlamaConfig& c, const HFModelOptions& o, Init init, size_t layer)
-    : heads_(c.num_attention_heads), kv_heads_(c.num_key_value_heads), head_dim_(c.head_dim), theta_(c.rope_theta) {
+    : heads_(c.num_attention_heads), kv_heads_(c.num_key_value_heads), head_dim_(c.head_dim), rope_(c.rope) {
   const int64_t C = c.hidden_size;
   q_proj = register_module("q_proj", std::make_shared<Linear>(C, heads_ * head_dim_, c.qkv_bias, init));
   k_proj = register_module("k_proj", std::make_shared<Linear>(C, kv_heads_ * head_dim_, c.qkv_bias, init));
@@ -211,10 +260,10 @@ void LlamaAttention::project(const Tensor& x, int64_t pos, Tensor& q, Tensor& k,
     if (rep == 1) return t;
     return reshape(expand(unsqueeze(t, 2), {B, kv_heads_, rep, L, head_dim_}), {B, heads_, L, head_dim_});
   };
-  q = apply_rope(heads(q_proj->forward(x), heads_, q_norm), pos, theta_);
+  q = apply_rope(heads(q_proj->forward(x), heads_, q_norm), pos, rope_);
   Tensor kh = heads(k_proj->forward(x), kv_heads_, k_norm);
   if (k_raw) *k_raw = repeat(kh);
-  k = repeat(apply_rope(kh, pos, theta_));
+  k = repeat(apply_rope(kh, pos, rope_));
   v = repeat(heads(v_proj->forward(x), kv_heads_));
 }
 
@@ -297,7 +346,7 @@ Tensor LlamaForCausalLM::head(const Tensor& h) const {
 }
 
 Tensor LlamaForCausalLM::embed(const Tensor& ids) const {
-  check_token_ids(ids, 0, cfg.max_position_embeddings, family_name(cfg.family));
+  check_token_ids(ids, 0, cfg.position_limit(), family_name(cfg.family));
   return model->embed_tokens->forward(ids);
 }
 
@@ -333,7 +382,7 @@ Tensor LlamaForCausalLM::step(const Tensor& ids, DecodeState& state) {
   const std::string who = std::string(family_name(cfg.family)) + " step";
   HH_CHECK(ids.defined() && ids.dim() == 2 && ids.size(1) == 1, who, ": expected ids (B,1), got ",
            ids.defined() ? str(ids.shape()) : std::string("an undefined tensor"));
-  check_token_ids(ids, state.pos, cfg.max_position_embeddings, who);
+  check_token_ids(ids, state.pos, cfg.position_limit(), who);
   HH_CHECK(state.layers.size() == model->layers->size(), who, ": the DecodeState has ", state.layers.size(),
            " layers, the model ", model->layers->size(), " (use start_decoding())");
   Tensor x = model->embed_tokens->forward(ids);

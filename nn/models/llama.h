@@ -1,6 +1,7 @@
 // Llama (LlamaForCausalLM) with HF's module tree: model.{embed_tokens, layers.N.{input_layernorm,
 // self_attn.{q,k,v,o}_proj, post_attention_layernorm, mlp.{gate,up,down}_proj}, norm}, lm_head
-// (absent when tie_word_embeddings). RMSNorm, SwiGLU, half-split RoPE with rope_theta, grouped-query
+// (absent when tie_word_embeddings). RMSNorm, SwiGLU, half-split RoPE (rope_theta and the scaled
+// variants linear, dynamic, yarn and llama3: nn/rope.h), grouped-query
 // attention: k and v are repeated to the query heads before the mixer, so a feature map is per
 // query head. A linear mixer may be gated (HFModelOptions::gate): GLA's gate reads the layer
 // input, Liger's the key projection before RoPE (no new weights).
@@ -18,6 +19,7 @@
 #include "nn/gate.h"
 #include "nn/layers.h"
 #include "nn/models/hf_model.h"
+#include "nn/rope.h"
 
 namespace hh::nn {
 
@@ -29,7 +31,7 @@ struct LlamaConfig {
   int64_t vocab_size = 0, hidden_size = 0, intermediate_size = 0, num_hidden_layers = 0;
   int64_t num_attention_heads = 0, num_key_value_heads = 0, head_dim = 0, max_position_embeddings = 0;
   double rms_norm_eps = 1e-6;
-  double rope_theta = 10000.0;
+  RopeScaling rope;  // rope_theta and the rope_type of rope_parameters / rope_scaling
   Activation hidden_act = Activation::silu;
   bool qkv_bias = false, o_bias = false;  // Llama's attention_bias sets both; Qwen2 has q/k/v biases only
   bool mlp_bias = false, tie_word_embeddings = false;
@@ -37,9 +39,12 @@ struct LlamaConfig {
   // Per layer: 0 = causal attention over every earlier key; W > 0 = only the last W keys.
   std::vector<int64_t> layer_window;
   // Reads every field of `family`'s config that changes the computation; unsupported values (a
-  // rope_scaling type other than "default", an unknown activation, a sliding_window <= 0) are errors
-  // naming the key and the file.
+  // rope_type other than default, linear, dynamic, yarn and llama3, an unknown activation, a
+  // sliding_window <= 0) are errors naming the key and the file.
   static LlamaConfig from_hf(const HFConfig& config, DecoderFamily family = DecoderFamily::llama);
+  // The positions forward and step accept: max_position_embeddings, or factor times that under
+  // dynamic RoPE (which exists to stretch the context past max_position_embeddings).
+  int64_t position_limit() const;
 };
 
 const char* family_name(DecoderFamily f);          // "llama", "mistral", "qwen2", "qwen3" (the model_type)
@@ -66,7 +71,7 @@ class LlamaAttention : public Module {
  private:
   bool gated() const { return mixer.cfg.gate != Gate::none; }
   int64_t heads_, kv_heads_, head_dim_;
-  double theta_;
+  RopeScaling rope_;
 };
 
 class LlamaMLP : public Module {
@@ -113,7 +118,7 @@ class LlamaForCausalLM : public CausalLM {
   DecodeState start_decoding() const override;
   Tensor step(const Tensor& ids, DecodeState& state) override;
   int64_t vocab_size() const override { return cfg.vocab_size; }
-  int64_t max_positions() const override { return cfg.max_position_embeddings; }
+  int64_t max_positions() const override { return cfg.position_limit(); }
 
   LlamaConfig cfg;
   std::shared_ptr<LlamaModel> model;

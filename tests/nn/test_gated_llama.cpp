@@ -98,7 +98,7 @@ TEST_CASE("gated llama: Liger's gate reads k_proj before RoPE, repeated to the q
   Tensor kp = transpose(reshape(a.k_proj->forward(x), {2, 7, 2, 8}), 1, 2);
   for (int64_t h = 0; h < 4; ++h)
     CHECK(max_diff(slice(k_raw, 1, h, h + 1), slice(kp, 1, h / 2, h / 2 + 1)) == 0.0);
-  CHECK(max_diff(apply_rope(k_raw, 3, lm->cfg.rope_theta), k) < 1e-6);
+  CHECK(max_diff(apply_rope(k_raw, 3, lm->cfg.rope), k) < 1e-6);
   // The attention's forward gates with that key, not the rotated one (which gives another output).
   Tensor q0, k0, v0, k0_raw;
   a.project(x, 0, q0, k0, v0, &k0_raw);

@@ -57,7 +57,7 @@ TEST_CASE("decoder families: logits and last hidden state match transformers (Mi
   auto qwen2 = load_decoder(hf_fixture("qwen2-tiny"));
   CHECK(qwen2->architecture() == "Qwen2ForCausalLM");
   CHECK(qwen2->cfg.layer_window == std::vector<int64_t>{0, 4});  // layer_types: full, sliding
-  CHECK(qwen2->cfg.rope_theta == 1000000.0);
+  CHECK(qwen2->cfg.rope.theta == 1000000.0);
   CHECK(qwen2->lm_head == nullptr);
   CHECK(attention(*qwen2, 0).q_proj->bias.defined());
   CHECK(attention(*qwen2, 0).v_proj->bias.defined());
@@ -65,7 +65,7 @@ TEST_CASE("decoder families: logits and last hidden state match transformers (Mi
   auto qwen3 = load_decoder(hf_fixture("qwen3-tiny"));
   CHECK(qwen3->architecture() == "Qwen3ForCausalLM");
   CHECK(qwen3->cfg.head_dim == 12);  // not hidden_size / num_attention_heads = 8
-  CHECK(qwen3->cfg.rope_theta == 20000.0);
+  CHECK(qwen3->cfg.rope.theta == 20000.0);
   REQUIRE(attention(*qwen3, 0).q_norm);
   CHECK(attention(*qwen3, 0).k_norm->weight.shape() == Shape{12});
   CHECK(attention(*qwen3, 0).q_proj->weight.shape() == Shape{48, 32});
@@ -190,7 +190,7 @@ TEST_CASE("decoder families: Qwen3 reads attention_bias; rope_parameters' rope_t
   hh::test::ScratchFolder theta("qwen3-tiny");
   theta.replace("config.json", "\"head_dim\": 12,", "\"head_dim\": 12, \"rope_theta\": 5.0,");
   auto lm = load_decoder(theta.path());
-  CHECK(lm->cfg.rope_theta == 20000.0);
+  CHECK(lm->cfg.rope.theta == 20000.0);
   // No head_dim: Qwen3Config's default 128, not hidden_size / num_attention_heads.
   nlohmann::json cfg = nlohmann::json::parse(theta.read("config.json"));
   cfg.erase("head_dim");
@@ -220,8 +220,8 @@ TEST_CASE("decoder families: bad configuration values are errors naming key and 
                 "layer_types has 1 entries for num_hidden_layers 2"},
            Case{"qwen2-tiny", layer_types, "\"layer_types\": [\"full_attention\", \"chunked_attention\"]",
                 "layer_types[1] 'chunked_attention' is not supported"},
-           Case{"qwen2-tiny", "\"rope_type\": \"default\"", "\"rope_type\": \"yarn\"",
-                "rope_parameters: rope_type 'yarn' is not supported"},
+           Case{"qwen2-tiny", "\"rope_type\": \"default\"", "\"rope_type\": \"longrope\"",
+                "rope_parameters: rope_type 'longrope' is not supported"},
            Case{"qwen3-tiny", "\"head_dim\": 12", "\"head_dim\": 7", "head_dim must be positive and even, got 7"},
            Case{"qwen3-tiny", "\"head_dim\": 12", "\"head_dim\": 0", "head_dim must be positive and even, got 0"},
            Case{"qwen3-tiny", "\"head_dim\": 12", "\"head_dim\": 12, \"partial_rotary_factor\": 0.5",

@@ -46,11 +46,11 @@ TEST_CASE("Llama: logits and last hidden state match transformers (sharded GQA f
   }
   auto gqa = load_llama(hf_fixture("llama-tiny"), on_test_device());
   CHECK(gqa->cfg.num_key_value_heads == 2);
-  CHECK(gqa->cfg.rope_theta == 500000.0);
+  CHECK(gqa->cfg.rope.theta == 500000.0);
   CHECK(gqa->lm_head != nullptr);
   CHECK(gqa->model->layers->operator[](0)->self_attn->k_proj->weight.shape() == Shape{16, 32});
   auto tied = load_llama(hf_fixture("llama-tiny-f16"), on_test_device());
-  CHECK(tied->cfg.rope_theta == 25000.0);
+  CHECK(tied->cfg.rope.theta == 25000.0);
   CHECK(tied->cfg.rms_norm_eps == 1e-5);
   CHECK(tied->lm_head == nullptr);
 }
@@ -118,13 +118,13 @@ TEST_CASE("Llama: unsupported configurations are errors naming key and file") {
     const char* message;
   };
   for (const Case& c : {
-           Case{"llama-tiny-f16", "\"rope_scaling\": null", "\"rope_scaling\": {\"type\": \"linear\", \"factor\": 2.0}",
-                "rope_scaling: type 'linear' is not supported"},
+           Case{"llama-tiny-f16", "\"rope_scaling\": null", "\"rope_scaling\": {\"type\": \"longrope\", \"factor\": 2.0}",
+                "rope_scaling: type 'longrope' is not supported"},
            Case{"llama-tiny-f16", "\"rope_scaling\": null",
                 "\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0}",
-                "rope_scaling: rope_type 'llama3' is not supported"},
-           Case{"llama-tiny", "\"rope_type\": \"default\"", "\"rope_type\": \"yarn\"",
-                "rope_parameters: rope_type 'yarn' is not supported"},
+                "rope_scaling: missing key \"low_freq_factor\""},
+           Case{"llama-tiny", "\"rope_type\": \"default\"", "\"rope_type\": \"proportional\"",
+                "rope_parameters: rope_type 'proportional' is not supported (default, linear, dynamic, yarn, llama3)"},
            Case{"llama-tiny", "\"rope_theta\": 500000.0", "\"rope_theta\": \"big\"", "\"rope_theta\" must be a number"},
            Case{"llama-tiny", "\"silu\"", "\"tanh\"", "hidden_act 'tanh' is not supported"},
            Case{"llama-tiny", "\"num_key_value_heads\": 2", "\"num_key_value_heads\": 3",
