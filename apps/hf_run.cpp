@@ -240,13 +240,20 @@ json run_decoder(nn::CausalLM& lm, const apps::Flags& f, const Inputs& in) {
   Progress bar(po);
   const auto t1 = std::chrono::steady_clock::now();
   go.on_token = [&](int64_t n, int64_t) { bar.update(n, {{"tok/s", n / std::max(seconds_since(t1), 1e-9)}}); };
-  // Decoding memory: the allocator's peak during generate above what was live before it (the
-  // weights): the decode state (KV cache or recurrent state) at its largest plus one step's temporaries.
+  // Decoding memory: the allocator's peak while the new tokens are drawn above what was live
+  // before generate (the weights): the decode state (KV cache or recurrent state) at its largest
+  // plus one step's temporaries. The prefill's peak (the one-pass forward's activations) is its own.
   const Device dev = lm.parameters().empty() ? Device::cpu() : lm.parameters().front().device();
   const size_t live_before = memory_stats(dev).current;
+  const auto above_weights = [&] { return memory_stats(dev).peak - std::min(live_before, memory_stats(dev).peak); };
   reset_peak_memory(dev);
+  size_t prefill_bytes = 0;
+  go.on_prefilled = [&] {
+    prefill_bytes = above_weights();
+    reset_peak_memory(dev);
+  };
   nn::Generation g = nn::generate(lm, prompt, sampler, go);
-  const size_t decode_bytes = memory_stats(dev).peak - std::min(live_before, memory_stats(dev).peak);
+  const size_t decode_bytes = above_weights();
   bar.finish();
   const std::vector<int64_t>& generated = g.ids;
   const double prefill_s = g.prefill_seconds, gen_s = g.generate_seconds;
@@ -256,7 +263,8 @@ json run_decoder(nn::CausalLM& lm, const apps::Flags& f, const Inputs& in) {
             {"prefill_seconds", prefill_s},
             {"generate_seconds", gen_s},
             {"tokens_per_second", generated.empty() ? 0.0 : generated.size() / std::max(gen_s, 1e-9)},
-            {"decode_peak_bytes", decode_bytes}};
+            {"decode_peak_bytes", decode_bytes},
+            {"prefill_peak_bytes", prefill_bytes}};
   std::vector<int32_t> all32(prompt.begin(), prompt.end()), gen32(generated.begin(), generated.end());
   all32.insert(all32.end(), gen32.begin(), gen32.end());
   std::cout << "prompt ids:    " << json(prompt).dump() << "\ngenerated ids: " << json(generated).dump() << "\n";

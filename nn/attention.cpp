@@ -1,5 +1,6 @@
 #include "nn/attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <utility>
@@ -179,16 +180,39 @@ std::shared_ptr<FeatureMap> make_mixer_feature_map(const Mixer& mixer, FeatureMa
 
 Tensor AttentionMixer::forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
                                TraceRequest* trace, const GateInput& gate) const {
+  return run(q, k, v, key_mask, trace, gate, nullptr);
+}
+
+Tensor AttentionMixer::prefill(const Tensor& q, const Tensor& k, const Tensor& v, DecodeCache& cache,
+                               const GateInput& gate) const {
+  HH_CHECK(q.dim() == 4 && q.size(2) >= 1, "attention prefill: expected q, k, v (B,H,L,D) with L >= 1, got ",
+           q.shape());
+  HH_CHECK(cfg.causal, "attention prefill: decoding needs a causal model");
+  HH_CHECK(cache.pos() == 0, "attention prefill: the cache already holds ", cache.pos(),
+           " tokens (prefill starts a sequence)");
+  return run(q, k, v, Tensor(), nullptr, gate, &cache);
+}
+
+Tensor AttentionMixer::run(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
+                           TraceRequest* trace, const GateInput& gate, DecodeCache* fill) const {
   const int64_t L = q.size(2);
   AttentionTrace tr;
   Tensor y;  // (B,H,L,Dv)
+  FeatureContext ctx{0, L, key_mask};  // padded keys: see FeatureContext::key_mask
+  ctx.keys_one_by_one = fill != nullptr;
+  const LinearForm form = fill ? LinearForm::chunked : cfg.form;  // a prefill runs the efficient form
   if (!feature_map) {
     y = softmax_attention(q, k, v, cfg.causal, key_mask, trace && trace->weights ? &tr.weights : nullptr,
                           cfg.sliding_window);
+    if (fill) {  // the KV cache: every key/value, or the last sliding_window of them
+      const int64_t W = cfg.sliding_window, keep = W > 0 ? std::min(W, L) : L;
+      fill->k = contiguous(slice(k, 2, L - keep, L));
+      fill->v = contiguous(slice(v, 2, L - keep, L));
+      fill->evicted = L - keep;
+    }
   } else if (cfg.mixer.is_hybrid()) {
     HH_CHECK(cfg.causal, "attention: mixer '", name(cfg.mixer), "' is causal only (a sliding window over past keys)");
     const auto& hm = static_cast<const HybridFeatureMap&>(*feature_map);
-    FeatureContext ctx{0, L, key_mask};
     const DType dt = q.dtype();
     Tensor pq = feature_map->forward(q, true, ctx).to(dt), pk = feature_map->forward(k, false, ctx).to(dt);
     Tensor wf = hm.window_weight(dt), lf = hm.linear_weight(dt);
@@ -196,42 +220,52 @@ Tensor AttentionMixer::forward(const Tensor& q, const Tensor& k, const Tensor& v
       y = hybrid_attention_quadratic(q, k, v, pq, pk, wf, lf, cfg.window, -1, key_mask, &tr.weights);
     else
       y = hybrid_attention_chunked(q, k, v, pq, pk, wf, lf, cfg.window, -1, key_mask, cfg.chunk);
+    if (fill) fill->hybrid = hybrid_decode_state(k, v, pk, cfg.window);
   } else if (cfg.gate == Gate::delta) {
     HH_CHECK(cfg.causal, "attention: gate 'delta' is causal only (a gated recurrent state)");
-    y = delta_forward(q, k, v, key_mask, gate, trace && (trace->weights || trace->teacher) ? &tr.weights : nullptr);
+    y = delta_forward(q, k, v, key_mask, gate, trace && (trace->weights || trace->teacher) ? &tr.weights : nullptr,
+                      fill);
   } else if (cfg.gate != Gate::none) {
     HH_CHECK(cfg.causal, "attention: gate '", name(cfg.gate), "' is causal only (a gated recurrent state)");
     const auto& gm = static_cast<const GatedFeatureMap&>(*feature_map);
-    FeatureContext ctx{0, L, key_mask};
     // The state, the cumulative log gates and the normalizer in f32 whatever the input dtype
     // (REFERENCE.md §1; bf16 autocast gives bf16 v), the output back in v's dtype.
     const DType ct = gated_compute_dtype(v.dtype());
     Tensor pq = feature_map->forward(q, true, ctx).to(ct), pk = feature_map->forward(k, false, ctx).to(ct);
     Tensor vv = v.to(ct), log_a = gm.log_gate(gate, ct);
     const bool normalize = cfg.gate_output == GateOutput::normalizer;
-    if ((trace && (trace->weights || trace->teacher)) || cfg.form == LinearForm::quadratic)
+    if ((trace && (trace->weights || trace->teacher)) || form == LinearForm::quadratic)
       y = gated_attention_quadratic(pq, pk, vv, log_a, normalize, cfg.eps, key_mask, &tr.weights);
-    else if (cfg.form == LinearForm::recurrent)
+    else if (form == LinearForm::recurrent)
       y = gated_attention_recurrent(pq, pk, vv, log_a, normalize, cfg.eps, key_mask);
     else
       y = gated_attention_chunked(pq, pk, vv, log_a, normalize, cfg.eps, key_mask, cfg.chunk);
+    if (fill) {
+      fill->linear.gated = gated_decode_state(pk, vv, log_a, normalize);
+      fill->linear.pos = L;
+    }
     if (!normalize) y = gm.norm_output(y);
     y = y.to(v.dtype());
   } else {
-    FeatureContext ctx{0, L, key_mask};  // padded keys: see FeatureContext::key_mask
     Tensor pq = feature_map->forward(q, true, ctx), pk = feature_map->forward(k, false, ctx);
     bool need_weights = trace && (trace->weights || trace->teacher);
-    if (need_weights || cfg.form == LinearForm::quadratic) {
+    if (need_weights || form == LinearForm::quadratic) {
       y = linear_attention_quadratic(pq, pk, v, cfg.causal, cfg.eps, key_mask, &tr.weights);
-    } else if (!cfg.causal || cfg.form == LinearForm::noncausal) {
+    } else if (!cfg.causal || form == LinearForm::noncausal) {
       HH_CHECK(!cfg.causal, "attention: the noncausal form cannot be used in a causal model");
       y = linear_attention_noncausal(pq, pk, v, cfg.eps, key_mask);
-    } else if (cfg.form == LinearForm::recurrent) {
+    } else if (form == LinearForm::recurrent) {
       HH_CHECK(!key_mask.defined(), "attention: the recurrent form takes no key mask");
       y = linear_attention_recurrent(pq, pk, v, cfg.eps);
     } else {
       Tensor pk_masked = key_mask.defined() ? mul(pk, transpose(key_mask_4d(key_mask, pk.dtype()), -1, -2)) : pk;
       y = linear_attention_causal(pq, pk_masked, v, cfg.chunk, cfg.eps);
+    }
+    if (fill) {  // S = Σ pk_j v_jᵀ (B,H,F,D), z = Σ pk_j (B,H,F,1): the prefix sums after L tokens
+      NoGradGuard ng;
+      fill->linear.S = matmul(transpose(pk, -1, -2), v);
+      fill->linear.z = transpose(sum(pk, {-2}, true), -1, -2);
+      fill->linear.pos = L;
     }
   }
   if (trace) {
@@ -254,10 +288,12 @@ Tensor AttentionMixer::forward(const Tensor& q, const Tensor& k, const Tensor& v
 }
 
 Tensor AttentionMixer::delta_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
-                                     const GateInput& gate, Tensor* weights) const {
+                                     const GateInput& gate, Tensor* weights, DecodeCache* fill) const {
   const auto& gm = static_cast<const GatedFeatureMap&>(*feature_map);
   const int64_t B = q.size(0), H = q.size(1), L = q.size(2);
   FeatureContext ctx{0, L, key_mask};
+  ctx.keys_one_by_one = fill != nullptr;
+  const LinearForm form = fill ? LinearForm::chunked : cfg.form;  // a prefill runs the chunked op
   // The state and the gates in f32 whatever the input dtype (the op casts half inputs anyway), the
   // output back in v's dtype.
   const DType ct = gated_compute_dtype(v.dtype());
@@ -265,17 +301,19 @@ Tensor AttentionMixer::delta_forward(const Tensor& q, const Tensor& k, const Ten
   Tensor pk = delta_l2norm(feature_map->forward(k, false, ctx).to(ct));
   const DeltaGates g = gm.delta_gates(gate, ct);
   Tensor vv = v.to(ct), y;
-  if (weights || cfg.form == LinearForm::quadratic) {
+  if (weights || form == LinearForm::quadratic) {
     // y is linear in v: W = the rule applied to identity values (B,H,L,L), y = W v.
     Tensor eye_v = expand(reshape(eye(L, {ct, v.device()}), {1, 1, L, L}), {B, H, L, L});
     Tensor W = delta_attention_chunked(pq, pk, eye_v, g.beta, g.log_alpha, -1, key_mask, Tensor(), nullptr, cfg.chunk);
     if (weights) *weights = W;
     y = matmul(W, vv);
-  } else if (cfg.form == LinearForm::recurrent) {
+  } else if (form == LinearForm::recurrent) {
     y = delta_attention_recurrent(pq, pk, vv, g.beta, g.log_alpha, -1, key_mask);
-  } else {
-    y = delta_attention_chunked(pq, pk, vv, g.beta, g.log_alpha, -1, key_mask, Tensor(), nullptr, cfg.chunk);
+  } else {  // a prefill takes the op's final state: the state the steps would leave
+    Tensor* final_state = fill ? &fill->linear.delta.S : nullptr;
+    y = delta_attention_chunked(pq, pk, vv, g.beta, g.log_alpha, -1, key_mask, Tensor(), final_state, cfg.chunk);
   }
+  if (fill) fill->linear.delta.tokens = fill->linear.pos = L;
   if (cfg.gate_output == GateOutput::group_norm) y = gm.norm_output(y);
   return y.to(v.dtype());
 }

@@ -152,6 +152,15 @@ class AttentionMixer {
   // before RoPE for liger).
   Tensor forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
                  TraceRequest* trace, const GateInput& gate = GateInput()) const;
+  // A whole prompt at once (causal only): q, k, v (B,H,L,D) -> (B,H,L,Dv) as L steps from the
+  // fresh `cache` would give, which is left as those steps leave it. The forward's efficient form
+  // computes it (the fused softmax, the chunked linear, gated, delta and hybrid ops, whatever
+  // cfg.form says) and the state comes from the same tensors: the keys/values (the last
+  // sliding_window of them), S and z after L tokens (one matmul; the delta op's final state), the
+  // hybrid's ring and linear state. Keys go through the feature map one by one
+  // (FeatureContext::keys_one_by_one), as the steps map them.
+  Tensor prefill(const Tensor& q, const Tensor& k, const Tensor& v, DecodeCache& cache,
+                 const GateInput& gate = GateInput()) const;
   // One token per call (causal only): q, k, v (B,H,1,D) -> (B,H,1,Dv); the cache grows by one.
   Tensor step(const Tensor& q, const Tensor& k, const Tensor& v, DecodeCache& cache,
               const GateInput& gate = GateInput()) const;
@@ -166,9 +175,14 @@ class AttentionMixer {
   std::shared_ptr<FeatureMap> feature_map;
 
  private:
-  // The delta gate's forward (see MixerConfig::gate); *weights (when given) gets W, y = W v.
+  // forward, and with `fill` (prefill) the chunked forms, the keys mapped one by one, and *fill
+  // set to the state after these tokens.
+  Tensor run(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask, TraceRequest* trace,
+             const GateInput& gate, DecodeCache* fill) const;
+  // The delta gate's forward (see MixerConfig::gate); *weights (when given) gets W, y = W v;
+  // *fill (when given) the recurrent state after these tokens.
   Tensor delta_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
-                       const GateInput& gate, Tensor* weights) const;
+                       const GateInput& gate, Tensor* weights, DecodeCache* fill) const;
 };
 
 // The feature map of a mixer (null for softmax): fc with name/heads/head_dim set from the arguments;

@@ -17,9 +17,10 @@ Tensor head_affine(const Tensor& x, const Tensor& W, const Tensor& b) {
 // ε = 0 and φ adds no constant (performer's +1e-6 does), so it is part of the function computed
 // and differentiated like the rest (amax passes the gradient to the max element): a detached
 // shift gave gradients off by up to 2e-4 relative.
-// With a key mask, the key shift is the max over real tokens only (padding must not move it).
+// With a key mask, the key shift is the max over real tokens only (padding must not move it);
+// with ctx.keys_one_by_one, each key's own max (as a decoding step of one key computes it).
 Tensor stabilizer(const Tensor& z, bool is_query, const FeatureContext& ctx) {
-  if (is_query) return amax(z, {-1}, true);
+  if (is_query || ctx.keys_one_by_one) return amax(z, {-1}, true);
   if (!ctx.key_mask.defined()) return amax(z, {-2, -1}, true);
   const Tensor& m = ctx.key_mask;
   HH_CHECK(m.dim() == 2 && m.size(0) == z.size(0) && m.size(1) == z.size(2), "feature map: key mask ", m.shape(),

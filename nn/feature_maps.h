@@ -40,6 +40,9 @@ struct FeatureContext {
   // of exp / hedgehog-exp / performer, and cosformer's M is each row's real length, so that a
   // padded row gives the same features as the row alone.
   Tensor key_mask;
+  // Keys shifted each by its own max, as decoding (one key per call) shifts them, instead of by one
+  // max over the sequence: a prefill (AttentionMixer::prefill) then leaves the state the steps would.
+  bool keys_one_by_one = false;
 };
 
 class FeatureMap : public Module {

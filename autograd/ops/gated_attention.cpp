@@ -195,6 +195,21 @@ Tensor gated_attention_step(GatedDecodeState& st, const Tensor& pq_t, const Tens
   return y;
 }
 
+GatedDecodeState gated_decode_state(const Tensor& pk, const Tensor& v, const Tensor& log_a, bool normalize) {
+  check_inputs("gated_decode_state", pk, pk, v, log_a, 0.0, Tensor());
+  NoGradGuard no_grad;
+  const int64_t L = pk.size(2);
+  // exp(b_L - b_j) (B,H,L,F or 1): the decay from token j to the last; every exponent <= 0.
+  Tensor b = cumsum(log_a.to(DType::f64), 2);
+  Tensor decay = exp(sub(slice(b, 2, L - 1, L), b)).to(pk.dtype());
+  Tensor pk_decayed = mul(pk, decay);  // (B,H,L,F)
+  GatedDecodeState st;
+  st.S = matmul(transpose(pk_decayed, -1, -2), v);  // (B,H,F,Dv)
+  if (normalize) st.z = transpose(sum(pk_decayed, {-2}, true), -1, -2);  // (B,H,F,1)
+  st.tokens = L;
+  return st;
+}
+
 Tensor gated_attention_recurrent(const Tensor& pq, const Tensor& pk_in, const Tensor& v, const Tensor& log_a_in,
                                  bool normalize, double eps, const Tensor& key_mask) {
   AutocastGuard no_autocast(DType::bf16, false);  // computed in the inputs' dtype

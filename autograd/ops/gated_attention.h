@@ -51,6 +51,11 @@ struct GatedDecodeState {
   int64_t tokens = 0;
 };
 
+// The state that steps over pk, v, log_a (as the chunked form takes them, no key mask) leave (a
+// prefill): S_L = Σ_j diag(exp(b_L - b_j)) pk_j v_jᵀ and z_L likewise, one matmul per state, b the
+// cumsum of log_a (in f64, so the difference of two long sums keeps its precision). No gradient.
+GatedDecodeState gated_decode_state(const Tensor& pk, const Tensor& v, const Tensor& log_a, bool normalize = false);
+
 // One token: pq_t, pk_t (B,H,1,F), v_t (B,H,1,Dv), log_a_t (B,H,1,F or 1) -> y_t (B,H,1,Dv);
 // the state moves one token on. Differentiable (the recurrent reference of the other forms is
 // this step over a sequence, composed of ops); without gradients (decoding) it is one kernel per

@@ -88,6 +88,14 @@ Tensor pad_rows(const Tensor& x, int64_t before, int64_t after) {
   return parts.size() == 1 ? x : cat(parts, 2);
 }
 
+// The ring's slots once `tokens` (>= 1) tokens are in: 16 (or W) at first, doubled as tokens
+// arrive, at most W.
+int64_t ring_capacity(int64_t W, int64_t tokens) {
+  int64_t cap = std::min<int64_t>(W, 16);
+  while (cap < tokens && cap < W) cap = std::min(2 * cap, W);
+  return cap;
+}
+
 }  // namespace
 
 Tensor hybrid_attention_quadratic(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pq,
@@ -232,7 +240,7 @@ Tensor hybrid_attention_step(HybridDecodeState& st, const Tensor& q_t, const Ten
   const Options o{dt, dev};
   const int64_t W = st.window;
   if (!st.k.defined()) {
-    const int64_t cap = std::min<int64_t>(W, 16);
+    const int64_t cap = ring_capacity(W, 1);
     st.k = zeros({B, H, cap, D}, o);
     st.v = zeros({B, H, cap, Dv}, o);
     st.pk = zeros({B, H, cap, F}, o);
@@ -248,7 +256,7 @@ Tensor hybrid_attention_step(HybridDecodeState& st, const Tensor& q_t, const Ten
   const int64_t t = st.tokens;
   int64_t cap = st.k.size(2);
   if (t >= cap && cap < W) {  // grow the ring (slots keep their tokens: nothing has wrapped yet)
-    const int64_t grown = std::min(2 * cap, W);
+    const int64_t grown = ring_capacity(W, t + 1);
     st.k = pad_rows(st.k, 0, grown - cap);
     st.v = pad_rows(st.v, 0, grown - cap);
     st.pk = pad_rows(st.pk, 0, grown - cap);
@@ -272,6 +280,36 @@ Tensor hybrid_attention_step(HybridDecodeState& st, const Tensor& q_t, const Ten
   Tensor num = add(matmul(aw, vw), mul(matmul(pq_t, st.S), lf4));                     // (B,H,1,Dv)
   Tensor den = add(sum(aw, {-1}, true), mul(matmul(pq_t, st.z), lf4));               // (B,H,1,1)
   return div(num, safe_den(den));
+}
+
+HybridDecodeState hybrid_decode_state(const Tensor& k, const Tensor& v, const Tensor& pk, int64_t window) {
+  const char* op = "hybrid_decode_state";
+  HH_CHECK(window >= 1, op, ": window must be >= 1, got ", window);
+  HH_CHECK(k.dim() == 4 && v.dim() == 4 && pk.dim() == 4 && k.size(2) >= 1 && v.size(2) == k.size(2) &&
+               pk.size(2) == k.size(2),
+           op, ": expected k (B,H,L,D), v (B,H,L,Dv), pk (B,H,L,F) with L >= 1, got ", k.shape(), ", ", v.shape(),
+           ", ", pk.shape());
+  NoGradGuard no_grad;
+  const int64_t L = k.size(2), W = window, n = std::min(L, W), cap = ring_capacity(W, L);
+  HybridDecodeState st(W);
+  st.tokens = L;
+  // The last n tokens, token t in slot t mod W: when the window is full (L > W) the slice starting
+  // at token L-W is rotated by L mod W; else tokens 0..L-1 fill slots 0..L-1 and zeros the rest.
+  auto ring = [&](const Tensor& x) {
+    Tensor last = slice(x, 2, L - n, L);
+    const int64_t r = L > W ? L % W : 0;
+    if (r > 0) last = cat({slice(last, 2, W - r, W), slice(last, 2, 0, W - r)}, 2);
+    return contiguous(pad_rows(last, 0, cap - n));
+  };
+  st.k = ring(k);
+  st.v = ring(v);
+  st.pk = ring(pk);
+  // The keys that left the window: S = Σ pk_j v_jᵀ, z = Σ pk_j over j < L - W (zeros when none).
+  Tensor pk_old = slice(pk, 2, 0, L - n), v_old = slice(v, 2, 0, L - n);
+  const Options o{pk.dtype(), pk.device()};
+  st.S = L > n ? matmul(transpose(pk_old, -1, -2), v_old) : zeros({k.size(0), k.size(1), pk.size(3), v.size(3)}, o);
+  st.z = L > n ? transpose(sum(pk_old, {-2}, true), -1, -2) : zeros({k.size(0), k.size(1), pk.size(3), 1}, o);
+  return st;
 }
 
 }  // namespace hh

@@ -62,6 +62,11 @@ struct HybridDecodeState {
   Tensor S, z;            // (B,H,F,Dv), (B,H,F,1)
 };
 
+// The state that steps over k, v (B,H,L,D/Dv), pk (B,H,L,F) from a fresh HybridDecodeState(window)
+// leave (a prefill): the ring of the last min(W, L) tokens, each in its slot and at the capacity
+// the steps grow it to, and S, z of the keys before them (one matmul). No gradient.
+HybridDecodeState hybrid_decode_state(const Tensor& k, const Tensor& v, const Tensor& pk, int64_t window);
+
 // One token: q_t, k_t (B,H,1,D), v_t (B,H,1,Dv), pq_t, pk_t (B,H,1,F) -> y_t (B,H,1,Dv), the
 // output of query `state.tokens` over every token given so far. The key that leaves the window
 // moves its pk (kept in the ring) and v into S, z. No gradient (runs under NoGradGuard); memory

@@ -59,15 +59,16 @@ Generation generate(CausalLM& lm, const std::vector<int64_t>& prompt, Sampler& s
   NoGradGuard no_grad;
   const Device dev = lm.parameters().empty() ? Device::cpu() : lm.parameters().front().device();
   DecodeState state = lm.start_decoding();
-  const auto feed = [&](int64_t id) {  // -> logits of the next token, on the host
-    Tensor logits = lm.step(from_vector(std::vector<int64_t>{id}, {1, 1}, {DType::i64}).to(dev), state);
-    return to_vector<double>(reshape(logits, {-1}));
+  const auto host = [](const Tensor& logits) { return to_vector<double>(reshape(logits, {-1})); };
+  const auto ids = [&](const std::vector<int64_t>& v) {
+    return from_vector(v, {1, static_cast<int64_t>(v.size())}, {DType::i64}).to(dev);
   };
   Generation g;
   auto t0 = std::chrono::steady_clock::now();
-  std::vector<double> logits;
-  for (int64_t id : prompt) logits = feed(id);
+  // The whole prompt in one pass (CausalLM::prefill), then one token per step.
+  std::vector<double> logits = host(lm.prefill(ids(prompt), state));
   g.prefill_seconds = seconds_since(t0);
+  if (o.on_prefilled) o.on_prefilled();
   t0 = std::chrono::steady_clock::now();
   for (int64_t i = 0; i < o.max_new_tokens; ++i) {
     if (o.on_logits) o.on_logits(logits);
@@ -80,7 +81,7 @@ Generation generate(CausalLM& lm, const std::vector<int64_t>& prompt, Sampler& s
     if (stop || i + 1 == o.max_new_tokens) break;
     if (o.should_stop && o.should_stop()) break;
     if (P >= 0 && state.pos >= P) break;  // no position left to read the token just drawn
-    logits = feed(next);
+    logits = host(lm.step(ids({next}), state));
   }
   g.generate_seconds = seconds_since(t0);
   return g;

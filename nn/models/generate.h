@@ -1,5 +1,6 @@
-// Text generation with a causal LM, one token per step through CausalLM::step: a KV cache for
-// softmax attention, the O(1) recurrent state for a linear feature map. Sampling follows HF's
+// Text generation with a causal LM: the prompt in one pass (CausalLM::prefill), then one token per
+// step through CausalLM::step: a KV cache for softmax attention, the O(1) recurrent state for a
+// linear feature map. Sampling follows HF's
 // generate(): temperature, then top-k, then top-p (the smallest nucleus whose mass reaches p).
 #pragma once
 #include <cstdint>
@@ -33,6 +34,8 @@ struct GenerateOptions {
   int64_t max_new_tokens = 32;
   int64_t eos = -1;        // stop when this id is drawn (-1: never)
   bool keep_eos = true;    // the drawn eos is part of the result (HF generate), or dropped
+  // Called once the prompt is in (after the prefill, before the first token is drawn).
+  std::function<void()> on_prefilled;
   // Called after every new token with (tokens generated so far, the token).
   std::function<void(int64_t, int64_t)> on_token;
   // Called with the logits each new token is drawn from, before on_token (log-probabilities).

@@ -101,6 +101,12 @@ Tensor GPT2Attention::step(const Tensor& x, DecodeCache& cache) const {
   return merge_heads(mixer.step(q, k, v, cache, GateInput{x, k}));
 }
 
+Tensor GPT2Attention::prefill(const Tensor& x, DecodeCache& cache) const {
+  Tensor q, k, v;
+  split_heads(x, q, k, v);
+  return merge_heads(mixer.prefill(q, k, v, cache, GateInput{x, k}));
+}
+
 GPT2MLP::GPT2MLP(const GPT2Config& c, Init init) : act(c.activation) {
   c_fc = register_module("c_fc", std::make_shared<Linear>(c.n_embd, c.n_inner, true, init));
   c_proj = register_module("c_proj", std::make_shared<Linear>(c.n_inner, c.n_embd, true, init));
@@ -144,6 +150,11 @@ Tensor GPT2Block::forward(const Tensor& x, TraceRequest* trace) const {
 
 Tensor GPT2Block::step(const Tensor& x, DecodeCache& cache) const {
   AddNormOut a = add_ln(x, attn->step(ln_1->forward(x), cache), *ln_2);
+  return add(a.h, mlp->forward(a.y));
+}
+
+Tensor GPT2Block::prefill(const Tensor& x, DecodeCache& cache) const {
+  AddNormOut a = add_ln(x, attn->prefill(ln_1->forward(x), cache), *ln_2);
   return add(a.h, mlp->forward(a.y));
 }
 
@@ -215,6 +226,20 @@ Tensor GPT2LMHeadModel::step(const Tensor& ids, DecodeState& state) {
   for (size_t i = 0; i < transformer->h->size(); ++i) x = (*transformer->h)[i]->step(x, state.layers[i]);
   state.pos += 1;
   return head(transformer->ln_f->forward(x));
+}
+
+// Every layer's full forward over the prompt, each filling its cache; the head reads the last
+// position only.
+Tensor GPT2LMHeadModel::prefill(const Tensor& ids, DecodeState& state) {
+  if (state.pos != 0) return CausalLM::prefill(ids, state);  // a started sequence: step by step
+  check_token_ids(ids, 0, cfg.n_positions, "gpt2 prefill");
+  HH_CHECK(state.layers.size() == transformer->h->size(), "gpt2 prefill: the DecodeState has ", state.layers.size(),
+           " layers, the model ", transformer->h->size(), " (use start_decoding())");
+  const int64_t L = ids.size(1);
+  Tensor x = transformer->embed(ids, 0);
+  for (size_t i = 0; i < transformer->h->size(); ++i) x = (*transformer->h)[i]->prefill(x, state.layers[i]);
+  state.pos = L;
+  return head(transformer->ln_f->forward(slice(x, 1, L - 1, L)));
 }
 
 namespace {

@@ -5,6 +5,7 @@
 #include <functional>
 #include <utility>
 
+#include "autograd/ops.h"
 #include "core/error.h"
 #include "nn/gate.h"
 #include "nn/models/hf_save.h"
@@ -28,6 +29,13 @@ void check_token_ids(const Tensor& ids, int64_t pos, int64_t max_positions, cons
            ids.shape());
   HH_CHECK(max_positions < 0 || pos + ids.size(1) <= max_positions, who, ": ", pos + ids.size(1),
            " positions exceed the model's limit of ", max_positions);
+}
+
+Tensor CausalLM::prefill(const Tensor& ids, DecodeState& state) {
+  check_token_ids(ids, state.pos, max_positions(), "prefill");
+  Tensor logits;
+  for (int64_t t = 0; t < ids.size(1); ++t) logits = step(slice(ids, 1, t, t + 1), state);
+  return logits;
 }
 
 namespace {
