@@ -1,7 +1,8 @@
 // hf_run: runs an imported HF model folder from the command line.
 //   GPT-2 / Llama: next-token generation (greedy or sampled: temperature, top-k, top-p) from a text
-//     prompt (the folder's tokenizer) or token ids, with a KV cache for softmax attention and the
-//     O(1) recurrent state for a linear feature map (--mixer).
+//     prompt (the folder's tokenizer) or token ids: the prompt prefilled in one pass, then one step
+//     per token with a KV cache for softmax attention and the O(1) recurrent state for a linear
+//     feature map (--mixer).
 //   BERT: class logits for a text (and optional pair) or ids; ViT: class logits for an image file.
 //   --task embed (the default for a bare BertModel / ViTModel): sentence embeddings as
 //     sentence-transformers computes them (the folder's modules.json pooling and normalization),

@@ -1,6 +1,6 @@
 // Long-context retrieval probes, generated from a seed (no data files), scored by greedy decoding
-// through the model's decode path (CausalLM::start_decoding / step: a KV cache for softmax
-// attention, the O(1) state of a linear or hybrid student):
+// through the model's decode path (nn::generate: CausalLM::prefill of the prompt in one pass, then
+// step: a KV cache for softmax attention, the O(1) state of a linear or hybrid student):
 //   passkey  Mohtashami & Jaggi (2023), "Landmark Attention": a task line, the filler "The grass is
 //            green. The sky is blue. The sun is yellow. Here we go. There and back again." repeated,
 //            "The pass key is NNNNN. Remember it. NNNNN is the pass key." inserted at a depth, then
