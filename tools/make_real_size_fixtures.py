@@ -38,20 +38,13 @@ from sentence_transformers import models as stm
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import make_grad_goldens as goldens  # noqa: E402  (its run(): the f64 gradient golden)
+from make_hf_fixtures import perturb  # noqa: E402  (noise on every parameter, as the tiny fixtures)
 
 OUT = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "..", "tests", "fixtures", "real_size")
 BERT_VOCAB = os.path.join(HERE, "..", "tests", "fixtures", "tokenizers", "bert", "vocab.txt")
 CONTEXT, BATCH = 1024, 8
 POSITIONS = [0] + list(range(63, CONTEXT, 64))  # 17 positions: the first, then every 64th token's last
 TRAIN_BATCH, TRAIN_LEN = 32, 256
-
-
-def perturb(model, scale=0.05, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(scale * torch.randn(p.shape, generator=g))
-    return model
 
 
 def fresh(name):

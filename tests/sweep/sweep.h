@@ -78,4 +78,26 @@ void check_forward(const OpFn& fn, const RefFn& ref, const std::vector<Tensor>& 
 void check_directional(const OpFn& fn, const std::vector<Tensor>& inputs, const std::vector<int>& which,
                        const std::string& label, double tol = 1e-6);
 
+// Index of (b, h, i, c) in a row-major (B,H,L,C) host tensor of shape s.
+inline size_t at4(const Shape& s, int64_t b, int64_t h, int64_t i, int64_t c) {
+  return static_cast<size_t>(((b * s[1] + h) * s[2] + i) * s[3] + c);
+}
+
+// A (B,L) bool key mask on the device under test: batch entry b % 4 == 0 has holes (every 4th key
+// from the third) and a padded tail of 3; 1: the first 3 keys padded (causal queries 0..2 see no
+// key); 2: the first `front` keys padded (64: a whole flash tile; 20: more than a band of queries
+// with no real key in their window); 3: every key padded.
+Tensor key_mask_of(int64_t B, int64_t L, int64_t front);
+
+// fn with every floating input of rank >= 2 made non-contiguous by differentiable ops (a
+// transposed copy, transposed back), so the backward runs through the strided layouts too.
+OpFn strided(const OpFn& fn);
+
+// The f32 backward (its own kernel instantiation) against the f64 one on the same values, which
+// check_directional verifies: loss = sum(w · fn(x)), every input in `which`, max |g32 - g64| <= tol
+// times max |g64|, or times 1 when that is smaller (a gradient that cancels to rounding has no
+// relative error).
+void check_f32_grads(const OpFn& fn, const std::vector<Tensor>& x64, const std::vector<int>& which,
+                     const std::string& label, double tol);
+
 }  // namespace hh::test::sweep

@@ -84,29 +84,6 @@ namespace {
 
 constexpr double kEps = 1e-6;
 
-size_t at4(const Shape& s, int64_t b, int64_t h, int64_t i, int64_t c) {
-  return static_cast<size_t>(((b * s[1] + h) * s[2] + i) * s[3] + c);
-}
-
-// A (B,L) bool key mask: batch entry b % 4 == 0 has holes (every 4th key from the third) and a
-// padded tail of 3; 1: the first 3 keys padded (causal queries 0..2 see no key); 2: keys 0..63
-// padded (a whole flash tile of padding; the first 64 causal queries see none); 3: every key padded.
-Tensor key_mask_of(int64_t B, int64_t L) {
-  std::vector<double> m(static_cast<size_t>(B * L), 1.0);
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t l = 0; l < L; ++l) {
-      bool real = true;
-      switch (b % 4) {
-        case 0: real = !(l % 4 == 2 || l >= L - 3); break;
-        case 1: real = l >= 3; break;
-        case 2: real = l >= 64; break;
-        default: real = false;
-      }
-      m[static_cast<size_t>(b * L + l)] = real ? 1.0 : 0.0;
-    }
-  return from_vector(m, {B, L}, {DType::boolean}).to(test_device());
-}
-
 bool has(const Host& h) { return !h.v.empty() || !h.shape.empty(); }
 
 // ---- softmax attention ----
@@ -213,7 +190,7 @@ OpFn flash_fn(const FlashCase& c, bool views) {
 
 std::vector<Tensor> flash_inputs(const FlashCase& c, Generator& g, DType t) {
   return {input({c.B, c.H, c.Lq, c.D}, g, t, -2, 2), input({c.B, c.H, c.Lk, c.D}, g, t, -2, 2),
-          input({c.B, c.H, c.Lk, c.Dv}, g, t), c.masked ? key_mask_of(c.B, c.Lk) : Tensor()};
+          input({c.B, c.H, c.Lk, c.Dv}, g, t), c.masked ? key_mask_of(c.B, c.Lk, 64) : Tensor()};
 }
 
 // The CUDA kernel is f32 only, without a key mask.
@@ -363,7 +340,7 @@ TEST_CASE("sweep: attention: softmax_attention composed path (window, weights, m
       for (DType t : float_dtypes()) {
         Generator g(++seed);
         std::vector<Tensor> x = {input({c.B, 2, c.L, 8}, g, t, -2, 2), input({c.B, 2, c.L, 8}, g, t, -2, 2),
-                                 input({c.B, 2, c.L, 5}, g, t), c.masked ? key_mask_of(c.B, c.L) : Tensor()};
+                                 input({c.B, 2, c.L, 5}, g, t), c.masked ? key_mask_of(c.B, c.L, 64) : Tensor()};
         const OpFn fn = [c](const std::vector<Tensor>& v) {
           return nn::softmax_attention(v[0], v[1], v[2], true, v[3], nullptr, c.window);
         };
@@ -506,7 +483,7 @@ TEST_CASE("sweep: attention: linear attention forms (quadratic, noncausal, recur
         for (DType t : float_dtypes()) {
           Generator g(++seed);
           std::vector<Tensor> x = linear_inputs(B, 2, L, 5, 3, g, t);
-          x.push_back(masked ? key_mask_of(B, L) : Tensor());
+          x.push_back(masked ? key_mask_of(B, L, 64) : Tensor());
           for (bool causal : {false, true}) {
             const RefFn ref = [causal](const std::vector<Host>& h) { return linear_ref(h, causal, kEps); };
             const OpFn quad = [causal](const std::vector<Tensor>& v) {

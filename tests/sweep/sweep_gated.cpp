@@ -155,47 +155,6 @@ OpFn gated_fn(const GatedCase& c) {
   };
 }
 
-// fn with every floating input of rank >= 2 made non-contiguous by differentiable ops (a
-// transposed copy, transposed back), so the backward runs through the strided layouts too.
-OpFn strided(const OpFn& fn) {
-  return [fn](const std::vector<Tensor>& xs) {
-    std::vector<Tensor> ys;
-    for (const Tensor& x : xs)
-      ys.push_back(x.defined() && x.dim() >= 2 && is_floating(x.dtype())
-                       ? transpose(contiguous(transpose(x, -1, -2)), -1, -2)
-                       : x);
-    return fn(ys);
-  };
-}
-
-// The f32 backward (its own kernel instantiation) against the f64 one on the same values, which
-// check_directional verifies: loss = sum(w · fn(x)), every input in `which`, max |g32 - g64| <= tol
-// times max |g64|, or times 1 when that is smaller (check_directional's floor too: a gradient that
-// cancels to rounding, as pq's does with one feature and the normalizer, has no relative error).
-void check_f32_grads(const OpFn& fn, const std::vector<Tensor>& x64, const std::vector<int>& which,
-                     const std::string& label, double tol) {
-  INFO("f32 gradients against f64 " << label);
-  auto grads = [&](DType t) {
-    std::vector<Tensor> xs;
-    for (const Tensor& x : x64) xs.push_back(x.defined() && is_floating(x.dtype()) ? to_dtype(x, t).detach() : x);
-    for (int i : which) xs[static_cast<size_t>(i)].requires_grad_(true);
-    Tensor y = fn(xs);
-    Generator g(sweep_seed() + 29);
-    // The same weights in both dtypes: drawn in f64, rounded to t.
-    sum(mul(y, to_dtype(rand_input(y.shape(), -1.0, 1.0, g, DType::f64), t).to(y.device()))).backward();
-    std::vector<Tensor> out;
-    for (int i : which) out.push_back(to_dtype(xs[static_cast<size_t>(i)].grad(), DType::f64));
-    return out;
-  };
-  const std::vector<Tensor> g32 = grads(DType::f32), g64 = grads(DType::f64);
-  for (size_t j = 0; j < which.size(); ++j) {
-    INFO("input " << which[j]);
-    const double err = amax(abs(sub(g32[j], g64[j]))).item<double>();
-    const double scale = std::max(1.0, amax(abs(g64[j])).item<double>());
-    CHECK_MESSAGE(err <= tol * scale, "max |g32 - g64| = ", err, " against max |g64| = ", scale);
-  }
-}
-
 // One case under the current config: the forward in f32 and f64 (contiguous and not) against the
 // reference, then (unless c.backward is off) the directional checks in f64 and the f32 gradients.
 void run_case(const GatedCase& c, uint64_t seed, bool both_layouts_backward) {

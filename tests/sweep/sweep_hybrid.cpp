@@ -54,29 +54,6 @@ namespace hh::test::sweep {
 namespace {
 
 
-size_t at4(const Shape& s, int64_t b, int64_t h, int64_t i, int64_t c) {
-  return static_cast<size_t>(((b * s[1] + h) * s[2] + i) * s[3] + c);
-}
-
-// A (B,L) bool key mask: batch entry b % 4 == 0: holes (every 4th key from the third) and a padded
-// tail of 3; 1: the first 3 keys padded; 2: the first 20 padded (more than a band of queries
-// without a real window key); 3: every key padded.
-Tensor key_mask_of(int64_t B, int64_t L) {
-  std::vector<double> m(static_cast<size_t>(B * L), 1.0);
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t l = 0; l < L; ++l) {
-      bool real = true;
-      switch (b % 4) {
-        case 0: real = !(l % 4 == 2 || l >= L - 3); break;
-        case 1: real = l >= 3; break;
-        case 2: real = l >= 20; break;
-        default: real = false;
-      }
-      m[static_cast<size_t>(b * L + l)] = real ? 1.0 : 0.0;
-    }
-  return from_vector(m, {B, L}, {DType::boolean}).to(test_device());
-}
-
 struct HybridCase {
   int64_t B = 1, H = 2, L = 1, D = 4, Dv = 3, F = 5, window = 1, chunk = 64;
   bool masked = false;
@@ -146,7 +123,7 @@ std::vector<Tensor> hybrid_inputs(const HybridCase& c, Generator& g, DType t) {
   return {input({c.B, c.H, c.L, c.D}, g, t, -2, 2),   input({c.B, c.H, c.L, c.D}, g, t, -2, 2),
           input({c.B, c.H, c.L, c.Dv}, g, t),         input({c.B, c.H, c.L, c.F}, g, t, 0.05, 1.0),
           input({c.B, c.H, c.L, c.F}, g, t, 0.05, 1.0), input({c.H}, g, t, 0.2, 0.9),
-          input({c.H}, g, t, 0.2, 0.9),               c.masked ? key_mask_of(c.B, c.L) : Tensor()};
+          input({c.H}, g, t, 0.2, 0.9),               c.masked ? key_mask_of(c.B, c.L, 20) : Tensor()};
 }
 
 OpFn window_fn(const HybridCase& c) {
