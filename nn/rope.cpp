@@ -121,6 +121,10 @@ std::vector<float> rope_inv_freq(const RopeScaling& r, int64_t head_dim, int64_t
 
 Tensor apply_rope(const Tensor& x, int64_t pos_offset, const RopeScaling& r) {
   check_x(x);
+  // An f64 model keeps the default rotation in f64 angles: the f64 gradient goldens compute it so
+  // (tools/make_grad_goldens.py, exact_f64), and f32 angles would bound an f64 model at 1e-10.
+  if (x.dtype() == DType::f64 && r.type == RopeType::plain && r.attention_factor == 1.0)
+    return apply_rope(x, pos_offset, r.theta);
   const int64_t L = x.size(2), half = x.size(3) / 2;
   const std::vector<float> inv = rope_inv_freq(r, x.size(3), pos_offset + L);
   const auto scale = static_cast<float>(r.attention_factor);

@@ -158,6 +158,31 @@ OpFn step_fn(const HybridCase& c) {
 
 enum class Form { window, chunked, quadratic, step };
 
+// The smallest gap between a query's two largest window scores s·q·k over its real keys
+// (i-W < j <= i): the window part's outputs are unnormalized, exp(s·q·k - m) with m the row max,
+// so they have a kink where two scores tie, and a finite difference across it is no derivative.
+double min_window_gap(const std::vector<Tensor>& x, const HybridCase& c) {
+  const Host q = to_host(x[0]), k = to_host(x[1]);
+  const Host m = x[7].defined() ? to_host(x[7]) : Host{};
+  const double s = c.scale == -1 ? 1.0 / std::sqrt(static_cast<double>(c.D)) : c.scale;
+  double gap = 1e300;
+  for (int64_t b = 0; b < c.B; ++b)
+    for (int64_t h = 0; h < c.H; ++h)
+      for (int64_t i = 0; i < c.L; ++i) {
+        double top = -1e300, second = -1e300;
+        for (int64_t j = std::max<int64_t>(0, i - c.window + 1); j <= i; ++j) {
+          if (!m.v.empty() && m.v[static_cast<size_t>(b * c.L + j)] == 0.0) continue;
+          double d = 0;
+          for (int64_t e = 0; e < c.D; ++e) d += q.v[at4(q.shape, b, h, i, e)] * k.v[at4(k.shape, b, h, j, e)];
+          d *= s;
+          if (d > top) second = top, top = d;
+          else if (d > second) second = d;
+        }
+        if (second > -1e300) gap = std::min(gap, top - second);
+      }
+  return gap;
+}
+
 void check_hybrid(const HybridCase& c, Form form, uint64_t seed) {
   const char* names[] = {"window kernel", "chunked", "quadratic", "step"};
   const std::string label = std::string(names[static_cast<int>(form)]) + " " + c.label();
@@ -172,7 +197,14 @@ void check_hybrid(const HybridCase& c, Form form, uint64_t seed) {
     const RefFn ref = [c, form](const std::vector<Host>& h) { return hybrid_ref(h, c.window, c.scale, form == Form::window); };
     check_forward(fn, ref, x, label, rtol_of(t), atol_of(t));
     if (t != DType::f64 || !c.backward || form == Form::step || c.B * c.L == 0) continue;
-    check_directional(fn, x, form == Form::window ? std::vector<int>{0, 1, 2} : std::vector<int>{0, 1, 2, 3, 4, 5, 6},
+    // Inputs with no near tie of a window's row max for the finite differences (a gap of 1.6e-6
+    // made one random seed fail; step 1e-5 moves a score by up to ~1e-4 here).
+    std::vector<Tensor> xb = x;
+    for (uint64_t a = 1; a < 50 && min_window_gap(xb, c) < 1e-3; ++a) {
+      Generator g2(seed + 7919 * a);
+      xb = hybrid_inputs(c, g2, t);
+    }
+    check_directional(fn, xb, form == Form::window ? std::vector<int>{0, 1, 2} : std::vector<int>{0, 1, 2, 3, 4, 5, 6},
                       label);
   }
 }
