@@ -7,6 +7,7 @@
 // off, so its first word keeps the space a decode of prompt + completion gives it (SentencePiece
 // drops a leading space at the start of a decode): echo's prompt + completion reads as one text.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>

@@ -12,6 +12,7 @@
 // (CTest: `ctest -L sweep`, the hh_sweep_full test). Random shapes on top draw from sweep_seed(),
 // which is printed; HH_SWEEP_SEED=N replays one.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <doctest/doctest.h>
 
