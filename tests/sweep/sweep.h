@@ -79,6 +79,21 @@ void check_forward(const OpFn& fn, const RefFn& ref, const std::vector<Tensor>& 
 void check_directional(const OpFn& fn, const std::vector<Tensor>& inputs, const std::vector<int>& which,
                        const std::string& label, double tol = 1e-6);
 
+// Multi-index of flat position i in a row-major shape s, and back.
+inline std::vector<int64_t> unravel(int64_t i, const Shape& s) {
+  std::vector<int64_t> c(s.size());
+  for (size_t d = s.size(); d-- > 0;) {
+    c[d] = i % s[d];
+    i /= s[d];
+  }
+  return c;
+}
+inline int64_t ravel(const std::vector<int64_t>& c, const Shape& s) {
+  int64_t f = 0;
+  for (size_t d = 0; d < s.size(); ++d) f = f * s[d] + c[d];
+  return f;
+}
+
 // Index of (b, h, i, c) in a row-major (B,H,L,C) host tensor of shape s.
 inline size_t at4(const Shape& s, int64_t b, int64_t h, int64_t i, int64_t c) {
   return static_cast<size_t>(((b * s[1] + h) * s[2] + i) * s[3] + c);
