@@ -33,6 +33,7 @@
 
 #include "apps/kit/app.h"
 #include "apps/kit/bench_stats.h"
+#include "apps/kit/flags.h"
 #include "autograd/ops.h"
 #include "core/backend.h"
 #include "core/cpu_isa.h"
@@ -206,75 +207,46 @@ struct Flags {
   std::vector<hh::DType> gemm_dtypes{hh::DType::f32};
 };
 
-[[noreturn]] void usage_error(const std::string& msg) {
-  std::fprintf(stderr, "error: %s\nusage: bench_ops [--threads 1,2] [--reps N] [--json FILE] [--device D] "
-               "[--gemm-dtypes f32,bf16]\n", msg.c_str());
-  std::exit(2);
+// A comma list of thread counts in [1, 4096]; errors name the flag.
+std::vector<int> parse_threads(const std::string& text) {
+  std::vector<int> out;
+  for (const std::string& item : hh::apps::Flags::split_list(text)) {
+    size_t used = 0;
+    long v = 0;
+    try {
+      v = std::stol(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    HH_CHECK(used == item.size() && v >= 1 && v <= 4096, "flag --threads: expects positive integers, got '", item, "'");
+    out.push_back(static_cast<int>(v));
+  }
+  HH_CHECK(!out.empty(), "flag --threads: expects positive integers, got '", text, "'");
+  return out;
 }
 
-int parse_positive(const std::string& s, const std::string& flag) {
-  size_t used = 0;
-  long v = 0;
-  try {
-    v = std::stol(s, &used);
-  } catch (const std::exception&) {
-    used = 0;
+// Returns false when --help was given (printed).
+bool parse_flags(int argc, char** argv, Flags& out) {
+  hh::apps::Flags f("bench_ops", "bench_ops: the engine's op table (GEMM, elementwise, reductions, softmax, norms) timed "
+                                 "at each thread count, medians of --reps runs; tools/bench_torch_cpu.py is its PyTorch twin.");
+  f.add("threads", "1,2", "CPU thread counts to time, a comma list");
+  f.add("reps", "7", "timed repetitions per op (the median is reported)");
+  f.add("json", "", "also write the results to this JSON file");
+  f.add("device", "cpu", "cpu or cuda[:N]");
+  f.add("gemm-dtypes", "f32", "GEMM operand types to time: f32 and/or bf16, a comma list");
+  if (!f.parse(argc, argv)) return false;
+  out.threads = parse_threads(f.str("threads"));
+  out.reps = static_cast<int>(f.integer("reps", 1, 4096));
+  out.json = f.str("json");
+  HH_CHECK(!f.given("json") || !out.json.empty(), "flag --json needs a file name");
+  out.device = f.str("device");
+  out.gemm_dtypes.clear();
+  for (const std::string& name : hh::apps::Flags::split_list(f.str("gemm-dtypes"))) {
+    HH_CHECK(name == "f32" || name == "bf16", "flag --gemm-dtypes: expects f32 and/or bf16, got '", name, "'");
+    out.gemm_dtypes.push_back(name == "f32" ? hh::DType::f32 : hh::DType::bf16);
   }
-  if (used != s.size() || s.empty() || v < 1 || v > 4096)
-    usage_error(flag + " expects positive integers, got '" + s + "'");
-  return static_cast<int>(v);
-}
-
-Flags parse_flags(int argc, char** argv) {
-  Flags f;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i], val;
-    if (a == "-h" || a == "--help") {
-      std::printf("usage: bench_ops [--threads 1,2] [--reps N] [--json FILE] [--device cpu|cuda[:N]] "
-                  "[--gemm-dtypes f32,bf16]\n");
-      std::exit(0);
-    }
-    size_t eq = a.find('=');
-    std::string key = eq == std::string::npos ? a : a.substr(0, eq);
-    if (key != "--threads" && key != "--reps" && key != "--json" && key != "--device" && key != "--gemm-dtypes")
-      usage_error("unknown flag '" + a + "'");
-    if (eq != std::string::npos) {
-      val = a.substr(eq + 1);
-    } else {
-      if (i + 1 >= argc) usage_error(key + " needs a value");
-      val = argv[++i];
-    }
-    if (key == "--threads") {
-      f.threads.clear();
-      size_t at = 0;
-      while (at <= val.size()) {
-        size_t comma = val.find(',', at);
-        if (comma == std::string::npos) comma = val.size();
-        f.threads.push_back(parse_positive(val.substr(at, comma - at), "--threads"));
-        at = comma + 1;
-      }
-    } else if (key == "--reps") {
-      f.reps = parse_positive(val, "--reps");
-    } else if (key == "--device") {
-      f.device = val;
-    } else if (key == "--gemm-dtypes") {
-      f.gemm_dtypes.clear();
-      size_t at = 0;
-      while (at <= val.size()) {
-        size_t comma = val.find(',', at);
-        if (comma == std::string::npos) comma = val.size();
-        const std::string name = val.substr(at, comma - at);
-        if (name == "f32") f.gemm_dtypes.push_back(hh::DType::f32);
-        else if (name == "bf16") f.gemm_dtypes.push_back(hh::DType::bf16);
-        else usage_error("--gemm-dtypes expects f32 and/or bf16, got '" + name + "'");
-        at = comma + 1;
-      }
-    } else {
-      if (val.empty()) usage_error("--json needs a file name");
-      f.json = val;
-    }
-  }
-  return f;
+  HH_CHECK(!out.gemm_dtypes.empty(), "flag --gemm-dtypes: expects f32 and/or bf16");
+  return true;
 }
 
 int run(const Flags& flags) {
@@ -378,7 +350,11 @@ int run(const Flags& flags) {
   return 0;
 }
 
-int run_cli(int argc, char** argv) { return run(parse_flags(argc, argv)); }
+int run_cli(int argc, char** argv) {
+  Flags flags;
+  if (!parse_flags(argc, argv, flags)) return 0;
+  return run(flags);
+}
 
 }  // namespace
 

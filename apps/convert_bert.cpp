@@ -65,6 +65,9 @@ std::vector<apps::ConversionPreset> presets() {
 }
 
 void declare_app_flags(apps::Flags& f) {
+  // A gated state needs a causal model: refused (refuse_gate), so not listed.
+  f.hide("gate");
+  f.hide("gate-output");
   f.add("model", "", "HF model folder: config.json (BertForSequenceClassification; --task embed: any BERT, e.g.\n"
         "                       a sentence-transformers folder), model.safetensors, tokenizer");
   f.add("task", "", "GLUE task: CoLA, SST-2, MRPC, STS-B, QQP, MNLI, QNLI or RTE; custom (--data DIR holds\n"

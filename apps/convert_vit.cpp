@@ -41,6 +41,9 @@ std::vector<apps::ConversionPreset> presets() {
 }
 
 void declare_app_flags(apps::Flags& f) {
+  // A gated state needs a causal model: refused (refuse_gate), so not listed.
+  f.hide("gate");
+  f.hide("gate-output");
   f.add("model", "", "HF model folder (config.json, model.safetensors, preprocessor_config.json) of a "
                      "ViTForImageClassification");
   f.add("data", "", "images: a cifar-10-batches-bin folder (data_batch_N.bin, test_batch.bin), a folder with train/ "

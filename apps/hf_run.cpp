@@ -229,12 +229,25 @@ json run_decoder(nn::CausalLM& lm, const apps::Flags& f, const Inputs& in) {
   const int64_t limit = lm.max_positions();
   HH_CHECK(limit < 0 || static_cast<int64_t>(prompt.size()) + new_tokens <= limit, "prompt (", prompt.size(),
            " tokens) + --max-new-tokens ", new_tokens, " exceeds the model's ", limit, " positions");
-  nn::SamplingOptions so{f.number("temperature", 0.0, 100.0), f.integer("top-k", 0), f.number("top-p", 1e-6, 1.0),
-                        static_cast<uint64_t>(f.integer("seed", 0))};
+  // transformers' defaults for this folder, then the flags given over them.
+  const nn::GenerationDefaults gd = nn::read_generation_config(in.model_dir);
+  nn::SamplingOptions so = gd.sampling;
+  if (f.given("temperature")) so.temperature = f.number("temperature", 0.0, 100.0);
+  if (f.given("top-k")) so.top_k = f.integer("top-k", 0);
+  if (f.given("top-p")) so.top_p = f.number("top-p", 1e-6, 1.0);
+  // --top-k or --top-p asks for sampling: over greedy defaults it samples at temperature 1.
+  if (!f.given("temperature") && so.temperature == 0 && (f.given("top-k") || f.given("top-p"))) so.temperature = 1.0;
+  so.seed = static_cast<uint64_t>(f.integer("seed", 0));
   nn::Sampler sampler(so);
   nn::GenerateOptions go;
   go.max_new_tokens = new_tokens;
-  go.eos = f.boolean("stop-at-eos") ? (tok ? tok->eos_id() : lm.config().get_int("eos_token_id", -1)) : -1;
+  if (f.boolean("stop-at-eos")) go.eos = nn::stop_ids(gd, tok ? tok->eos_id() : -1, lm.config());
+  std::printf("decoding: %s (%s)\n",
+              so.temperature == 0 ? "greedy"
+                                  : str("temperature ", so.temperature, ", top-k ", so.top_k, ", top-p ", so.top_p).c_str(),
+              f.given("temperature") || f.given("top-k") || f.given("top-p") ? "flags"
+              : gd.found                                                       ? "generation_config.json"
+                                                                               : "no generation_config.json: greedy");
   ProgressOptions po;
   po.label = "generate";
   po.total = new_tokens;
@@ -265,7 +278,8 @@ json run_decoder(nn::CausalLM& lm, const apps::Flags& f, const Inputs& in) {
             {"generate_seconds", gen_s},
             {"tokens_per_second", generated.empty() ? 0.0 : generated.size() / std::max(gen_s, 1e-9)},
             {"decode_peak_bytes", decode_bytes},
-            {"prefill_peak_bytes", prefill_bytes}};
+            {"prefill_peak_bytes", prefill_bytes},
+            {"decoding", {{"temperature", so.temperature}, {"top_k", so.top_k}, {"top_p", so.top_p}, {"eos", go.eos}}}};
   std::vector<int32_t> all32(prompt.begin(), prompt.end()), gen32(generated.begin(), generated.end());
   all32.insert(all32.end(), gen32.begin(), gen32.end());
   std::cout << "prompt ids:    " << json(prompt).dump() << "\ngenerated ids: " << json(generated).dump() << "\n";
@@ -382,8 +396,10 @@ json run_vit(nn::ViTForImageClassification& vit, const Inputs& in, Device device
 
 int run(int argc, char** argv) {
   apps::Flags f("hf_run",
-                "hf_run: runs an HF model folder (config.json + safetensors): text generation for GPT-2 and Llama, "
-                "class logits for BERT (text) and ViT (an image).\n"
+                "hf_run: runs an HF model folder (config.json + safetensors or pytorch_model.bin).\n"
+                "Families: GPT-2, Llama, Mistral, Qwen2, Qwen3 (decoders), BERT-family encoders, ViT.\n"
+                "Tasks (--task): generate (decoders: text from --prompt or --ids), classify (BERT: class logits\n"
+                "of --text; ViT: of --image), embed (encoders: sentence-transformers pooling of --text or --input).\n"
                 "Every attention layer can be swapped for a linear feature map with --mixer (untrained maps give\n"
                 "the converted-but-not-distilled model).");
   f.add("model", "", "HF model folder (config.json; model.safetensors, model.safetensors.index.json, pytorch_model.bin\n"
@@ -392,9 +408,10 @@ int run(int argc, char** argv) {
   f.add("ids", "", "token ids instead of text, comma-separated (decoders: the prompt; BERT: the input)");
   f.add("tokenizer", "", "folder with the tokenizer files (default: the model folder)");
   f.add("max-new-tokens", "32", "decoders: tokens to generate");
-  f.add("temperature", "1.0", "decoders: sampling temperature; 0 = greedy");
-  f.add("top-k", "0", "decoders: sample among the k most likely tokens (0 = all)");
-  f.add("top-p", "1.0", "decoders: nucleus sampling mass (1 = all)");
+  f.add("temperature", "", "decoders: sampling temperature; 0 = greedy (default: as transformers' generate():\n"
+        "the folder's generation_config.json, greedy when it is absent or has no do_sample)");
+  f.add("top-k", "", "decoders: sample among the k most likely tokens, 0 = all (default: generation_config.json's)");
+  f.add("top-p", "", "decoders: nucleus sampling mass, 1 = all (default: generation_config.json's)");
   f.add("stop-at-eos", "true", "decoders: stop when the end-of-sequence token is generated", true);
   f.add("text", "", "BERT: the input text");
   f.add("text-pair", "", "BERT: a second text ([CLS] text [SEP] pair [SEP])");
@@ -438,9 +455,9 @@ int run(int argc, char** argv) {
   const Precision precision = c.precision;
   if (c.threads > 0) set_num_threads(static_cast<int>(c.threads));
   f.integer("max-new-tokens", 0, 1 << 20);
-  f.number("temperature", 0.0, 100.0);
-  f.integer("top-k", 0);
-  f.number("top-p", 1e-6, 1.0);
+  if (f.given("temperature")) f.number("temperature", 0.0, 100.0);
+  if (f.given("top-k")) f.integer("top-k", 0);
+  if (f.given("top-p")) f.number("top-p", 1e-6, 1.0);
   f.boolean("stop-at-eos");
   if (!in.out_dir.empty()) train::check_output_folder(in.out_dir);
   const int inputs_given =

@@ -213,7 +213,7 @@ std::vector<std::string> draw_samples(nn::CausalLM& lm, const data::Tokenizer& t
     nn::Sampler sampler(s);
     nn::GenerateOptions go;
     go.max_new_tokens = std::max<int64_t>(0, std::min(tokens, room));
-    go.eos = tok.eos_id();
+    if (tok.eos_id() >= 0) go.eos = {tok.eos_id()};
     go.keep_eos = false;
     const nn::Generation g = nn::generate(lm, ids, sampler, go);
     std::vector<int32_t> text_ids(ids.begin() + (prompt.empty() ? 1 : 0), ids.end());

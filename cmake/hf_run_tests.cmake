@@ -10,6 +10,14 @@ add_test(NAME hf_run_llama_greedy COMMAND hf_run --model ${HF}/llama-tiny --ids 
          --max-new-tokens 12)
 set_tests_properties(hf_run_llama_greedy PROPERTIES PASS_REGULAR_EXPRESSION
                      "generated ids: \\[19,80,95,95,95,95,95,95,95,95,95,95\\]")
+# No decoding flag: transformers' generate() defaults, the folder's generation_config.json (no do_sample:
+# greedy), so the ids equal the greedy ones above.
+add_test(NAME hf_run_llama_default_greedy COMMAND hf_run --model ${HF}/llama-tiny --ids 1,15,27,88,4 --max-new-tokens 12)
+set_tests_properties(hf_run_llama_default_greedy PROPERTIES PASS_REGULAR_EXPRESSION
+                     "decoding: greedy \\(generation_config.json\\).*generated ids: \\[19,80,95,95,95,95,95,95,95,95,95,95\\]")
+add_test(NAME hf_run_bool_flag_value COMMAND hf_run --model ${HF}/llama-tiny --ids 1,15,27,88,4 --max-new-tokens 3
+         --stop-at-eos false --hidden-states=false)
+set_tests_properties(hf_run_bool_flag_value PROPERTIES PASS_REGULAR_EXPRESSION "generated ids: \\[19,80,95\\]")
 add_test(NAME hf_run_llama_linear COMMAND hf_run --model ${HF}/llama-tiny-f16 --ids 1,15,27 --mixer hedgehog
          --form recurrent --max-new-tokens 5 --top-k 10 --top-p 0.9 --seed 3)
 set_tests_properties(hf_run_llama_linear PROPERTIES PASS_REGULAR_EXPRESSION "generated ids: \\[[0-9]+,[0-9]+,[0-9]+,[0-9]+,[0-9]+\\]")

@@ -19,7 +19,8 @@ add_test(NAME lra_resume_continue COMMAND lra ${LRA_TINY} --tasks pathfinder --a
 set_tests_properties(lra_resume_continue PROPERTIES FIXTURES_REQUIRED lra_resume PASS_REGULAR_EXPRESSION "pathfinder +elu .* ok")
 add_test(NAME lra_resume_other_flags COMMAND lra ${LRA_TINY} --tasks pathfinder --attentions elu --steps 41 --resume
          --out ${LRA_OUT}/resume)
-set_tests_properties(lra_resume_other_flags PROPERTIES FIXTURES_REQUIRED lra_resume
+# Not at the same time as lra_resume_continue: that run holds the folder's lock (one writer).
+set_tests_properties(lra_resume_other_flags PROPERTIES FIXTURES_REQUIRED lra_resume DEPENDS lra_resume_continue
                      PASS_REGULAR_EXPRESSION "error: --resume: .*other settings")
 
 # A malformed release file: the reader's error names it.

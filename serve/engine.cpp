@@ -49,6 +49,7 @@ Engine::Engine(const EngineOptions& o) : options_(o) {
     embedding_ = nn::read_embedding_config(o.folder);
   }
   tok_ = data::load_tokenizer(o.folder);
+  if (lm_) eos_ = nn::stop_ids(nn::read_generation_config(o.folder), tok_->eos_id(), lm_->config());
   const int64_t model_limit = positions >= 0 ? positions : 4096;
   HH_CHECK(o.max_context <= model_limit || positions < 0, "--max-context ", o.max_context, " exceeds the model's ",
            positions, " positions");
@@ -103,7 +104,7 @@ Completion Engine::complete(const Prepared& p, const Slot& slot, const OnText& o
   nn::Sampler sampler(r.sampling);
   nn::GenerateOptions go;
   go.max_new_tokens = r.max_tokens;
-  go.eos = tok_->eos_id() >= 0 ? tok_->eos_id() : lm_->config().get_int("eos_token_id", -1);  // as hf_run
+  go.eos = eos_;  // as hf_run: generation_config.json's ids, else the tokenizer's, else config.json's
   const auto deadline = slot.start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                          std::chrono::duration<double>(options_.timeout_s));
   bool client_gone = false, timed_out = false;
@@ -138,7 +139,7 @@ Completion Engine::complete(const Prepared& p, const Slot& slot, const OnText& o
   if (!rest.empty() && !client_gone) client_gone = !on_text(rest, nullptr);
   const auto end = std::chrono::steady_clock::now();
   c.text = p.echo + text.text();
-  const bool eos = last_id >= 0 && last_id == go.eos;
+  const bool eos = std::find(go.eos.begin(), go.eos.end(), last_id) != go.eos.end();
   c.finish_reason = text.stopped() || eos ? "stop" : "length";
   stats.completion_tokens = c.completion_tokens;
   stats.ended = text.stopped() ? "stop"

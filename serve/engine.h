@@ -97,6 +97,7 @@ class Engine {
   nn::CausalLM* lm_ = nullptr;
   std::unique_ptr<data::Tokenizer> tok_;  // null when the folder has none (token-id prompts only)
   nn::EmbeddingConfig embedding_;
+  std::vector<int64_t> eos_;  // the ids a completion stops at (nn::stop_ids)
   Limits limits_;
   std::mutex model_mutex_;  // one forward at a time
   std::atomic<int64_t> active_{0};

@@ -21,11 +21,17 @@ class Flags {
  public:
   Flags(std::string program, std::string about) : program_(std::move(program)), about_(std::move(about)) {}
 
-  // Declares a flag with its default (as text) and help. Booleans are declared with is_bool.
+  // Declares a flag with its default (as text) and help. Booleans are declared with is_bool, or by a
+  // default of "true" or "false"; they take every spelling users type: --name, --name=true|false,
+  // --name true|false (the next argument, when it is one of the words boolean() reads) and --no-name.
   void add(const std::string& name, const std::string& def, const std::string& help, bool is_bool = false) {
+    HH_CHECK(!specs_.count(name), "internal: flag --", name, " declared twice");
     order_.push_back(name);
-    specs_[name] = {def, help, is_bool};
+    specs_[name] = {def, help, is_bool || def == "true" || def == "false"};
   }
+
+  // Leaves --name (declared before or after) out of --help: a shared flag this app only refuses.
+  void hide(const std::string& name) { hidden_.insert(name); }
 
   // Returns false when --help was given (help printed).
   bool parse(int argc, char** argv) {
@@ -45,11 +51,22 @@ class Flags {
         has_value = true;
       }
       auto it = specs_.find(name);
+      if (it == specs_.end() && name.rfind("no-", 0) == 0) {  // --no-NAME: a boolean's false
+        auto b = specs_.find(name.substr(3));
+        if (b != specs_.end() && b->second.is_bool) {
+          HH_CHECK(!has_value, "flag --", name, " takes no value (it means --", b->first, "=false)");
+          name = b->first;
+          it = b;
+          value = "false";
+          has_value = true;
+        }
+      }
       HH_CHECK(it != specs_.end(), "unknown flag --", name, " (see --help)");
       HH_CHECK(!given_.count(name), "flag --", name, " given twice");
       if (!has_value) {
         if (it->second.is_bool) {
           value = "true";
+          if (i + 1 < argc && is_bool_word(argv[i + 1])) value = argv[++i];
         } else {
           HH_CHECK(i + 1 < argc, "flag --", name, " needs a value");
           value = argv[++i];
@@ -96,6 +113,8 @@ class Flags {
     return x;
   }
   bool boolean(const std::string& name) const {
+    auto s = specs_.find(name);
+    HH_CHECK(s != specs_.end() && s->second.is_bool, "internal: --", name, " is not declared as a boolean flag");
     std::string v = str(name);
     if (v == "true" || v == "1" || v == "yes") return true;
     if (v == "false" || v == "0" || v == "no") return false;
@@ -110,15 +129,43 @@ class Flags {
     return out;
   }
 
+  // One flag per entry: its help's lines indented under the first, then its default, once (a help
+  // that already states its default, or a flag without one, shows none).
   void print_help() const {
     std::printf("%s\n\nusage: %s [flags]\n\n", about_.c_str(), program_.c_str());
-    for (const auto& n : order_) {
-      const Spec& s = specs_.at(n);
-      std::printf("  --%-18s %s (default: %s)\n", n.c_str(), s.help.c_str(), s.def.empty() ? "\"\"" : s.def.c_str());
+    for (const auto& n : order_)
+      if (specs_.at(n).is_bool && !hidden_.count(n)) {
+        std::printf("  booleans: --name, --name=true|false, --name true|false, --no-name\n\n");
+        break;
+      }
+    for (const auto& n : order_)
+      if (!hidden_.count(n)) std::printf("%s", help_entry(n).c_str());
+  }
+  std::string help_entry(const std::string& name) const {
+    const Spec& s = specs_.at(name);
+    std::string help = s.help;
+    if (!s.def.empty() && help.find("default") == std::string::npos) help += " (default: " + s.def + ")";
+    const std::string indent(2 + 2 + kNameWidth + 1, ' ');
+    std::string out = "  --" + name;
+    out += name.size() < kNameWidth ? std::string(kNameWidth - name.size() + 1, ' ') : "\n" + indent;
+    std::stringstream lines(help);
+    std::string line;
+    bool first = true;
+    while (std::getline(lines, line)) {
+      const size_t start = first ? 0 : line.find_first_not_of(' ');
+      if (!first) out += indent;
+      out += start == std::string::npos ? "" : line.substr(start);
+      out += "\n";
+      first = false;
     }
+    return out;
   }
 
  private:
+  static constexpr size_t kNameWidth = 18;
+  static bool is_bool_word(const std::string& v) {
+    return v == "true" || v == "false" || v == "1" || v == "0" || v == "yes" || v == "no";
+  }
   struct Spec {
     std::string def, help;
     bool is_bool;
@@ -128,6 +175,7 @@ class Flags {
   std::map<std::string, Spec> specs_;
   std::map<std::string, std::string> values_;
   std::set<std::string> given_;
+  std::set<std::string> hidden_;
 };
 
 // --precision: one flag, the same in every app that runs a model (autograd/autocast.h).

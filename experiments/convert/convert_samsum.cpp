@@ -61,7 +61,7 @@ std::vector<int32_t> greedy_generate(nn::CausalLM& lm, const std::vector<int32_t
   nn::Sampler greedy(nn::SamplingOptions{0.0, 0, 1.0, 0});
   nn::GenerateOptions o;
   o.max_new_tokens = max_new_tokens;
-  o.eos = eos;
+  if (eos >= 0) o.eos = {eos};
   o.keep_eos = false;
   const nn::Generation g = nn::generate(lm, std::vector<int64_t>(prompt.begin(), prompt.end()), greedy, o);
   return std::vector<int32_t>(g.ids.begin(), g.ids.end());

@@ -208,7 +208,7 @@ RetrievalResult run_retrieval(nn::CausalLM& lm, const data::Tokenizer& tok, cons
   for (size_t i = 0; i < prompts.size(); ++i) {
     nn::GenerateOptions go;
     go.max_new_tokens = prompts[i].max_new_tokens;
-    go.eos = tok.eos_id();
+    if (tok.eos_id() >= 0) go.eos = {tok.eos_id()};
     go.keep_eos = false;
     const std::vector<int64_t> ids(prompts[i].ids.begin(), prompts[i].ids.end());
     const nn::Generation g = nn::generate(lm, ids, greedy, go);

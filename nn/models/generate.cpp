@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <numeric>
 
 #include "autograd/grad_mode.h"
 #include "core/error.h"
 #include "autograd/ops.h"
 #include "core/tensor.h"
+#include "nn/models/hf_config.h"
 
 namespace hh::nn {
 
@@ -73,7 +75,7 @@ Generation generate(CausalLM& lm, const std::vector<int64_t>& prompt, Sampler& s
   for (int64_t i = 0; i < o.max_new_tokens; ++i) {
     if (o.on_logits) o.on_logits(logits);
     const int64_t next = sampler.next(logits);
-    const bool stop = next == o.eos && o.eos >= 0;
+    const bool stop = std::find(o.eos.begin(), o.eos.end(), next) != o.eos.end();
     if (!stop || o.keep_eos) {
       g.ids.push_back(next);
       if (o.on_token) o.on_token(static_cast<int64_t>(g.ids.size()), next);
@@ -85,6 +87,49 @@ Generation generate(CausalLM& lm, const std::vector<int64_t>& prompt, Sampler& s
   }
   g.generate_seconds = seconds_since(t0);
   return g;
+}
+
+namespace {
+
+// eos_token_id: one id or a list of ids (Llama 3's <|end_of_text|>, <|eom_id|>, <|eot_id|>); none
+// when not given.
+std::vector<int64_t> eos_token_ids(const HFConfig& c) {
+  if (!c.has("eos_token_id")) return {};
+  try {
+    return {c.get_int("eos_token_id")};
+  } catch (const Error&) {
+    return c.get_ints("eos_token_id");
+  }
+}
+
+}  // namespace
+
+GenerationDefaults read_generation_config(const std::string& folder) {
+  GenerationDefaults d;
+  d.sampling.temperature = 0.0;
+  const std::string path = folder + "/generation_config.json";
+  if (!std::filesystem::is_regular_file(path)) return d;
+  const HFConfig c = HFConfig::load(path);
+  d.found = true;
+  d.do_sample = c.get_bool("do_sample", false);
+  if (d.do_sample) {
+    d.sampling.temperature = c.get_double("temperature", 1.0);
+    d.sampling.top_k = c.get_int("top_k", 50);
+    d.sampling.top_p = c.get_double("top_p", 1.0);
+    HH_CHECK(d.sampling.temperature > 0, path, ": temperature ", d.sampling.temperature,
+             " with do_sample (transformers refuses a temperature <= 0 when sampling)");
+    HH_CHECK(d.sampling.top_k >= 0, path, ": top_k must be >= 0, got ", d.sampling.top_k);
+    HH_CHECK(d.sampling.top_p > 0 && d.sampling.top_p <= 1, path, ": top_p must be in (0, 1], got ",
+             d.sampling.top_p);
+  }
+  d.eos = eos_token_ids(c);
+  return d;
+}
+
+std::vector<int64_t> stop_ids(const GenerationDefaults& g, int64_t tokenizer_eos, const HFConfig& config) {
+  if (!g.eos.empty()) return g.eos;
+  if (tokenizer_eos >= 0) return {tokenizer_eos};
+  return eos_token_ids(config);
 }
 
 }  // namespace hh::nn

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "nn/models/hf_model.h"
@@ -32,7 +33,7 @@ class Sampler {
 
 struct GenerateOptions {
   int64_t max_new_tokens = 32;
-  int64_t eos = -1;        // stop when this id is drawn (-1: never)
+  std::vector<int64_t> eos;  // stop when one of these ids is drawn (none: never)
   bool keep_eos = true;    // the drawn eos is part of the result (HF generate), or dropped
   // Called once the prompt is in (after the prefill, before the first token is drawn).
   std::function<void()> on_prefilled;
@@ -50,6 +51,22 @@ struct Generation {
   double prefill_seconds = 0.0;   // feeding the prompt
   double generate_seconds = 0.0;  // drawing the new tokens
 };
+
+// What transformers' generate() does by default for a folder: its generation_config.json
+// (GenerationConfig's defaults for the keys it leaves out: do_sample false, temperature 1, top_k 50,
+// top_p 1), greedy when the file is absent or do_sample is false.
+struct GenerationDefaults {
+  bool found = false;         // the folder has generation_config.json
+  bool do_sample = false;
+  SamplingOptions sampling;   // temperature 0 (greedy) unless do_sample
+  std::vector<int64_t> eos;   // its eos_token_id (one id or a list); empty when not given
+};
+// Reads FOLDER/generation_config.json; a value of the wrong type is an error naming file and key.
+GenerationDefaults read_generation_config(const std::string& folder);
+
+// The ids a generation stops at, as transformers picks them: generation_config.json's eos_token_id,
+// else the tokenizer's end-of-sequence token (tokenizer_eos >= 0), else config.json's eos_token_id.
+std::vector<int64_t> stop_ids(const GenerationDefaults& g, int64_t tokenizer_eos, const HFConfig& config);
 
 // Feeds `prompt` (batch 1, at least one token) and draws up to max_new_tokens; stops early at eos
 // or when the model has no position left for the next token. No gradients are recorded.
