@@ -136,15 +136,11 @@ void read_stop(const json& j, CompletionRequest& r) {
 
 }  // namespace
 
-CompletionRequest parse_completion_request(const std::string& body, const Limits& limits) {
-  const json j = parse_object(body);
-  check_known(j, {"model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "n", "best_of",
-                  "echo", "logprobs", "stream", "stream_options", "presence_penalty", "frequency_penalty",
-                  "logit_bias", "suffix", "user"});
-  CompletionRequest r;
-  r.model = string(j, "model");
-  read_prompt(j, r);
-  r.max_tokens = integer(j, "max_tokens", std::min<int64_t>(16, limits.max_tokens), 0, limits.max_tokens);
+namespace {
+
+// What completions and chat completions share: max_tokens, sampling, stop, n, streaming, penalties.
+void read_generation_fields(const json& j, CompletionRequest& r, const Limits& limits, const std::string& max_key) {
+  r.max_tokens = integer(j, max_key, std::min<int64_t>(16, limits.max_tokens), 0, limits.max_tokens);
   r.sampling.temperature = number(j, "temperature", 1.0, 0.0, 2.0);
   r.sampling.top_p = number(j, "top_p", 1.0, 0.0, 1.0, /*lo_open=*/true);
   r.sampling.top_k = integer(j, "top_k", 0, -1, INT64_MAX);
@@ -156,11 +152,6 @@ CompletionRequest parse_completion_request(const std::string& body, const Limits
   }
   read_stop(j, r);
   if (integer(j, "n", 1, 1, INT64_MAX) > 1) throw bad("n", "'n' > 1 is not supported yet (one completion per request)");
-  if (integer(j, "best_of", 1, 1, INT64_MAX) > 1) throw bad("best_of", "'best_of' > 1 is not supported yet");
-  r.echo = boolean(j, "echo", false);
-  r.logprobs = integer(j, "logprobs", -1, 0, 5);
-  if (r.logprobs >= 0 && r.echo)
-    throw bad("logprobs", "'logprobs' with 'echo' (the prompt's log-probabilities) is not supported yet");
   r.stream = boolean(j, "stream", false);
   if (!absent(j, "stream_options")) {
     const json& so = j.at("stream_options");
@@ -172,8 +163,87 @@ CompletionRequest parse_completion_request(const std::string& body, const Limits
   only_neutral(j, "presence_penalty", 0, "only 0");
   only_neutral(j, "frequency_penalty", 0, "only 0");
   only_neutral(j, "logit_bias", json::object(), "only {}");
-  only_neutral(j, "suffix", "", "only \"\"");
   string(j, "user");  // accepted, unused
+}
+
+// OpenAI's messages: a non-empty list of {"role": string, "content": string or a list of
+// {"type": "text", "text": ...} parts, "name": optional string}. Parts are joined with "\n" into
+// one string, as vLLM does for templates that read content as a string.
+json read_messages(const json& j) {
+  if (absent(j, "messages")) throw bad("messages", "'messages' is required (a list of {role, content})");
+  const json& ms = j.at("messages");
+  if (!ms.is_array() || ms.empty()) throw bad("messages", "'messages' must be a non-empty list of {role, content}");
+  json out = json::array();
+  for (size_t i = 0; i < ms.size(); ++i) {
+    const json& m = ms[i];
+    const std::string at = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object()) throw bad(at, "'" + at + "' must be an object with 'role' and 'content'");
+    for (const auto& [key, value] : m.items())
+      if (key != "role" && key != "content" && key != "name")
+        throw bad(at + "." + key, "'" + at + "." + key + "' is not supported (role, content and name are)");
+    if (absent(m, "role") || !m.at("role").is_string() || m.at("role").get<std::string>().empty())
+      throw bad(at + ".role", "'" + at + ".role' must be a non-empty string");
+    json msg = {{"role", m.at("role")}};
+    if (absent(m, "content")) throw bad(at + ".content", "'" + at + ".content' is required");
+    const json& c = m.at("content");
+    if (c.is_string()) {
+      msg["content"] = c;
+    } else if (c.is_array()) {
+      std::string text;
+      for (size_t k = 0; k < c.size(); ++k) {
+        const json& part = c[k];
+        const std::string pat = at + ".content[" + std::to_string(k) + "]";
+        if (!part.is_object() || string(part, "type") != "text" || absent(part, "text") || !part.at("text").is_string())
+          throw bad(pat, "'" + pat + "' must be {\"type\": \"text\", \"text\": string} (only text parts are supported)");
+        text += (k ? "\n" : "") + part.at("text").get<std::string>();
+      }
+      msg["content"] = text;
+    } else {
+      throw bad(at + ".content", "'" + at + ".content' must be a string or a list of text parts, got " + c.dump().substr(0, 60));
+    }
+    if (!absent(m, "name")) msg["name"] = string(m, "name");
+    out.push_back(msg);
+  }
+  return out;
+}
+
+}  // namespace
+
+CompletionRequest parse_completion_request(const std::string& body, const Limits& limits) {
+  const json j = parse_object(body);
+  check_known(j, {"model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "n", "best_of",
+                  "echo", "logprobs", "stream", "stream_options", "presence_penalty", "frequency_penalty",
+                  "logit_bias", "suffix", "user"});
+  CompletionRequest r;
+  r.model = string(j, "model");
+  read_prompt(j, r);
+  read_generation_fields(j, r, limits, "max_tokens");
+  if (integer(j, "best_of", 1, 1, INT64_MAX) > 1) throw bad("best_of", "'best_of' > 1 is not supported yet");
+  r.echo = boolean(j, "echo", false);
+  r.logprobs = integer(j, "logprobs", -1, 0, 5);
+  if (r.logprobs >= 0 && r.echo)
+    throw bad("logprobs", "'logprobs' with 'echo' (the prompt's log-probabilities) is not supported yet");
+  only_neutral(j, "suffix", "", "only \"\"");
+  return r;
+}
+
+CompletionRequest parse_chat_request(const std::string& body, const Limits& limits) {
+  const json j = parse_object(body);
+  check_known(j, {"model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "seed",
+                  "stop", "n", "stream", "stream_options", "presence_penalty", "frequency_penalty", "logit_bias",
+                  "user", "logprobs", "top_logprobs", "tools", "tool_choice", "response_format"});
+  CompletionRequest r;
+  r.chat = true;
+  r.model = string(j, "model");
+  r.messages = read_messages(j);
+  if (!absent(j, "max_tokens") && !absent(j, "max_completion_tokens"))
+    throw bad("max_completion_tokens", "give 'max_completion_tokens' or 'max_tokens', not both");
+  read_generation_fields(j, r, limits, absent(j, "max_completion_tokens") ? "max_tokens" : "max_completion_tokens");
+  if (boolean(j, "logprobs", false)) throw bad("logprobs", "'logprobs' is not supported yet for chat completions");
+  only_neutral(j, "top_logprobs", nullptr, "logprobs are not supported yet for chat completions");
+  only_neutral(j, "tools", nullptr, "tool calls are not supported");
+  only_neutral(j, "tool_choice", "none", "tool calls are not supported");
+  only_neutral(j, "response_format", json{{"type", "text"}}, "only {\"type\": \"text\"}");
   return r;
 }
 
@@ -279,6 +349,32 @@ json completion_chunk(const std::string& id, int64_t created, const std::string&
                  {"finish_reason", finish_reason.empty() ? json(nullptr) : json(finish_reason)}};
   return {{"id", id},
           {"object", "text_completion"},
+          {"created", created},
+          {"model", model},
+          {"choices", json::array({choice})}};
+}
+
+json chat_response(const std::string& id, int64_t created, const std::string& model, const Completion& c) {
+  json choice = {{"index", 0},
+                 {"message", {{"role", "assistant"}, {"content", c.text}}},
+                 {"logprobs", nullptr},
+                 {"finish_reason", c.finish_reason}};
+  return {{"id", id},
+          {"object", "chat.completion"},
+          {"created", created},
+          {"model", model},
+          {"choices", json::array({choice})},
+          {"usage", usage_json(c.prompt_tokens, c.completion_tokens)}};
+}
+
+json chat_chunk(const std::string& id, int64_t created, const std::string& model, const json& delta,
+                const std::string& finish_reason) {
+  json choice = {{"index", 0},
+                 {"delta", delta},
+                 {"logprobs", nullptr},
+                 {"finish_reason", finish_reason.empty() ? json(nullptr) : json(finish_reason)}};
+  return {{"id", id},
+          {"object", "chat.completion.chunk"},
           {"created", created},
           {"model", model},
           {"choices", json::array({choice})}};

@@ -50,6 +50,8 @@ struct CompletionRequest {
   int64_t logprobs = -1;           // -1: none; 0..5: the chosen token's and that many alternatives
   bool stream = false;
   bool include_usage = false;      // stream_options.include_usage: a last chunk with usage
+  bool chat = false;               // a chat completion: `messages` rendered by the folder's chat template
+  json messages;                   // chat: [{"role", "content"[, "name"]}], content a string
 };
 
 // The body of POST /v1/completions -> the request. Bad JSON, a field of the wrong type or out of
@@ -57,6 +59,10 @@ struct CompletionRequest {
 // ApiErrors (400) naming the field. The prompt's length is checked once it is tokenized
 // (check_context).
 CompletionRequest parse_completion_request(const std::string& body, const Limits& limits);
+// The body of POST /v1/chat/completions -> the request (chat = true, messages checked: a non-empty
+// list of {role, content[, name]} with string content or text parts). max_completion_tokens or
+// max_tokens; logprobs, tools and response formats other than text are 400s that say so.
+CompletionRequest parse_chat_request(const std::string& body, const Limits& limits);
 // A prompt of `prompt_tokens` plus max_tokens must fit in limits.max_context (400 otherwise).
 void check_context(const CompletionRequest& r, int64_t prompt_tokens, const Limits& limits);
 // A named model must be the one served (404 model_not_found otherwise).
@@ -96,6 +102,12 @@ json completion_response(const std::string& id, int64_t created, const std::stri
 // One streamed chunk: its text (and logprobs), finish_reason "" -> null.
 json completion_chunk(const std::string& id, int64_t created, const std::string& model, const std::string& text,
                       const std::string& finish_reason, const json& logprobs = nullptr);
+// The "chat.completion" object of a whole chat response (the completion as the assistant's message).
+json chat_response(const std::string& id, int64_t created, const std::string& model, const Completion& c);
+// One "chat.completion.chunk": its delta ({"role": "assistant", "content": ""} first, then
+// {"content": text}, {} with the finish_reason last).
+json chat_chunk(const std::string& id, int64_t created, const std::string& model, const json& delta,
+                const std::string& finish_reason);
 // A server-sent event carrying `data` ("data: ...\n\n").
 std::string sse_event(const std::string& data);
 json models_response(const std::string& model, int64_t created);

@@ -49,6 +49,7 @@ Engine::Engine(const EngineOptions& o) : options_(o) {
     embedding_ = nn::read_embedding_config(o.folder);
   }
   tok_ = data::load_tokenizer(o.folder);
+  if (lm_) chat_ = ChatTemplate::load(o.folder);
   if (lm_) eos_ = nn::stop_ids(nn::read_generation_config(o.folder), tok_->eos_id(), lm_->config());
   const int64_t model_limit = positions >= 0 ? positions : 4096;
   HH_CHECK(o.max_context <= model_limit || positions < 0, "--max-context ", o.max_context, " exceeds the model's ",
@@ -78,7 +79,19 @@ Engine::Prepared Engine::prepare(const CompletionRequest& r) const {
                    "wrong_endpoint");
   Prepared p;
   p.request = r;
-  if (r.prompt_is_text) {
+  if (r.chat) {
+    // The conversation through the folder's chat template; its text holds the template's special
+    // tokens, so none are added (as apply_chat_template(tokenize=True)).
+    try {
+      p.request.prompt_text = chat_.render(jinja::json::parse(r.messages.dump()), true);
+    } catch (const jinja::Error& e) {
+      throw ApiError(400, std::string(chat_.available() ? "the model's chat_template cannot be rendered: " : "") +
+                              e.what() + (chat_.available() ? "" : "; use /v1/completions with a prompt"),
+                     "messages", "chat_template_error");
+    }
+    for (int32_t id : tok_->encode(p.request.prompt_text, false)) p.prompt.push_back(id);
+    if (p.prompt.empty()) throw ApiError(400, "the chat template rendered no tokens", "messages");
+  } else if (r.prompt_is_text) {
     for (int32_t id : tok_->encode(r.prompt_text, true)) p.prompt.push_back(id);
     if (p.prompt.empty()) throw ApiError(400, "the tokenizer produced no tokens for 'prompt'", "prompt");
     if (r.echo) p.echo = r.prompt_text;

@@ -18,6 +18,7 @@
 #include "nn/models/embedding.h"
 #include "nn/models/hf_model.h"
 #include "serve/api.h"
+#include "serve/chat_template.h"
 
 namespace hh::serve {
 
@@ -50,6 +51,7 @@ class Engine {
   const std::string& model_id() const { return model_id_; }  // the folder's name
   bool is_decoder() const { return lm_ != nullptr; }
   const Limits& limits() const { return limits_; }
+  bool has_chat_template() const { return chat_.available(); }
   int64_t active() const { return active_.load(); }
   int64_t max_concurrent() const { return options_.max_concurrent; }
 
@@ -97,7 +99,8 @@ class Engine {
   nn::CausalLM* lm_ = nullptr;
   std::unique_ptr<data::Tokenizer> tok_;  // null when the folder has none (token-id prompts only)
   nn::EmbeddingConfig embedding_;
-  std::vector<int64_t> eos_;  // the ids a completion stops at (nn::stop_ids)
+  std::vector<int64_t> eos_;
+  ChatTemplate chat_;         // the folder's chat template (chat completions)  // the ids a completion stops at (nn::stop_ids)
   Limits limits_;
   std::mutex model_mutex_;  // one forward at a time
   std::atomic<int64_t> active_{0};

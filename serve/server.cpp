@@ -125,21 +125,16 @@ class HttpServer {
                 {{"status", engine().stopping() ? "stopping" : "ok"},
                  {"active", engine().active()},
                  {"max_concurrent", engine().max_concurrent()},
-                 {"model", engine().model_id()}});
+                 {"model", engine().model_id()},
+                 {"chat_template", engine().has_chat_template()}});
     });
     http_.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
       send_json(res, 200, models_response(engine().model_id(), created_));
     });
-    http_.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) { completions(req, res); });
+    http_.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) { generate(req, res, false); });
+    http_.Post("/v1/chat/completions",
+               [this](const httplib::Request& req, httplib::Response& res) { generate(req, res, true); });
     http_.Post("/v1/embeddings", [this](const httplib::Request& req, httplib::Response& res) { embeddings(req, res); });
-    http_.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
-      const ApiError e(400,
-                       "chat templates are not supported yet: render the conversation yourself and send it to "
-                       "/v1/completions as 'prompt'",
-                       "messages", "chat_not_supported");
-      send_json(res, e.status, error_body(e));
-      log_request(next_id("chat"), req, e.status, e.what());
-    });
   }
 
   // Binds host:port (0: any free port) and returns the port, or fails naming the flag.
@@ -160,17 +155,21 @@ class HttpServer {
  private:
   std::string next_id(const std::string& prefix) { return prefix + "-" + std::to_string(++requests_); }
 
-  void completions(const httplib::Request& req, httplib::Response& res) {
+  // POST /v1/completions (chat = false) and /v1/chat/completions (chat = true): one generation,
+  // whole or streamed, in the shapes of the endpoint.
+  void generate(const httplib::Request& req, httplib::Response& res, bool chat) {
     const auto t0 = Clock::now();
-    const std::string id = next_id("cmpl");
+    const std::string id = next_id(chat ? "chatcmpl" : "cmpl");
     try {
-      const CompletionRequest r = parse_completion_request(req.body, engine().limits());
+      const CompletionRequest r =
+          chat ? parse_chat_request(req.body, engine().limits()) : parse_completion_request(req.body, engine().limits());
       auto p = std::make_shared<Engine::Prepared>(engine().prepare(r));
       std::shared_ptr<Engine::Slot> slot = engine().admit();
       if (!r.stream) {
         CompletionStats st;
         const Completion c = engine().complete(*p, *slot, [](const std::string&, const json&) { return true; }, st);
-        send_json(res, 200, completion_response(id, created_, engine().model_id(), c));
+        const std::string& model = engine().model_id();
+        send_json(res, 200, chat ? chat_response(id, created_, model, c) : completion_response(id, created_, model, c));
         log_request(id, req, 200, completion_log(st, t0));
         return;
       }
@@ -179,7 +178,7 @@ class HttpServer {
       res.set_header("Cache-Control", "no-cache");
       const httplib::Request* request = &req;
       res.set_chunked_content_provider(
-          "text/event-stream", [this, id, p, slot, t0, request](size_t, httplib::DataSink& sink) {
+          "text/event-stream", [this, id, p, slot, t0, request, chat](size_t, httplib::DataSink& sink) {
             const std::string& model = engine().model_id();
             bool ok = true;
             const auto send = [&](const json& j) {
@@ -187,17 +186,22 @@ class HttpServer {
               ok = ok && sink.write(event.data(), event.size());
               return ok;
             };
+            // A piece of the completion (and its logprobs) as the endpoint's chunk.
+            const auto piece = [&](const std::string& text, const json& lp) {
+              return send(chat ? chat_chunk(id, created_, model, {{"content", text}}, "")
+                               : completion_chunk(id, created_, model, text, "", lp));
+            };
             CompletionStats st;
             Completion c;
             try {
-              if (!p->echo.empty()) send(completion_chunk(id, created_, model, p->echo, ""));
-              c = engine().complete(
-                  *p, *slot, [&](const std::string& text, const json& lp) { return send(completion_chunk(id, created_, model, text, "", lp)); },
-                  st);
-              send(completion_chunk(id, created_, model, "", c.finish_reason));
+              if (chat) send(chat_chunk(id, created_, model, {{"role", "assistant"}, {"content", ""}}, ""));
+              if (!p->echo.empty()) piece(p->echo, nullptr);
+              c = engine().complete(*p, *slot, piece, st);
+              send(chat ? chat_chunk(id, created_, model, json::object(), c.finish_reason)
+                        : completion_chunk(id, created_, model, "", c.finish_reason));
               if (p->request.include_usage)
-                send({{"id", id}, {"object", "text_completion"}, {"created", created_}, {"model", model},
-                      {"choices", json::array()}, {"usage", usage_json(c.prompt_tokens, c.completion_tokens)}});
+                send({{"id", id}, {"object", chat ? "chat.completion.chunk" : "text_completion"}, {"created", created_},
+                      {"model", model}, {"choices", json::array()}, {"usage", usage_json(c.prompt_tokens, c.completion_tokens)}});
             } catch (const std::exception& e) {  // after the 200 went out: the error as the last event
               send(error_body(ApiError(500, std::string("internal error: ") + e.what())));
               st.ended = std::string("error: ") + e.what();

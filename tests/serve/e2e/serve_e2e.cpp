@@ -334,6 +334,48 @@ TEST_CASE("hh_serve: streamed chunks concatenate to hf_run's text, one per token
   CHECK(usage["completion_tokens"] == 12);
 }
 
+TEST_CASE("hh_serve: chat completions through the folder's chat template, whole and streamed") {
+  // llama-tiny-tok with a chat template in its tokenizer_config.json.
+  const std::string folder = scratch().path + "/llama-chat";
+  std::system(("cp -r '" + fixture("llama-tiny-tok") + "' '" + folder + "'").c_str());
+  std::ofstream(folder + "/tokenizer_config.json")
+      << json{{"bos_token", "<s>"},
+              {"eos_token", "</s>"},
+              {"chat_template", "{{ bos_token }}{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n"
+                                "{% endfor %}{% if add_generation_prompt %}[assistant]{% endif %}"}}
+             .dump();
+  ServerProcess s("chat", {"--model", folder});
+  const json messages = {{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", "The hedgehog is"}}};
+  const json whole = post_json(s, "/v1/chat/completions", {{"messages", messages}, {"max_tokens", 8}, {"temperature", 0}}, 200);
+  CHECK(whole["object"] == "chat.completion");
+  CHECK(whole["choices"][0]["message"]["role"] == "assistant");
+  CHECK(whole["usage"]["prompt_tokens"] == 31);  // transformers' apply_chat_template ids (test_chat_template.cpp)
+  CHECK(whole["usage"]["completion_tokens"] == 8);
+  const int fd = connect_to(s.port());
+  send_all(fd, post_request("/v1/chat/completions",
+                            json{{"messages", messages}, {"max_tokens", 8}, {"temperature", 0}, {"stream", true}}.dump()));
+  const std::vector<std::string> events = sse_data(dechunk(read_some(fd, 30)));
+  close(fd);
+  REQUIRE(events.size() >= 3);
+  CHECK(events.back() == "[DONE]");
+  const json first = json::parse(events[0]);
+  CHECK(first["object"] == "chat.completion.chunk");
+  CHECK(first["choices"][0]["delta"]["role"] == "assistant");
+  std::string text, finish;
+  for (size_t i = 1; i + 1 < events.size(); ++i) {
+    const json e = json::parse(events[i]);
+    const json& delta = e["choices"][0]["delta"];
+    if (delta.contains("content")) text += delta["content"].get<std::string>();
+    if (!e["choices"][0]["finish_reason"].is_null()) finish = e["choices"][0]["finish_reason"];
+  }
+  CHECK(text == whole["choices"][0]["message"]["content"].get<std::string>());
+  CHECK(finish == "length");
+  auto health = s.client().Get("/health");
+  REQUIRE(health);
+  CHECK(json::parse(health->body)["chat_template"] == true);
+  CHECK(s.stop(SIGTERM) == 0);
+}
+
 TEST_CASE("hh_serve: hostile requests get OpenAI errors with the right status and never stop the server") {
   ServerProcess& s = llama_server();
   struct Case {
@@ -360,8 +402,10 @@ TEST_CASE("hh_serve: hostile requests get OpenAI errors with the right status an
       {"unknown field", "POST", "/v1/completions", R"({"prompt":"a","frobnicate":true})", 400, "Unrecognized"},
       {"unknown model", "POST", "/v1/completions", R"({"prompt":"a","model":"gpt-4"})", 404, "does not exist"},
       {"unknown route", "GET", "/v1/nope", "", 404, "Unknown request URL"},
-      {"chat", "POST", "/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}]})", 400,
-       "chat templates are not supported yet"},
+      {"chat without a template", "POST", "/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}]})",
+       400, "no chat template"},
+      {"chat message of wrong type", "POST", "/v1/chat/completions", R"({"messages":[{"role":"user","content":7}]})",
+       400, "messages[0].content"},
       {"embeddings on a decoder", "POST", "/v1/embeddings", R"({"input":"a"})", 400, "is a decoder"},
       {"body beyond --max-body", "POST", "/v1/completions", std::string(200000, ' '), 413, "--max-body"},
       {"10 MB body", "POST", "/v1/completions", "{\"prompt\":\"" + std::string(10 << 20, 'a') + "\"}", 413, "--max-body"},
