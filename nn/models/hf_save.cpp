@@ -31,7 +31,7 @@ const char* form_name(LinearForm f) {
 // Files of a model folder besides config.json and the weights that a converted folder keeps.
 const char* kCopied[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
                          "merges.txt", "vocab.txt", "tokenizer.model", "generation_config.json",
-                         "preprocessor_config.json", "added_tokens.json"};
+                         "preprocessor_config.json", "added_tokens.json", "chat_template.jinja"};
 
 // A converted decoder folder loads in transformers through this module (trust_remote_code): its
 // text is nn/models/export/modeling_hedgehog.py, embedded by the build.
