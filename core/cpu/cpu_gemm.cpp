@@ -24,6 +24,10 @@
 //    engine cuts c into a grid of independent tiles, one per thread (see split_grid); Eigen
 //    (f64) uses its own OpenMP split.
 //
+// Batch invariance (core/batch_invariant.h): under a BatchInvariant guard the engine is chosen by
+// n and k alone (the packed kernel when it applies, else a plain loop in k order), so a row's
+// arithmetic never depends on how many rows share the product.
+//
 // Vectorization: the library is built for the baseline ISA unless HH_NATIVE is on, so Eigen's
 // kernels are the SSE2 ones in a portable build and the AVX2/FMA (or AVX-512) ones in a native
 // build; EIGEN_VECTORIZE_FMA is asserted below where the compiler targets FMA.
@@ -36,6 +40,7 @@
 
 #include <Eigen/Core>
 
+#include "core/batch_invariant.h"
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/sgemm_kernels.h"
 #include "core/cpu_isa.h"
@@ -223,6 +228,7 @@ void gemm_typed(const Tensor& a, const Tensor& b, const Tensor& c, const GemmPar
   const int64_t sa = a.stride(0), sb = b.stride(0), sc = m * n;
   const T alpha = static_cast<T>(p.alpha), beta = static_cast<T>(p.beta);
 
+  const bool invariant = BatchInvariant::active();
   const double per = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
   const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
   const bool parallel = threads > 1 && per * static_cast<double>(bt) > kGemmParallelWork;
@@ -233,7 +239,7 @@ void gemm_typed(const Tensor& a, const Tensor& b, const Tensor& c, const GemmPar
 
   if constexpr (std::is_same_v<T, float>) {
     const sgemm::Kernel* kern = sgemm::kernel_for(cpu_isa());
-    if (kern != nullptr && packed::use_packed(m, n, k)) {
+    if (kern != nullptr && (invariant ? n >= 4 && k >= 4 : packed::use_packed(m, n, k))) {
       const sgemm::Kernel& K = *kern;
       // Element strides of each operand (the packers take any pair).
       const int64_t rsa = la.row_major ? la.ld : 1, csa = la.row_major ? 1 : la.ld;
@@ -264,6 +270,27 @@ void gemm_typed(const Tensor& a, const Tensor& b, const Tensor& c, const GemmPar
         });
       return;
     }
+  }
+  if (invariant) {  // one row at a time, k in order: the same operations for a row at any M
+    const int64_t ra = la.row_major ? la.ld : 1, ca = la.row_major ? 1 : la.ld;
+    const int64_t rb = lb.row_major ? lb.ld : 1, cb = lb.row_major ? 1 : lb.ld;
+    auto row = [&](int64_t r) {
+      const int64_t i = r / m, row_i = r % m;
+      const T* ar = pa + i * sa + row_i * ra;
+      const T* bi = pb + i * sb;
+      T* cr = pc + i * sc + row_i * n;
+      for (int64_t j = 0; j < n; ++j) {
+        T acc = 0;
+        for (int64_t kk = 0; kk < k; ++kk) acc += ar[kk * ca] * bi[kk * rb + j * cb];
+        cr[j] = beta == T(0) ? alpha * acc : alpha * acc + beta * cr[j];
+      }
+    };
+    if (parallel) {
+      parallel_for(bt * m, threads, row);
+    } else {
+      for (int64_t r = 0; r < bt * m; ++r) row(r);
+    }
+    return;
   }
   // Eigen: inside the batch loop's parallel region it runs serially; otherwise it decides its
   // own split of each product.

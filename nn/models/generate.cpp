@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "autograd/grad_mode.h"
+#include "core/batch_invariant.h"
 #include "core/error.h"
 #include "autograd/ops.h"
 #include "core/tensor.h"
@@ -49,42 +50,84 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 }  // namespace
 
-Generation generate(CausalLM& lm, const std::vector<int64_t>& prompt, Sampler& sampler, const GenerateOptions& o) {
-  HH_CHECK(!prompt.empty(), "generate: empty prompt");
-  HH_CHECK(o.max_new_tokens >= 0, "generate: max_new_tokens must be >= 0, got ", o.max_new_tokens);
+namespace {
+Device device_of(const CausalLM& lm) {
+  return lm.parameters().empty() ? Device::cpu() : lm.parameters().front().device();
+}
+}  // namespace
+
+DecodeRun::DecodeRun(CausalLM& lm, std::vector<int64_t> prompt, Sampler& sampler, GenerateOptions o)
+    : lm_(lm), prompt_(std::move(prompt)), sampler_(sampler), o_(std::move(o)), state_(lm.start_decoding()) {
+  HH_CHECK(!prompt_.empty(), "generate: empty prompt");
+  HH_CHECK(o_.max_new_tokens >= 0, "generate: max_new_tokens must be >= 0, got ", o_.max_new_tokens);
   const int64_t P = lm.max_positions();
-  HH_CHECK(P < 0 || static_cast<int64_t>(prompt.size()) <= P, "generate: the prompt has ", prompt.size(),
+  HH_CHECK(P < 0 || static_cast<int64_t>(prompt_.size()) <= P, "generate: the prompt has ", prompt_.size(),
            " tokens, more than the model's ", P, " positions");
-  for (int64_t id : prompt)
+  for (int64_t id : prompt_)
     HH_CHECK(id >= 0 && id < lm.vocab_size(), "generate: prompt token id ", id, " is outside the vocabulary of ",
              lm.vocab_size());
+  finished_ = o_.max_new_tokens == 0;
+}
+
+void DecodeRun::prefill() {
   NoGradGuard no_grad;
-  const Device dev = lm.parameters().empty() ? Device::cpu() : lm.parameters().front().device();
-  DecodeState state = lm.start_decoding();
-  const auto host = [](const Tensor& logits) { return to_vector<double>(reshape(logits, {-1})); };
-  const auto ids = [&](const std::vector<int64_t>& v) {
-    return from_vector(v, {1, static_cast<int64_t>(v.size())}, {DType::i64}).to(dev);
-  };
-  Generation g;
-  auto t0 = std::chrono::steady_clock::now();
-  // The whole prompt in one pass (CausalLM::prefill), then one token per step.
-  std::vector<double> logits = host(lm.prefill(ids(prompt), state));
-  g.prefill_seconds = seconds_since(t0);
-  if (o.on_prefilled) o.on_prefilled();
-  t0 = std::chrono::steady_clock::now();
-  for (int64_t i = 0; i < o.max_new_tokens; ++i) {
-    if (o.on_logits) o.on_logits(logits);
-    const int64_t next = sampler.next(logits);
-    const bool stop = std::find(o.eos.begin(), o.eos.end(), next) != o.eos.end();
-    if (!stop || o.keep_eos) {
-      g.ids.push_back(next);
-      if (o.on_token) o.on_token(static_cast<int64_t>(g.ids.size()), next);
-    }
-    if (stop || i + 1 == o.max_new_tokens) break;
-    if (o.should_stop && o.should_stop()) break;
-    if (P >= 0 && state.pos >= P) break;  // no position left to read the token just drawn
-    logits = host(lm.step(ids({next}), state));
+  const auto t0 = std::chrono::steady_clock::now();
+  const Tensor ids = from_vector(prompt_, {1, static_cast<int64_t>(prompt_.size())}, {DType::i64}).to(device_of(lm_));
+  logits_ = to_vector<double>(reshape(lm_.prefill(ids, state_), {-1}));
+  prefill_seconds_ = seconds_since(t0);
+  if (o_.on_prefilled) o_.on_prefilled();
+}
+
+void DecodeRun::draw() {
+  HH_CHECK(!finished_ && !logits_.empty(), "DecodeRun::draw: the run has ended or has no logits");
+  if (o_.on_logits) o_.on_logits(logits_);
+  const int64_t next = sampler_.next(logits_);
+  logits_.clear();
+  ++drawn_;
+  const bool stop = std::find(o_.eos.begin(), o_.eos.end(), next) != o_.eos.end();
+  if (!stop || o_.keep_eos) {
+    generated_.push_back(next);
+    if (o_.on_token) o_.on_token(static_cast<int64_t>(generated_.size()), next);
   }
+  const int64_t P = lm_.max_positions();
+  finished_ = stop || drawn_ == o_.max_new_tokens || (o_.should_stop && o_.should_stop()) ||
+              (P >= 0 && state_.pos >= P);  // no position left to read the token just drawn
+  next_ = finished_ ? -1 : next;
+}
+
+void decode_step(CausalLM& lm, const std::vector<DecodeRun*>& runs) {
+  std::vector<DecodeRun*> due;
+  std::vector<int64_t> inputs;
+  std::vector<DecodeState*> states;
+  for (DecodeRun* r : runs)
+    if (!r->finished()) {
+      due.push_back(r);
+      inputs.push_back(r->next_input());
+      states.push_back(&r->state());
+    }
+  if (due.empty()) return;
+  NoGradGuard no_grad;
+  BatchInvariant invariant;
+  const int64_t n = static_cast<int64_t>(due.size());
+  const Tensor logits = lm.step_many(from_vector(inputs, {n, 1}, {DType::i64}).to(device_of(lm)), states);
+  const std::vector<double> all = to_vector<double>(reshape(logits, {-1}));
+  const size_t V = all.size() / due.size();
+  for (size_t i = 0; i < due.size(); ++i)
+    due[i]->set_logits(std::vector<double>(all.begin() + static_cast<std::ptrdiff_t>(i * V),
+                                           all.begin() + static_cast<std::ptrdiff_t>((i + 1) * V)));
+}
+
+Generation generate(CausalLM& lm, const std::vector<int64_t>& prompt, Sampler& sampler, const GenerateOptions& o) {
+  DecodeRun run(lm, prompt, sampler, o);
+  Generation g;
+  run.prefill();
+  g.prefill_seconds = run.prefill_seconds();
+  const auto t0 = std::chrono::steady_clock::now();
+  while (!run.finished()) {
+    run.draw();
+    decode_step(lm, {&run});
+  }
+  g.ids = run.generated();
   g.generate_seconds = seconds_since(t0);
   return g;
 }

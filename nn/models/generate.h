@@ -68,8 +68,44 @@ GenerationDefaults read_generation_config(const std::string& folder);
 // else the tokenizer's end-of-sequence token (tokenizer_eos >= 0), else config.json's eos_token_id.
 std::vector<int64_t> stop_ids(const GenerationDefaults& g, int64_t tokenizer_eos, const HFConfig& config);
 
+// One generation as a sequence of draws, so that many can share decode steps (decode_step below,
+// hh_serve's continuous batching); nn::generate is one run alone. The prompt goes in one pass
+// (prefill), then each draw() samples a token from the logits in hand and decides whether the run
+// ends (eos, max_new_tokens, should_stop, no position left); if not, the drawn token is the input
+// of the run's next step. The sampler and the options' callbacks must outlive the run.
+class DecodeRun {
+ public:
+  // Checks the prompt (at least one token, within the vocabulary and the model's positions).
+  DecodeRun(CausalLM& lm, std::vector<int64_t> prompt, Sampler& sampler, GenerateOptions o);
+  void prefill();  // the prompt in one pass (CausalLM::prefill), then on_prefilled
+  void draw();     // one token drawn from the logits in hand (on_logits, on_token, the stop checks)
+  bool finished() const { return finished_; }
+  int64_t next_input() const { return next_; }  // the token the next step feeds (not finished)
+  DecodeState& state() { return state_; }
+  void set_logits(std::vector<double> logits) { logits_ = std::move(logits); }
+  const std::vector<int64_t>& generated() const { return generated_; }
+  double prefill_seconds() const { return prefill_seconds_; }
+
+ private:
+  CausalLM& lm_;
+  std::vector<int64_t> prompt_, generated_;
+  Sampler& sampler_;
+  GenerateOptions o_;
+  DecodeState state_;
+  std::vector<double> logits_;
+  int64_t drawn_ = 0, next_ = -1;
+  bool finished_ = false;
+  double prefill_seconds_ = 0.0;
+};
+
+// One step for every unfinished run (their next inputs as one batch through CausalLM::step_many
+// under a BatchInvariant guard, so each run's logits are those it would get alone); each run gets
+// its row of logits. No gradients are recorded.
+void decode_step(CausalLM& lm, const std::vector<DecodeRun*>& runs);
+
 // Feeds `prompt` (batch 1, at least one token) and draws up to max_new_tokens; stops early at eos
-// or when the model has no position left for the next token. No gradients are recorded.
+// or when the model has no position left for the next token: one DecodeRun alone, decoded as
+// decode_step decodes it in a batch. No gradients are recorded.
 Generation generate(CausalLM& lm, const std::vector<int64_t>& prompt, Sampler& sampler, const GenerateOptions& o);
 
 }  // namespace hh::nn

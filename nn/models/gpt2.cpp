@@ -101,6 +101,19 @@ Tensor GPT2Attention::step(const Tensor& x, DecodeCache& cache) const {
   return merge_heads(mixer.step(q, k, v, cache, GateInput{x, k}));
 }
 
+Tensor GPT2Attention::step_rows(const Tensor& x, const std::vector<DecodeCache*>& caches) const {
+  Tensor q, k, v;
+  split_heads(x, q, k, v);  // (N,H,1,D) each: the projection for every row at once
+  std::vector<Tensor> y;
+  for (size_t i = 0; i < caches.size(); ++i) {
+    const int64_t r = static_cast<int64_t>(i);
+    const Tensor ki = slice(k, 0, r, r + 1);
+    y.push_back(mixer.step(slice(q, 0, r, r + 1), ki, slice(v, 0, r, r + 1), *caches[i],
+                           GateInput{slice(x, 0, r, r + 1), ki}));
+  }
+  return merge_heads(cat(y, 0));
+}
+
 Tensor GPT2Attention::prefill(const Tensor& x, DecodeCache& cache) const {
   Tensor q, k, v;
   split_heads(x, q, k, v);
@@ -150,6 +163,11 @@ Tensor GPT2Block::forward(const Tensor& x, TraceRequest* trace) const {
 
 Tensor GPT2Block::step(const Tensor& x, DecodeCache& cache) const {
   AddNormOut a = add_ln(x, attn->step(ln_1->forward(x), cache), *ln_2);
+  return add(a.h, mlp->forward(a.y));
+}
+
+Tensor GPT2Block::step_rows(const Tensor& x, const std::vector<DecodeCache*>& caches) const {
+  AddNormOut a = add_ln(x, attn->step_rows(ln_1->forward(x), caches), *ln_2);
   return add(a.h, mlp->forward(a.y));
 }
 
@@ -225,6 +243,26 @@ Tensor GPT2LMHeadModel::step(const Tensor& ids, DecodeState& state) {
   Tensor x = transformer->embed(ids, state.pos);
   for (size_t i = 0; i < transformer->h->size(); ++i) x = (*transformer->h)[i]->step(x, state.layers[i]);
   state.pos += 1;
+  return head(transformer->ln_f->forward(x));
+}
+
+Tensor GPT2LMHeadModel::step_many(const Tensor& ids, const std::vector<DecodeState*>& states) {
+  check_step_rows(ids, states, cfg.n_positions, "gpt2 step_many");
+  const size_t layers = transformer->h->size();
+  std::vector<Tensor> rows;  // each row's token and position embedding
+  for (size_t i = 0; i < states.size(); ++i) {
+    HH_CHECK(states[i]->layers.size() == layers, "gpt2 step_many: decode state ", i, " has ",
+             states[i]->layers.size(), " layers, the model ", layers, " (use start_decoding())");
+    const int64_t r = static_cast<int64_t>(i);
+    rows.push_back(transformer->embed(slice(ids, 0, r, r + 1), states[i]->pos));
+  }
+  Tensor x = cat(rows, 0);
+  std::vector<DecodeCache*> caches(states.size());
+  for (size_t l = 0; l < layers; ++l) {
+    for (size_t i = 0; i < states.size(); ++i) caches[i] = &states[i]->layers[l];
+    x = (*transformer->h)[l]->step_rows(x, caches);
+  }
+  for (DecodeState* s : states) s->pos += 1;
   return head(transformer->ln_f->forward(x));
 }
 

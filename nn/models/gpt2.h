@@ -27,6 +27,8 @@ class GPT2Attention : public Module {
   GPT2Attention(const GPT2Config& c, const HFModelOptions& o, Init init);
   Tensor forward(const Tensor& x, TraceRequest* trace) const;  // x (B,L,C) -> (B,L,C)
   Tensor step(const Tensor& x, DecodeCache& cache) const;      // x (B,1,C) -> (B,1,C)
+  // x (N,1,C), row i on caches[i] (at its own position) -> (N,1,C): CausalLM::step_many's layer.
+  Tensor step_rows(const Tensor& x, const std::vector<DecodeCache*>& caches) const;
   Tensor prefill(const Tensor& x, DecodeCache& cache) const;   // x (B,L,C), a fresh cache -> (B,L,C)
   std::shared_ptr<Linear> c_attn, c_proj;
   std::shared_ptr<FeatureMap> feature_map;
@@ -52,6 +54,7 @@ class GPT2Block : public Module {
   GPT2Block(const GPT2Config& c, const HFModelOptions& o, Init init);
   Tensor forward(const Tensor& x, TraceRequest* trace) const;
   Tensor step(const Tensor& x, DecodeCache& cache) const;
+  Tensor step_rows(const Tensor& x, const std::vector<DecodeCache*>& caches) const;
   Tensor prefill(const Tensor& x, DecodeCache& cache) const;
   std::shared_ptr<LayerNorm> ln_1, ln_2;
   std::shared_ptr<GPT2Attention> attn;
@@ -77,6 +80,7 @@ class GPT2LMHeadModel : public CausalLM {
   Tensor hidden(const Tensor& ids, TraceRequest* trace = nullptr) override;
   DecodeState start_decoding() const override;
   Tensor step(const Tensor& ids, DecodeState& state) override;
+  Tensor step_many(const Tensor& ids, const std::vector<DecodeState*>& states) override;
   Tensor prefill(const Tensor& ids, DecodeState& state) override;  // one pass from a fresh state
   int64_t vocab_size() const override { return cfg.vocab_size; }
   int64_t max_positions() const override { return cfg.n_positions; }

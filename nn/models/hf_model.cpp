@@ -38,6 +38,29 @@ Tensor CausalLM::prefill(const Tensor& ids, DecodeState& state) {
   return logits;
 }
 
+Tensor CausalLM::step_many(const Tensor& ids, const std::vector<DecodeState*>& states) {
+  check_step_rows(ids, states, max_positions(), "step_many");
+  std::vector<Tensor> rows;
+  for (size_t i = 0; i < states.size(); ++i) {
+    const int64_t r = static_cast<int64_t>(i);
+    rows.push_back(step(slice(ids, 0, r, r + 1), *states[i]));
+  }
+  return cat(rows, 0);
+}
+
+void check_step_rows(const Tensor& ids, const std::vector<DecodeState*>& states, int64_t max_positions,
+                     const std::string& who) {
+  HH_CHECK(ids.defined() && ids.dim() == 2 && ids.size(1) == 1, who, ": expected ids (N,1), got ",
+           ids.defined() ? str(ids.shape()) : std::string("an undefined tensor"));
+  HH_CHECK(ids.size(0) == static_cast<int64_t>(states.size()), who, ": ", ids.size(0), " rows of ids for ",
+           states.size(), " decode states");
+  for (size_t i = 0; i < states.size(); ++i) {
+    HH_CHECK(states[i] != nullptr, who, ": decode state ", i, " is null");
+    const int64_t r = static_cast<int64_t>(i);
+    check_token_ids(slice(ids, 0, r, r + 1), states[i]->pos, max_positions, who);
+  }
+}
+
 namespace {
 using Factory = std::function<std::shared_ptr<HFModel>(const HFConfig&, const HFModelOptions&, const std::string&)>;
 struct Family {

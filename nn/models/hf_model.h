@@ -76,6 +76,13 @@ class CausalLM : public HFModel {
   // token by token; GPT-2 and the Llama decoder run a fresh state's prompt through every layer's
   // full forward at once (AttentionMixer::prefill), a started one (pos > 0) through this loop.
   virtual Tensor prefill(const Tensor& ids, DecodeState& state);
+  // One token for each of N independent sequences: ids (N,1) i64, row i at states[i]->pos with its
+  // own caches -> logits (N,1,V); every state advances by one token. The per-token products
+  // (embeddings, norms, projections, MLPs, the head) run on the N rows at once, attention on each
+  // row's own cache; under a BatchInvariant guard (core/batch_invariant.h) a row's logits are
+  // bit-identical whatever the other rows are. This default steps the rows one by one; GPT-2 and
+  // the Llama decoder batch them.
+  virtual Tensor step_many(const Tensor& ids, const std::vector<DecodeState*>& states);
   virtual int64_t vocab_size() const = 0;
   virtual int64_t max_positions() const = 0;  // longest sequence (forward or decoding); -1 = no limit
 
@@ -107,6 +114,10 @@ Activation hf_activation(const HFConfig& config, const std::string& key, const s
 // ids must be (B,L) i64 with L >= 1 and pos + L <= max_positions (when max_positions >= 0);
 // errors start with `who`.
 void check_token_ids(const Tensor& ids, int64_t pos, int64_t max_positions, const std::string& who);
+// step_many's arguments: ids (N,1) i64, N non-null states, each row's token at its position within
+// max_positions; errors start with `who`.
+void check_step_rows(const Tensor& ids, const std::vector<DecodeState*>& states, int64_t max_positions,
+                     const std::string& who);
 
 // The "architectures" entries load_hf_model accepts (and the "model_type" fallbacks it maps).
 std::vector<std::string> supported_hf_architectures();

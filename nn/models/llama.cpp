@@ -249,7 +249,12 @@ LlamaAttention::LlamaAttention(const LlamaConfig& c, const HFModelOptions& o, In
 }
 
 void LlamaAttention::project(const Tensor& x, int64_t pos, Tensor& q, Tensor& k, Tensor& v, Tensor* k_raw) const {
-  const int64_t B = x.size(0), L = x.size(1), rep = heads_ / kv_heads_;
+  rotate(q_proj->forward(x), k_proj->forward(x), v_proj->forward(x), pos, q, k, v, k_raw);
+}
+
+void LlamaAttention::rotate(const Tensor& qp, const Tensor& kp, const Tensor& vp, int64_t pos, Tensor& q, Tensor& k,
+                            Tensor& v, Tensor* k_raw) const {
+  const int64_t B = qp.size(0), L = qp.size(1), rep = heads_ / kv_heads_;
   // (B,L,h·D) -> (B,h,L,D), through the per-head RMSNorm when there is one (Qwen3, before RoPE).
   auto heads = [&](const Tensor& t, int64_t h, const std::shared_ptr<RMSNorm>& norm = nullptr) {
     Tensor split = reshape(t, {B, L, h, head_dim_});
@@ -260,11 +265,11 @@ void LlamaAttention::project(const Tensor& x, int64_t pos, Tensor& q, Tensor& k,
     if (rep == 1) return t;
     return reshape(expand(unsqueeze(t, 2), {B, kv_heads_, rep, L, head_dim_}), {B, heads_, L, head_dim_});
   };
-  q = apply_rope(heads(q_proj->forward(x), heads_, q_norm), pos, rope_);
-  Tensor kh = heads(k_proj->forward(x), kv_heads_, k_norm);
+  q = apply_rope(heads(qp, heads_, q_norm), pos, rope_);
+  Tensor kh = heads(kp, kv_heads_, k_norm);
   if (k_raw) *k_raw = repeat(kh);
   k = repeat(apply_rope(kh, pos, rope_));
-  v = repeat(heads(v_proj->forward(x), kv_heads_));
+  v = repeat(heads(vp, kv_heads_));
 }
 
 Tensor LlamaAttention::merge(const Tensor& y) const {
@@ -284,6 +289,21 @@ Tensor LlamaAttention::step(const Tensor& x, DecodeCache& cache) const {
   Tensor q, k, v, k_raw;
   project(x, cache.pos(), q, k, v, gated() ? &k_raw : nullptr);
   return merge(mixer.step(q, k, v, cache, GateInput{x, k_raw}));
+}
+
+Tensor LlamaAttention::step_rows(const Tensor& x, const std::vector<DecodeCache*>& caches) const {
+  // The projections for every row at once, then each row rotated at its own position and stepped
+  // on its own cache.
+  const Tensor qp = q_proj->forward(x), kp = k_proj->forward(x), vp = v_proj->forward(x);
+  std::vector<Tensor> y;
+  for (size_t i = 0; i < caches.size(); ++i) {
+    const int64_t r = static_cast<int64_t>(i);
+    const auto row = [&](const Tensor& t) { return slice(t, 0, r, r + 1); };
+    Tensor q, k, v, k_raw;
+    rotate(row(qp), row(kp), row(vp), caches[i]->pos(), q, k, v, gated() ? &k_raw : nullptr);
+    y.push_back(mixer.step(q, k, v, *caches[i], GateInput{row(x), k_raw}));
+  }
+  return merge(cat(y, 0));
 }
 
 Tensor LlamaAttention::prefill(const Tensor& x, DecodeCache& cache) const {
@@ -326,6 +346,11 @@ Tensor LlamaDecoderLayer::forward(const Tensor& x, TraceRequest* trace) const {
 
 Tensor LlamaDecoderLayer::step(const Tensor& x, DecodeCache& cache) const {
   AddNormOut a = add_rms(x, self_attn->step(input_layernorm->forward(x), cache), *post_attention_layernorm);
+  return add(a.h, mlp->forward(a.y));
+}
+
+Tensor LlamaDecoderLayer::step_rows(const Tensor& x, const std::vector<DecodeCache*>& caches) const {
+  AddNormOut a = add_rms(x, self_attn->step_rows(input_layernorm->forward(x), caches), *post_attention_layernorm);
   return add(a.h, mlp->forward(a.y));
 }
 
@@ -399,6 +424,23 @@ Tensor LlamaForCausalLM::step(const Tensor& ids, DecodeState& state) {
   Tensor x = model->embed_tokens->forward(ids);
   for (size_t i = 0; i < model->layers->size(); ++i) x = (*model->layers)[i]->step(x, state.layers[i]);
   state.pos += 1;
+  return head(model->norm->forward(x));
+}
+
+Tensor LlamaForCausalLM::step_many(const Tensor& ids, const std::vector<DecodeState*>& states) {
+  const std::string who = std::string(family_name(cfg.family)) + " step_many";
+  check_step_rows(ids, states, cfg.position_limit(), who);
+  const size_t layers = model->layers->size();
+  for (size_t i = 0; i < states.size(); ++i)
+    HH_CHECK(states[i]->layers.size() == layers, who, ": decode state ", i, " has ", states[i]->layers.size(),
+             " layers, the model ", layers, " (use start_decoding())");
+  Tensor x = model->embed_tokens->forward(ids);
+  std::vector<DecodeCache*> caches(states.size());
+  for (size_t l = 0; l < layers; ++l) {
+    for (size_t i = 0; i < states.size(); ++i) caches[i] = &states[i]->layers[l];
+    x = (*model->layers)[l]->step_rows(x, caches);
+  }
+  for (DecodeState* s : states) s->pos += 1;
   return head(model->norm->forward(x));
 }
 

@@ -56,6 +56,8 @@ class LlamaAttention : public Module {
   LlamaAttention(const LlamaConfig& c, const HFModelOptions& o, Init init, size_t layer);
   Tensor forward(const Tensor& x, TraceRequest* trace) const;  // x (B,L,C) -> (B,L,C)
   Tensor step(const Tensor& x, DecodeCache& cache) const;      // x (B,1,C) at position cache.pos()
+  // x (N,1,C), row i on caches[i] at its own position -> (N,1,C): CausalLM::step_many's layer.
+  Tensor step_rows(const Tensor& x, const std::vector<DecodeCache*>& caches) const;
   Tensor prefill(const Tensor& x, DecodeCache& cache) const;   // x (B,L,C) from position 0, a fresh cache
   std::shared_ptr<Linear> q_proj, k_proj, v_proj, o_proj;
   std::shared_ptr<RMSNorm> q_norm, k_norm;  // Qwen3 (qk_norm) only, else null
@@ -71,6 +73,10 @@ class LlamaAttention : public Module {
 
  private:
   bool gated() const { return mixer.cfg.gate != Gate::none; }
+  // project's second half: the projections qp (B,L,H·D), kp, vp (B,L,Hkv·D) into heads, normed
+  // (Qwen3), rotated from position pos and repeated.
+  void rotate(const Tensor& qp, const Tensor& kp, const Tensor& vp, int64_t pos, Tensor& q, Tensor& k, Tensor& v,
+              Tensor* k_raw) const;
   int64_t heads_, kv_heads_, head_dim_;
   RopeScaling rope_;
 };
@@ -90,6 +96,7 @@ class LlamaDecoderLayer : public Module {
   LlamaDecoderLayer(const LlamaConfig& c, const HFModelOptions& o, Init init, size_t layer);
   Tensor forward(const Tensor& x, TraceRequest* trace) const;
   Tensor step(const Tensor& x, DecodeCache& cache) const;
+  Tensor step_rows(const Tensor& x, const std::vector<DecodeCache*>& caches) const;
   Tensor prefill(const Tensor& x, DecodeCache& cache) const;
   std::shared_ptr<RMSNorm> input_layernorm, post_attention_layernorm;
   std::shared_ptr<LlamaAttention> self_attn;
@@ -119,6 +126,7 @@ class LlamaForCausalLM : public CausalLM {
   std::vector<AttentionSite> attention_sites() override;
   DecodeState start_decoding() const override;
   Tensor step(const Tensor& ids, DecodeState& state) override;
+  Tensor step_many(const Tensor& ids, const std::vector<DecodeState*>& states) override;
   Tensor prefill(const Tensor& ids, DecodeState& state) override;  // one pass from a fresh state
   int64_t vocab_size() const override { return cfg.vocab_size; }
   int64_t max_positions() const override { return cfg.position_limit(); }
