@@ -12,6 +12,26 @@ using namespace hh;
 
 namespace {
 
+// "1048576", "512MiB", "2GiB", "1.5G" -> bytes; an error names the flag.
+int64_t parse_bytes(const std::string& text) {
+  size_t used = 0;
+  double x = 0;
+  try {
+    x = std::stod(text, &used);
+  } catch (...) {
+    used = 0;
+  }
+  const std::string unit = text.substr(used);
+  double scale = 0;
+  if (unit.empty() || unit == "B") scale = 1;
+  else if (unit == "K" || unit == "KiB") scale = 1024.0;
+  else if (unit == "M" || unit == "MiB") scale = 1024.0 * 1024;
+  else if (unit == "G" || unit == "GiB") scale = 1024.0 * 1024 * 1024;
+  HH_CHECK(used > 0 && scale > 0 && x >= 0 && x * scale < 9e18, "flag --max-memory: expected bytes or a size such ",
+           "as 512MiB or 2GiB, got '", text, "'");
+  return static_cast<int64_t>(x * scale);
+}
+
 int run(int argc, char** argv) {
   apps::Flags f("hh_serve",
                 "hh_serve: serves an HF model folder over HTTP with OpenAI's API: POST /v1/completions (decoders;\n"
@@ -24,6 +44,9 @@ int run(int argc, char** argv) {
   f.add("max-context", "0", "most tokens a request may hold, prompt + max_tokens (0: the model's positions)");
   f.add("max-tokens", "0", "largest max_tokens a request may ask for (0: --max-context)");
   f.add("max-body", "1048576", "largest request body in bytes (413 beyond)");
+  f.add("max-memory", "0", "decode-state memory the running requests may hold together (KV caches, linear\n"
+        "states), in bytes or with a unit (512MiB, 2GiB); a request reserves what prompt + max_tokens\n"
+        "can reach: 400 when it can never fit, 503 while others hold it (0: a quarter of the RAM)");
   f.add("timeout", "600", "seconds a request may generate (then it ends, finish_reason length); a client that\n"
         "                       stalls while sending a request is dropped after min(this, 30) s");
   apps::CommonFlagSpec common;
@@ -47,6 +70,7 @@ int run(int argc, char** argv) {
   HH_CHECK(e.max_context == 0 || e.max_tokens <= e.max_context, "--max-tokens ", e.max_tokens,
            " exceeds --max-context ", e.max_context);
   e.timeout_s = f.number("timeout", 0.001, 1e9);
+  e.max_memory = parse_bytes(f.str("max-memory"));
   const apps::CommonFlags c = apps::read_common_flags(f, common);
   e.device = c.device;
   e.threads = apps::apply_threads(c.threads);

@@ -1,8 +1,13 @@
 #include "serve/engine.h"
 
 #include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <stdexcept>
 #include <filesystem>
 #include <thread>
+
+#include <unistd.h>
 
 #include "autograd/grad_mode.h"
 #include "autograd/ops.h"
@@ -20,6 +25,12 @@ double seconds_between(std::chrono::steady_clock::time_point a, std::chrono::ste
 }
 
 // The tokenizer files load_tokenizer reads, in the folder.
+// The default --max-memory: a quarter of the machine's physical memory.
+int64_t default_max_memory() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page / 4 : int64_t{1} << 32;
+}
+
 bool has_tokenizer(const std::string& folder) {
   namespace fs = std::filesystem;
   return fs::exists(folder + "/tokenizer.json") || fs::exists(folder + "/vocab.txt") ||
@@ -49,7 +60,15 @@ Engine::Engine(const EngineOptions& o) : options_(o) {
     embedding_ = nn::read_embedding_config(o.folder);
   }
   tok_ = data::load_tokenizer(o.folder);
-  if (lm_) chat_ = ChatTemplate::load(o.folder);
+  if (lm_) {
+    chat_ = ChatTemplate::load(o.folder);
+    // Decode memory per request, read off a two-token prefill (nn::decode_state_bytes).
+    NoGradGuard ng;
+    state_probe_ = lm_->start_decoding();
+    lm_->prefill(from_vector(std::vector<int64_t>{0, 0}, {1, 2}, {DType::i64}).to(o.device), state_probe_);
+    max_memory_ = o.max_memory > 0 ? o.max_memory : default_max_memory();
+    scheduler_ = std::make_unique<DecodeScheduler>(*lm_, o.threads, model_mutex_, o.token_delay_ms);
+  }
   if (lm_) eos_ = nn::stop_ids(nn::read_generation_config(o.folder), tok_->eos_id(), lm_->config());
   const int64_t model_limit = positions >= 0 ? positions : 4096;
   HH_CHECK(o.max_context <= model_limit || positions < 0, "--max-context ", o.max_context, " exceeds the model's ",
@@ -58,6 +77,35 @@ Engine::Engine(const EngineOptions& o) : options_(o) {
   HH_CHECK(o.max_tokens <= limits_.max_context, "--max-tokens ", o.max_tokens, " exceeds the context of ",
            limits_.max_context, " tokens");
   limits_.max_tokens = o.max_tokens > 0 ? o.max_tokens : limits_.max_context;
+}
+
+int64_t Engine::state_bytes(int64_t tokens) const {
+  return lm_ ? static_cast<int64_t>(nn::decode_state_bytes(state_probe_, tokens)) : 0;
+}
+
+std::unique_ptr<Engine::Slot> Engine::admit(const Prepared& p) {
+  const int64_t bytes = state_bytes(static_cast<int64_t>(p.prompt.size()) + p.request.max_tokens);
+  const auto mib = [](int64_t b) { return std::to_string((b + (1 << 20) - 1) >> 20) + " MiB"; };
+  if (bytes > max_memory_)
+    throw ApiError(400,
+                   "this request needs " + mib(bytes) + " of decode state (prompt + max_tokens), more than the " +
+                       "server's --max-memory of " + mib(max_memory_),
+                   "max_tokens", "request_too_large");
+  if (reserved_.fetch_add(bytes) + bytes > max_memory_) {
+    reserved_ -= bytes;
+    throw ApiError(503,
+                   "the server is busy: its decode memory (--max-memory " + mib(max_memory_) +
+                       ") is held by running requests; retry later",
+                   "", "server_busy");
+  }
+  try {
+    std::unique_ptr<Slot> slot = admit();
+    slot->bytes_ = bytes;
+    return slot;
+  } catch (...) {
+    reserved_ -= bytes;
+    throw;
+  }
 }
 
 std::unique_ptr<Engine::Slot> Engine::admit() {
@@ -107,63 +155,114 @@ Engine::Prepared Engine::prepare(const CompletionRequest& r) const {
   return p;
 }
 
+namespace {
+
+// One completion between its HTTP thread (which waits here and writes to the client) and the model
+// thread (which draws its tokens in the shared batch and queues each token's text).
+struct Job {
+  Job(const data::Tokenizer& tok, const CompletionRequest& r, const std::vector<int64_t>& prompt)
+      : text(tok, r.stop, prompt), sampler(r.sampling) {}
+  std::mutex m;
+  std::condition_variable cv;
+  std::deque<std::pair<std::string, json>> events;  // text pieces (and logprobs) not yet delivered
+  bool done = false;
+  std::string error;
+  std::atomic<bool> cancelled{false};  // the client is gone: the run ends at its next draw
+  // Touched by the model thread while the run lives, read by the HTTP thread once done.
+  TextStream text;
+  nn::Sampler sampler;
+  std::vector<TokenLogprob> logprobs;
+  std::vector<double> last_logits;
+  int64_t tokens = 0, last_id = -1;
+  bool timed_out = false;
+  std::chrono::steady_clock::time_point first;
+};
+
+}  // namespace
+
 Completion Engine::complete(const Prepared& p, const Slot& slot, const OnText& on_text, CompletionStats& stats) {
   const CompletionRequest& r = p.request;
   Completion c;
   c.prompt_tokens = stats.prompt_tokens = static_cast<int64_t>(p.prompt.size());
   c.want_logprobs = r.logprobs >= 0;
   c.logprob_offset = p.echo.size();
-  TextStream text(*tok_, r.stop, p.prompt);
-  nn::Sampler sampler(r.sampling);
+  auto job = std::make_shared<Job>(*tok_, r, p.prompt);
+  const auto deadline = slot.start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                         std::chrono::duration<double>(options_.timeout_s));
+  const auto token_text = [this](int64_t id) { return tok_->decode({static_cast<int32_t>(id)}, false); };
+  // The run's callbacks run on the model thread; they only touch the job.
   nn::GenerateOptions go;
   go.max_new_tokens = r.max_tokens;
   go.eos = eos_;  // as hf_run: generation_config.json's ids, else the tokenizer's, else config.json's
-  const auto deadline = slot.start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                         std::chrono::duration<double>(options_.timeout_s));
-  bool client_gone = false, timed_out = false;
-  std::vector<double> last_logits;
-  if (c.want_logprobs) go.on_logits = [&](const std::vector<double>& logits) { last_logits = logits; };
-  const auto token_text = [&](int64_t id) { return tok_->decode({static_cast<int32_t>(id)}, false); };
-  std::chrono::steady_clock::time_point first;
-  int64_t last_id = -1;
-  go.on_token = [&](int64_t n, int64_t id) {
-    if (n == 1) first = std::chrono::steady_clock::now();
-    last_id = id;
-    c.completion_tokens = n;
+  Job* j = job.get();
+  if (c.want_logprobs) go.on_logits = [j](const std::vector<double>& logits) { j->last_logits = logits; };
+  go.on_token = [j, &r, token_text, offset = c.logprob_offset, want = c.want_logprobs](int64_t n, int64_t id) {
+    if (n == 1) j->first = std::chrono::steady_clock::now();
+    j->last_id = id;
+    j->tokens = n;
     json lp = nullptr;
-    if (c.want_logprobs) {
-      c.logprobs.push_back(token_logprob(last_logits, id, r.logprobs, token_text));
-      lp = logprobs_json({c.logprobs.back()}, c.logprob_offset + text.text().size());
+    if (want) {
+      j->logprobs.push_back(token_logprob(j->last_logits, id, r.logprobs, token_text));
+      lp = logprobs_json({j->logprobs.back()}, offset + j->text.text().size());
     }
-    const std::string piece = text.push(id);
-    if (!client_gone && !on_text(piece, lp)) client_gone = true;
-    if (options_.token_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(options_.token_delay_ms));
+    std::string piece = j->text.push(id);
+    {
+      std::lock_guard<std::mutex> lock(j->m);
+      j->events.emplace_back(std::move(piece), std::move(lp));
+    }
+    j->cv.notify_all();
   };
-  go.should_stop = [&] {
-    timed_out = timed_out || std::chrono::steady_clock::now() > deadline;
-    return text.stopped() || client_gone || stopping_ || timed_out;
+  go.should_stop = [j, deadline, this] {
+    j->timed_out = j->timed_out || std::chrono::steady_clock::now() > deadline;
+    return j->text.stopped() || j->cancelled || stopping_ || j->timed_out;
   };
-  {
-    std::lock_guard<std::mutex> lock(model_mutex_);
-    set_num_threads(options_.threads);  // this thread's OpenMP team size
-    if (r.max_tokens > 0 && !stopping_) nn::generate(*lm_, p.prompt, sampler, go);
+  bool client_gone = false;
+  if (r.max_tokens > 0 && !stopping_) {
+    auto run = std::make_shared<nn::DecodeRun>(*lm_, p.prompt, job->sampler, go);
+    scheduler_->submit(run, [job, run](const std::string& error) {  // run: kept alive until it ends
+      {
+        std::lock_guard<std::mutex> lock(job->m);
+        job->done = true;
+        job->error = error;
+      }
+      job->cv.notify_all();
+    });
+    // Deliver the pieces as they come; a failed write cancels the run (it ends at its next draw).
+    std::unique_lock<std::mutex> lock(job->m);
+    for (;;) {
+      job->cv.wait(lock, [&] { return job->done || !job->events.empty(); });
+      while (!job->events.empty()) {
+        auto [piece, lp] = std::move(job->events.front());
+        job->events.pop_front();
+        lock.unlock();
+        if (!client_gone && !on_text(piece, lp)) {
+          client_gone = true;
+          job->cancelled = true;
+        }
+        lock.lock();
+      }
+      if (job->done) break;
+    }
+    if (!job->error.empty()) throw std::runtime_error("generation failed: " + job->error);
   }
-  const std::string rest = text.finish();
+  const std::string rest = job->text.finish();
   if (!rest.empty() && !client_gone) client_gone = !on_text(rest, nullptr);
   const auto end = std::chrono::steady_clock::now();
-  c.text = p.echo + text.text();
-  const bool eos = std::find(go.eos.begin(), go.eos.end(), last_id) != go.eos.end();
-  c.finish_reason = text.stopped() || eos ? "stop" : "length";
+  c.text = p.echo + job->text.text();
+  c.completion_tokens = job->tokens;
+  c.logprobs = std::move(job->logprobs);
+  const bool eos = std::find(eos_.begin(), eos_.end(), job->last_id) != eos_.end();
+  c.finish_reason = job->text.stopped() || eos ? "stop" : "length";
   stats.completion_tokens = c.completion_tokens;
-  stats.ended = text.stopped() ? "stop"
-                : eos          ? "eos"
-                : client_gone  ? "client gone"
-                : stopping_    ? "shutdown"
-                : timed_out    ? "timeout"
-                               : "length";
+  stats.ended = job->text.stopped() ? "stop"
+                : eos               ? "eos"
+                : client_gone       ? "client gone"
+                : stopping_         ? "shutdown"
+                : job->timed_out    ? "timeout"
+                                    : "length";
   if (c.completion_tokens > 0) {
-    stats.first_token_s = seconds_between(slot.start, first);
-    stats.generate_s = seconds_between(first, end);
+    stats.first_token_s = seconds_between(slot.start, job->first);
+    stats.generate_s = seconds_between(job->first, end);
   }
   return c;
 }

@@ -1,6 +1,7 @@
 // The model behind the server, without HTTP: one folder loaded once (a decoder or a text encoder,
-// with its tokenizer), requests admitted up to --max-concurrent (503 beyond), completions run one
-// decode at a time through nn::generate under the model's mutex, embeddings pooled as
+// with its tokenizer), requests admitted up to --max-concurrent and --max-memory (503 beyond),
+// completions decoded together by the DecodeScheduler (continuous batching: each request's tokens
+// are those it would draw alone, hf_run's), embeddings pooled as
 // sentence-transformers (hf_run --task embed) pools them. A generation ends at its end-of-sequence
 // token, a stop string, max_tokens, the request's deadline, a client gone, or shutdown.
 #pragma once
@@ -19,6 +20,7 @@
 #include "nn/models/hf_model.h"
 #include "serve/api.h"
 #include "serve/chat_template.h"
+#include "serve/scheduler.h"
 
 namespace hh::serve {
 
@@ -29,6 +31,10 @@ struct EngineOptions {
   int64_t max_concurrent = 4;  // requests admitted at once (running or waiting for the model)
   int64_t max_context = 0;     // prompt + max_tokens; 0: the model's positions (4096 without a limit)
   int64_t max_tokens = 0;      // a request's max_tokens; 0: max_context
+  // Bytes of decode state (KV caches, linear states) the running requests may hold together; a
+  // request reserves what prompt + max_tokens can reach (nn::decode_state_bytes) at admission.
+  // 0: a quarter of the machine's memory.
+  int64_t max_memory = 0;
   double timeout_s = 600;      // a request's generation stops after this many seconds
   // Test hook: a pause after every generated token (HH_SERVE_TEST_TOKEN_DELAY_MS), so tests can
   // hold a request running to see 503s, disconnects and shutdown.
@@ -53,19 +59,30 @@ class Engine {
   const Limits& limits() const { return limits_; }
   bool has_chat_template() const { return chat_.available(); }
   int64_t active() const { return active_.load(); }
+  int64_t reserved_bytes() const { return reserved_.load(); }
+  int64_t max_memory() const { return max_memory_; }
+  // Decode-state bytes of a request of `tokens` tokens (0 for an encoder).
+  int64_t state_bytes(int64_t tokens) const;
+  // The most requests one decode step has fed so far.
+  int64_t largest_batch() const { return scheduler_ ? scheduler_->largest_batch() : 0; }
   int64_t max_concurrent() const { return options_.max_concurrent; }
 
   // A request's place among the --max-concurrent: held while it runs, freed when destroyed.
   class Slot {
    public:
     explicit Slot(Engine& e) : start(std::chrono::steady_clock::now()), e_(e) {}
-    ~Slot() { --e_.active_; }
+    ~Slot() {
+      --e_.active_;
+      e_.reserved_ -= bytes_;
+    }
     Slot(const Slot&) = delete;
     Slot& operator=(const Slot&) = delete;
     const std::chrono::steady_clock::time_point start;  // admission: the request's clock starts
 
    private:
+    friend class Engine;
     Engine& e_;
+    int64_t bytes_ = 0;  // decode memory reserved
   };
   // A slot, or ApiError 503 when --max-concurrent requests are running or the server is stopping.
   std::unique_ptr<Slot> admit();
@@ -78,6 +95,9 @@ class Engine {
     std::string echo;             // the prompt's text, when echoed
   };
   Prepared prepare(const CompletionRequest& r) const;
+  // A completion's slot with its decode memory reserved: 400 when prompt + max_tokens can never
+  // fit --max-memory, 503 while running requests hold too much of it.
+  std::unique_ptr<Slot> admit(const Prepared& p);
 
   // Runs a prepared completion. on_text(text, logprob) is called once per generated token with the
   // text it releases (often "", see TextStream; logprob null unless asked) and returns false when
@@ -104,6 +124,10 @@ class Engine {
   Limits limits_;
   std::mutex model_mutex_;  // one forward at a time
   std::atomic<int64_t> active_{0};
+  std::atomic<int64_t> reserved_{0};  // decode-state bytes reserved by admitted completions
+  int64_t max_memory_ = 0;
+  nn::DecodeState state_probe_;       // a two-token prefill's state (state_bytes)
+  std::unique_ptr<DecodeScheduler> scheduler_;  // decoders: the batch loop (declared last: stops first)
   std::atomic<bool> stopping_{false};
 };
 

@@ -126,7 +126,10 @@ class HttpServer {
                  {"active", engine().active()},
                  {"max_concurrent", engine().max_concurrent()},
                  {"model", engine().model_id()},
-                 {"chat_template", engine().has_chat_template()}});
+                 {"chat_template", engine().has_chat_template()},
+                 {"reserved_bytes", engine().reserved_bytes()},
+                 {"max_memory", engine().max_memory()},
+                 {"largest_batch", engine().largest_batch()}});
     });
     http_.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
       send_json(res, 200, models_response(engine().model_id(), created_));
@@ -164,7 +167,7 @@ class HttpServer {
       const CompletionRequest r =
           chat ? parse_chat_request(req.body, engine().limits()) : parse_completion_request(req.body, engine().limits());
       auto p = std::make_shared<Engine::Prepared>(engine().prepare(r));
-      std::shared_ptr<Engine::Slot> slot = engine().admit();
+      std::shared_ptr<Engine::Slot> slot = engine().admit(*p);
       if (!r.stream) {
         CompletionStats st;
         const Completion c = engine().complete(*p, *slot, [](const std::string&, const json&) { return true; }, st);

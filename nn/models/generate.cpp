@@ -75,6 +75,7 @@ void DecodeRun::prefill() {
   const Tensor ids = from_vector(prompt_, {1, static_cast<int64_t>(prompt_.size())}, {DType::i64}).to(device_of(lm_));
   logits_ = to_vector<double>(reshape(lm_.prefill(ids, state_), {-1}));
   prefill_seconds_ = seconds_since(t0);
+  prefilled_ = true;
   if (o_.on_prefilled) o_.on_prefilled();
 }
 

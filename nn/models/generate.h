@@ -80,6 +80,7 @@ class DecodeRun {
   void prefill();  // the prompt in one pass (CausalLM::prefill), then on_prefilled
   void draw();     // one token drawn from the logits in hand (on_logits, on_token, the stop checks)
   bool finished() const { return finished_; }
+  bool prefilled() const { return prefilled_; }
   int64_t next_input() const { return next_; }  // the token the next step feeds (not finished)
   DecodeState& state() { return state_; }
   void set_logits(std::vector<double> logits) { logits_ = std::move(logits); }
@@ -94,7 +95,7 @@ class DecodeRun {
   DecodeState state_;
   std::vector<double> logits_;
   int64_t drawn_ = 0, next_ = -1;
-  bool finished_ = false;
+  bool finished_ = false, prefilled_ = false;
   double prefill_seconds_ = 0.0;
 };
 

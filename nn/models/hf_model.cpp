@@ -38,6 +38,28 @@ Tensor CausalLM::prefill(const Tensor& ids, DecodeState& state) {
   return logits;
 }
 
+size_t decode_state_bytes(const DecodeState& probe, int64_t tokens) {
+  const auto bytes = [](const Tensor& t) {
+    return t.defined() ? static_cast<size_t>(t.numel()) * itemsize(t.dtype()) : size_t{0};
+  };
+  const auto per_slot = [&](const Tensor& ring, std::initializer_list<const Tensor*> all) {
+    if (!ring.defined() || ring.size(2) == 0) return 0.0;
+    size_t b = 0;
+    for (const Tensor* t : all) b += bytes(*t);
+    return static_cast<double>(b) / static_cast<double>(ring.size(2));
+  };
+  double total = 0;
+  for (const DecodeCache& c : probe.layers) {
+    total += per_slot(c.k, {&c.k, &c.v}) * static_cast<double>(tokens);
+    const HybridDecodeState& h = c.hybrid;
+    total += per_slot(h.k, {&h.k, &h.v, &h.pk}) * static_cast<double>(std::min(tokens, h.window));
+    for (const Tensor* t : {&h.S, &h.z, &c.linear.S, &c.linear.z, &c.linear.gated.S, &c.linear.gated.z,
+                            &c.linear.delta.S})
+      total += static_cast<double>(bytes(*t));
+  }
+  return static_cast<size_t>(total);
+}
+
 Tensor CausalLM::step_many(const Tensor& ids, const std::vector<DecodeState*>& states) {
   check_step_rows(ids, states, max_positions(), "step_many");
   std::vector<Tensor> rows;

@@ -61,6 +61,12 @@ struct DecodeState {
   int64_t pos = 0;
 };
 
+// Bytes a sequence's decode state holds once it has seen `tokens` tokens, read off `probe` (a state
+// of the same model after a short prefill): a softmax layer's keys and values grow by their bytes
+// per token (an upper bound under a sliding window), a hybrid's ring by its bytes per slot up to its
+// window, linear, gated and delta states stay their size.
+size_t decode_state_bytes(const DecodeState& probe, int64_t tokens);
+
 class CausalLM : public HFModel {
  public:
   using HFModel::HFModel;

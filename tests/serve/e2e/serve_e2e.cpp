@@ -334,6 +334,32 @@ TEST_CASE("hh_serve: streamed chunks concatenate to hf_run's text, one per token
   CHECK(usage["completion_tokens"] == 12);
 }
 
+TEST_CASE("hh_serve: 16 concurrent requests share the decode batch and each equals its request alone") {
+  ServerProcess s("batch", {"--model", fixture("llama-tiny-tok"), "--max-concurrent", "16"});
+  std::vector<json> bodies;
+  for (int i = 0; i < 16; ++i)
+    bodies.push_back({{"prompt", std::string("The hedgehog is ") + std::string(static_cast<size_t>(i % 4), 'a')},
+                      {"max_tokens", 6 + i % 5}, {"temperature", i % 2 ? 0.0 : 0.7}, {"seed", i}});
+  std::vector<std::string> alone, together(bodies.size());
+  for (const json& b : bodies) alone.push_back(post_json(s, "/v1/completions", b, 200)["choices"][0]["text"]);
+  std::vector<std::thread> clients;
+  for (size_t i = 0; i < bodies.size(); ++i)
+    clients.emplace_back([&, i] {
+      auto c = s.client();
+      auto res = c.Post("/v1/completions", bodies[i].dump(), "application/json");
+      if (res && res->status == 200) together[i] = json::parse(res->body)["choices"][0]["text"];
+    });
+  for (std::thread& t : clients) t.join();
+  for (size_t i = 0; i < bodies.size(); ++i) CHECK(together[i] == alone[i]);
+  auto health = s.client().Get("/health");
+  REQUIRE(health);
+  const json h = json::parse(health->body);
+  CHECK(h["active"] == 0);
+  CHECK(h["reserved_bytes"] == 0);
+  std::printf("  16 concurrent requests: largest decode batch %d\n", h["largest_batch"].get<int>());
+  CHECK(s.stop(SIGTERM) == 0);
+}
+
 TEST_CASE("hh_serve: chat completions through the folder's chat template, whole and streamed") {
   // llama-tiny-tok with a chat template in its tokenizer_config.json.
   const std::string folder = scratch().path + "/llama-chat";
