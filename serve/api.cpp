@@ -152,6 +152,7 @@ void read_generation_fields(const json& j, CompletionRequest& r, const Limits& l
   }
   read_stop(j, r);
   if (integer(j, "n", 1, 1, INT64_MAX) > 1) throw bad("n", "'n' > 1 is not supported yet (one completion per request)");
+  r.ignore_eos = boolean(j, "ignore_eos", false);
   r.stream = boolean(j, "stream", false);
   if (!absent(j, "stream_options")) {
     const json& so = j.at("stream_options");
@@ -213,7 +214,7 @@ CompletionRequest parse_completion_request(const std::string& body, const Limits
   const json j = parse_object(body);
   check_known(j, {"model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "n", "best_of",
                   "echo", "logprobs", "stream", "stream_options", "presence_penalty", "frequency_penalty",
-                  "logit_bias", "suffix", "user"});
+                  "logit_bias", "suffix", "user", "ignore_eos"});
   CompletionRequest r;
   r.model = string(j, "model");
   read_prompt(j, r);
@@ -231,7 +232,7 @@ CompletionRequest parse_chat_request(const std::string& body, const Limits& limi
   const json j = parse_object(body);
   check_known(j, {"model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "seed",
                   "stop", "n", "stream", "stream_options", "presence_penalty", "frequency_penalty", "logit_bias",
-                  "user", "logprobs", "top_logprobs", "tools", "tool_choice", "response_format"});
+                  "user", "logprobs", "top_logprobs", "tools", "tool_choice", "response_format", "ignore_eos"});
   CompletionRequest r;
   r.chat = true;
   r.model = string(j, "model");

@@ -50,6 +50,7 @@ struct CompletionRequest {
   int64_t logprobs = -1;           // -1: none; 0..5: the chosen token's and that many alternatives
   bool stream = false;
   bool include_usage = false;      // stream_options.include_usage: a last chunk with usage
+  bool ignore_eos = false;         // vLLM's extension: generate max_tokens even past end of sequence
   bool chat = false;               // a chat completion: `messages` rendered by the folder's chat template
   json messages;                   // chat: [{"role", "content"[, "name"]}], content a string
 };

@@ -193,7 +193,8 @@ Completion Engine::complete(const Prepared& p, const Slot& slot, const OnText& o
   // The run's callbacks run on the model thread; they only touch the job.
   nn::GenerateOptions go;
   go.max_new_tokens = r.max_tokens;
-  go.eos = eos_;  // as hf_run: generation_config.json's ids, else the tokenizer's, else config.json's
+  // As hf_run: generation_config.json's ids, else the tokenizer's, else config.json's.
+  if (!r.ignore_eos) go.eos = eos_;
   Job* j = job.get();
   if (c.want_logprobs) go.on_logits = [j](const std::vector<double>& logits) { j->last_logits = logits; };
   go.on_token = [j, &r, token_text, offset = c.logprob_offset, want = c.want_logprobs](int64_t n, int64_t id) {
@@ -251,7 +252,7 @@ Completion Engine::complete(const Prepared& p, const Slot& slot, const OnText& o
   c.text = p.echo + job->text.text();
   c.completion_tokens = job->tokens;
   c.logprobs = std::move(job->logprobs);
-  const bool eos = std::find(eos_.begin(), eos_.end(), job->last_id) != eos_.end();
+  const bool eos = !r.ignore_eos && std::find(eos_.begin(), eos_.end(), job->last_id) != eos_.end();
   c.finish_reason = job->text.stopped() || eos ? "stop" : "length";
   stats.completion_tokens = c.completion_tokens;
   stats.ended = job->text.stopped() ? "stop"
