@@ -31,3 +31,13 @@ foreach(i RANGE ${last})
   add_test(NAME hh_serve_rejects_${i} COMMAND hh_serve ${flags})
   set_tests_properties(hh_serve_rejects_${i} PROPERTIES PASS_REGULAR_EXPRESSION "error: [^\n]*${says}")
 endforeach()
+# The real `openai` Python client against hh_serve (tests/serve/openai_client_test.py): completions
+# equal hf_run's, whole and streamed; chat through a template; errors as the client's exceptions.
+# Skipped (exit 77, "skipped: no openai client") where the package is absent.
+find_program(HH_PYTHON3 python3)
+if(HH_PYTHON3)
+  add_test(NAME hh_serve_openai_client
+           COMMAND ${HH_PYTHON3} ${CMAKE_CURRENT_SOURCE_DIR}/tests/serve/openai_client_test.py
+                   $<TARGET_FILE_DIR:hh_serve> ${CMAKE_CURRENT_SOURCE_DIR}/tests/fixtures/hf)
+  set_tests_properties(hh_serve_openai_client PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
+endif()

@@ -11,19 +11,28 @@ TextStream::TextStream(const data::Tokenizer& tok, std::vector<std::string> stop
   context_text_ = tok_.decode(context_, /*skip_special_tokens=*/true);
 }
 
-std::string TextStream::decode() const {
+std::string TextStream::decode(size_t n) const {
   std::vector<int32_t> all = context_;
-  all.insert(all.end(), ids_.begin(), ids_.end());
+  all.insert(all.end(), ids_.begin(), ids_.begin() + static_cast<std::ptrdiff_t>(n));
   const std::string full = tok_.decode(all, /*skip_special_tokens=*/true);
   // The context's text must come first; when the decode does not keep it, the completion alone.
   if (full.compare(0, context_text_.size(), context_text_) == 0) return full.substr(context_text_.size());
-  return tok_.decode(ids_, true);
+  return tok_.decode(std::vector<int32_t>(ids_.begin(), ids_.begin() + static_cast<std::ptrdiff_t>(n)), true);
+}
+
+bool TextStream::is_byte_token(int32_t id) const {
+  const std::string t = tok_.id_to_token(id);  // SentencePiece byte fallback: "<0xNN>"
+  return t.size() == 6 && t.compare(0, 3, "<0x") == 0 && t[5] == '>';
 }
 
 std::string TextStream::push(int64_t id) {
   if (stopped_) return "";
   ids_.push_back(static_cast<int32_t>(id));
-  const std::string full = decode();
+  // A run of byte-fallback tokens decodes as one: bytes that are not UTF-8 all become U+FFFD, the
+  // ones already shown included. So the text of a trailing run waits until the run ends.
+  size_t stable = ids_.size();
+  while (stable > 0 && is_byte_token(ids_[stable - 1])) --stable;
+  const std::string full = decode(stable);
   // The decode of more ids must extend what was released; wait while it does not (it may again).
   if (full.compare(0, released_.size(), released_) != 0) return "";
   // The first stop string, searched from just before the released end (nothing released holds one).
@@ -59,7 +68,7 @@ std::string TextStream::push(int64_t id) {
 
 std::string TextStream::finish() {
   if (stopped_) return "";
-  const std::string full = decode();
+  const std::string full = decode(ids_.size());
   if (full.compare(0, released_.size(), released_) != 0) return "";  // cannot take released text back
   std::string out = full.substr(released_.size());
   released_ = full;

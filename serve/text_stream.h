@@ -2,7 +2,9 @@
 // after every token (so characters spread over several byte tokens and a tokenizer's leading-space
 // rule come out exactly as one decode of all the ids gives them) and only text that can no longer
 // change is released: not a trailing U+FFFD (half a UTF-8 character so far), not a tail that may
-// be the start of a stop string. The pieces released concatenate to the final text, streamed or not.
+// be the start of a stop string, not the text of a trailing run of byte-fallback tokens ("<0xNN>",
+// which decode together: bytes that are not UTF-8 all turn into U+FFFD). The pieces released
+// concatenate to the final text, streamed or not, and that text is the decode of all the ids.
 // The completion is decoded after the prompt's last few tokens and that context's own text is cut
 // off, so its first word keeps the space a decode of prompt + completion gives it (SentencePiece
 // drops a leading space at the start of a decode): echo's prompt + completion reads as one text.
@@ -32,8 +34,9 @@ class TextStream {
  private:
   const data::Tokenizer& tok_;
   std::vector<std::string> stop_;
-  // The completion's text so far: decode(context + ids) after the context's own text.
-  std::string decode() const;
+  // The text of the completion's first n ids: decode(context + ids[:n]) after the context's own text.
+  std::string decode(size_t n) const;
+  bool is_byte_token(int32_t id) const;
 
   std::vector<int32_t> context_, ids_;
   std::string context_text_;

@@ -167,6 +167,23 @@ TEST_CASE("serve api: response, chunk, error and embedding JSON have OpenAI's sh
   CHECK(lj["tokens"] == json{"t0", "t0"});
 }
 
+TEST_CASE("serve text stream: a run of byte-fallback tokens is released only once it ends") {
+  // llama-tiny-tok's ids of a seeded sample (found by the openai-client test): "ident", <0x0E>,
+  // <0xED>, "If ": <0x0E> alone decodes to "\x0e", but with <0xED> after it the run is not UTF-8
+  // and both bytes become U+FFFD, so "\x0e" must not be released before the run ends.
+  const auto tok = data::load_tokenizer(kLlamaTok);
+  const std::vector<int32_t> ids = {1206, 17, 237, 830, 92};
+  CHECK(tok->id_to_token(17) == "<0x0E>");
+  serve::TextStream s(*tok, {}, {1, 705, 330});
+  std::string joined;
+  for (int32_t id : ids) joined += s.push(id);
+  joined += s.finish();
+  const std::string whole = s.text();
+  CHECK(joined == whole);
+  CHECK(whole.find("\xEF\xBF\xBD\xEF\xBF\xBD") != std::string::npos);  // two U+FFFD, as the whole decode has
+  CHECK(whole.find('\x0e') == std::string::npos);
+}
+
 TEST_CASE("serve text stream: released pieces concatenate to the full decode; stop strings end it") {
   const auto tok = data::load_tokenizer(kLlamaTok);
   const std::vector<int32_t> ids32 = tok->encode("The hedgehog is a small animal, isn't it? Yes.", false);
