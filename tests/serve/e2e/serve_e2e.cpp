@@ -110,6 +110,7 @@ class ServerProcess {
     }
   }
   int port() const { return port_; }
+  pid_t pid() const { return pid_; }
   std::string log() const { return slurp(log_); }
   // Sends `sig` and waits (up to 20 s) for the exit; returns the exit status (-1: killed by a
   // signal or still running).
@@ -357,6 +358,73 @@ TEST_CASE("hh_serve: 16 concurrent requests share the decode batch and each equa
   CHECK(h["active"] == 0);
   CHECK(h["reserved_bytes"] == 0);
   std::printf("  16 concurrent requests: largest decode batch %d\n", h["largest_batch"].get<int>());
+  CHECK(s.stop(SIGTERM) == 0);
+}
+
+// The resident memory of a process, bytes.
+int64_t rss_bytes(pid_t pid) {
+  std::istringstream in(slurp("/proc/" + std::to_string(pid) + "/status"));
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmRSS:", 0) == 0) return std::atoll(line.c_str() + 6) * 1024;
+  return 0;
+}
+
+TEST_CASE("hh_serve: 64 concurrent streaming clients all complete, each as it does alone, and nothing leaks") {
+  ServerProcess s("load", {"--model", fixture("llama-tiny-tok"), "--max-concurrent", "64", "--max-tokens", "24"});
+  const char* const words[] = {"The", "hedgehog", "is", "a", "small", "animal", "with", "spines", "and", "a", "snout"};
+  std::vector<json> bodies;
+  for (int i = 0; i < 64; ++i) {
+    std::string prompt;
+    for (int w = 0; w <= i % 6; ++w) prompt += std::string(w ? " " : "") + words[(i * 3 + w) % 11];
+    bodies.push_back({{"prompt", prompt}, {"max_tokens", 8 + i % 16}, {"temperature", 0}});
+  }
+  std::vector<std::string> alone;
+  for (const json& b : bodies) alone.push_back(post_json(s, "/v1/completions", b, 200)["choices"][0]["text"]);
+  const int64_t rss_before = rss_bytes(s.pid());
+  std::vector<std::string> streamed(bodies.size());
+  std::vector<int> done_events(bodies.size(), 0);
+  const auto t0 = Clock::now();
+  std::vector<std::thread> clients;
+  for (size_t i = 0; i < bodies.size(); ++i)
+    clients.emplace_back([&, i] {
+      json b = bodies[i];
+      b["stream"] = true;
+      const int fd = connect_to(s.port());
+      send_all(fd, post_request("/v1/completions", b.dump()));
+      const std::string response = read_some(fd, 120);
+      close(fd);
+      for (const std::string& e : sse_data(dechunk(response))) {
+        if (e == "[DONE]") {
+          ++done_events[i];
+          continue;
+        }
+        const json j = json::parse(e, nullptr, false);
+        if (j.is_object() && j.contains("choices") && !j["choices"].empty())
+          streamed[i] += j["choices"][0]["text"].get<std::string>();
+      }
+    });
+  for (std::thread& t : clients) t.join();
+  const double seconds = seconds_since(t0);
+  int equal = 0;
+  for (size_t i = 0; i < bodies.size(); ++i) {
+    CAPTURE(bodies[i].dump());
+    CHECK(done_events[i] == 1);
+    CHECK(streamed[i] == alone[i]);
+    equal += streamed[i] == alone[i];
+  }
+  auto health = s.client().Get("/health");
+  REQUIRE(health);
+  const json h = json::parse(health->body);
+  CHECK(h["active"] == 0);
+  CHECK(h["reserved_bytes"] == 0);
+  const int64_t rss_after = rss_bytes(s.pid());
+  // Bounded: the 64 decode states of this model are a few hundred KiB; the rest is allocator and
+  // thread pools (httplib's 72 workers) reused across requests.
+  CHECK(rss_after - rss_before < (int64_t{64} << 20));
+  std::printf("  64 streaming clients: %d/64 equal to alone, %.2f s, largest batch %d, RSS %.1f -> %.1f MiB\n", equal,
+              seconds, h["largest_batch"].get<int>(), static_cast<double>(rss_before) / (1 << 20),
+              static_cast<double>(rss_after) / (1 << 20));
   CHECK(s.stop(SIGTERM) == 0);
 }
 
