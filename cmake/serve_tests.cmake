@@ -41,3 +41,12 @@ if(HH_PYTHON3)
                    $<TARGET_FILE_DIR:hh_serve> ${CMAKE_CURRENT_SOURCE_DIR}/tests/fixtures/hf)
   set_tests_properties(hh_serve_openai_client PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
 endif()
+# The chat page (GET /) in headless Chromium, driven through the DevTools protocol
+# (tests/serve/chat_page_test.py): typed message, Send clicked, the streamed reply read from the
+# page equals the API's, with and without a chat template. Skipped (exit 77) without Chromium.
+if(HH_PYTHON3)
+  add_test(NAME hh_serve_chat_page
+           COMMAND ${HH_PYTHON3} ${CMAKE_CURRENT_SOURCE_DIR}/tests/serve/chat_page_test.py
+                   $<TARGET_FILE_DIR:hh_serve> ${CMAKE_CURRENT_SOURCE_DIR}/tests/fixtures/hf)
+  set_tests_properties(hh_serve_chat_page PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
+endif()

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "serve/page.h"
 
 namespace hh::serve {
 
@@ -130,6 +131,9 @@ class HttpServer {
                  {"reserved_bytes", engine().reserved_bytes()},
                  {"max_memory", engine().max_memory()},
                  {"largest_batch", engine().largest_batch()}});
+    });
+    http_.Get("/", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content(chat_page_html(), "text/html; charset=utf-8");
     });
     http_.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
       send_json(res, 200, models_response(engine().model_id(), created_));
