@@ -100,10 +100,11 @@ struct Level {
   int64_t concurrency = 0, completed = 0, tokens = 0;
   double seconds = 0, tokens_per_second = 0, ttft_p50 = 0, ttft_p90 = 0, rss_idle_mib = 0, rss_peak_mib = 0,
          mib_per_request = 0, reserved_mib_per_request = 0;
+  std::string failure;  // what one failed request got
 };
 
 // One streamed completion: its time to first token and the tokens received (one SSE chunk each).
-void one_request(int port, const json& body, double& ttft, int64_t& tokens, bool& ok) {
+void one_request(int port, const std::string& body, double& ttft, int64_t& tokens, bool& ok, std::string& why) {
   httplib::Client c("127.0.0.1", port);
   c.set_read_timeout(3600, 0);
   const auto t0 = Clock::now();
@@ -113,7 +114,7 @@ void one_request(int port, const json& body, double& ttft, int64_t& tokens, bool
   httplib::Request req;
   req.method = "POST";
   req.path = "/v1/completions";
-  req.body = body.dump();
+  req.body = body;
   req.set_header("Content-Type", "application/json");
   req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
     buffer.append(data, n);
@@ -132,6 +133,7 @@ void one_request(int port, const json& body, double& ttft, int64_t& tokens, bool
   httplib::Response res;
   httplib::Error error = httplib::Error::Success;
   ok = c.send(req, res, error) && res.status == 200;
+  if (!ok) why = str("HTTP ", res.status, " ", httplib::to_string(error), " ", buffer.substr(0, 200));
 }
 
 Level run_level(const Server& s, int64_t concurrency, int64_t prompt_tokens, int64_t new_tokens, int64_t vocab,
@@ -142,6 +144,7 @@ Level run_level(const Server& s, int64_t concurrency, int64_t prompt_tokens, int
   std::vector<double> ttft(static_cast<size_t>(concurrency));
   std::vector<int64_t> tokens(static_cast<size_t>(concurrency));
   std::vector<char> ok(static_cast<size_t>(concurrency));
+  std::vector<std::string> why(static_cast<size_t>(concurrency));
   std::atomic<bool> running{true};
   std::atomic<int64_t> peak{idle}, reserved{0};
   std::thread watcher([&] {  // the server's resident memory and the engine's reservation, sampled
@@ -153,17 +156,23 @@ Level run_level(const Server& s, int64_t concurrency, int64_t prompt_tokens, int
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   });
+  // Every body made before the clock starts: on a machine the server keeps busy, a client thread
+  // must only connect and send.
   std::mt19937_64 g(seed);
-  const auto t0 = Clock::now();
-  std::vector<std::thread> clients;
+  std::vector<json> bodies;
   for (int64_t i = 0; i < concurrency; ++i) {
     std::vector<int64_t> prompt(static_cast<size_t>(prompt_tokens));
     for (int64_t& id : prompt) id = static_cast<int64_t>(g() % static_cast<uint64_t>(vocab));
-    const json body = {{"prompt", prompt}, {"max_tokens", new_tokens}, {"temperature", 0}, {"ignore_eos", true},
-                       {"stream", true}};
-    clients.emplace_back([&, i, body] {
+    bodies.push_back({{"prompt", prompt}, {"max_tokens", new_tokens}, {"temperature", 0}, {"ignore_eos", true},
+                      {"stream", true}});
+  }
+  const auto t0 = Clock::now();
+  std::vector<std::thread> clients;
+  for (int64_t i = 0; i < concurrency; ++i) {
+    clients.emplace_back([&, i, body = bodies[static_cast<size_t>(i)].dump()] {
       bool good = false;
-      one_request(s.port(), body, ttft[static_cast<size_t>(i)], tokens[static_cast<size_t>(i)], good);
+      one_request(s.port(), body, ttft[static_cast<size_t>(i)], tokens[static_cast<size_t>(i)], good,
+                  why[static_cast<size_t>(i)]);
       ok[static_cast<size_t>(i)] = good;
     });
   }
@@ -172,12 +181,14 @@ Level run_level(const Server& s, int64_t concurrency, int64_t prompt_tokens, int
   running = false;
   watcher.join();
   std::vector<double> firsts;
-  for (int64_t i = 0; i < concurrency; ++i)
+  for (int64_t i = 0; i < concurrency; ++i) {
+    if (!ok[static_cast<size_t>(i)]) L.failure = why[static_cast<size_t>(i)];
     if (ok[static_cast<size_t>(i)]) {
       ++L.completed;
       L.tokens += tokens[static_cast<size_t>(i)];
       firsts.push_back(ttft[static_cast<size_t>(i)]);
     }
+  }
   L.tokens_per_second = L.tokens / L.seconds;
   if (!firsts.empty()) {
     std::sort(firsts.begin(), firsts.end());
@@ -248,7 +259,8 @@ int run(int argc, char** argv) {
     name = last;
     for (int64_t c : levels) {
       const Level L = run_level(s, c, prompt_tokens, new_tokens, vocab, seed);
-      HH_CHECK(L.completed == c, "bench_serve: ", c - L.completed, " of ", c, " requests failed on ", folder);
+      HH_CHECK(L.completed == c, "bench_serve: ", c - L.completed, " of ", c, " requests failed on ", folder, " (",
+               L.failure, ")");
       std::printf("| %s | %lld | %.1f | %.3f | %.3f | %.2f | %.2f |\n", name.c_str(), static_cast<long long>(c),
                   L.tokens_per_second, L.ttft_p50, L.ttft_p90, L.mib_per_request, L.reserved_mib_per_request);
       std::fflush(stdout);

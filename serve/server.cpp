@@ -1,7 +1,10 @@
 #include "serve/server.h"
 
 #include <httplib.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <pthread.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <atomic>
@@ -53,6 +56,25 @@ std::string completion_log(const CompletionStats& s, Clock::time_point t0) {
   return buf;
 }
 
+// Debian's cpp-httplib (a compiled library) listens with a backlog of 5: 32 clients connecting at
+// once overflow the accept queue and some connections are dropped before any request is read
+// (bench_serve saw it). listen() again on the bound socket raises the backlog; the socket is found
+// among this process's descriptors as the listening one on `port`.
+void widen_backlog(int port) {
+  for (int fd = 0; fd < 1024; ++fd) {
+    int accepting = 0;
+    socklen_t len = sizeof accepting;
+    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &accepting, &len) != 0 || !accepting) continue;
+    sockaddr_storage addr{};
+    socklen_t alen = sizeof addr;
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &alen) != 0) continue;
+    const int bound = addr.ss_family == AF_INET    ? ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port)
+                      : addr.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port)
+                                                   : -1;
+    if (bound == port) ::listen(fd, SOMAXCONN);
+  }
+}
+
 // SIGINT and SIGTERM, taken by one thread (sigwait) instead of a handler: every other thread has
 // them blocked (the mask is set before any thread starts), so the stop runs as ordinary code.
 class SignalWatcher {
@@ -101,8 +123,9 @@ class HttpServer {
     http_.set_payload_max_length(static_cast<size_t>(o.max_body));
     // A client that stalls while sending its request is dropped after this long.
     http_.set_read_timeout(static_cast<time_t>(std::clamp(o.engine.timeout_s, 1.0, 30.0)));
-    // An idle keep-alive connection holds a worker thread: let it go after 2 s (httplib's 5).
-    http_.set_keep_alive_timeout(2);
+    // How long a connection may wait for its next request (its first one too: a client on a busy
+    // machine may be slow to send it); an idle keep-alive connection holds a worker thread meanwhile.
+    http_.set_keep_alive_timeout(5);
     http_.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
       if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;  // ours, already filled
       const ApiError e = http_status_error(res.status, req.method, req.path);
@@ -153,6 +176,7 @@ class HttpServer {
       HH_CHECK(http_.bind_to_port(host, port), "--port ", port, ": cannot listen on ", host, ":", port,
                " (in use, or --host is not an address of this machine)");
     }
+    widen_backlog(port);
     return port;
   }
   void listen() { http_.listen_after_bind(); }
