@@ -320,7 +320,14 @@ int train_cmd(int argc, char** argv) {
       runs.push_back(std::move(r));
     }
   }
-  if (root) train::check_output_folder(out);
+  // The run folder (train/run_dir.h): a fresh run sets the previous result aside and puts it back
+  // whole if this one fails; the settings live in results.json and each run's checkpoint.
+  std::unique_ptr<train::RunDir> run_dir;
+  if (root) {
+    train::RunDir::Options rdo;
+    rdo.settings_file = "";
+    run_dir = std::make_unique<train::RunDir>(out, rdo);
+  }
   for (auto& r : runs) {
     train::gpt2_config_json(r.cfg.model, r.cfg.eos_id);  // checks the sizes
     train::check_lm_train_config(r.cfg, comm->world());
@@ -329,6 +336,14 @@ int train_cmd(int argc, char** argv) {
   }
   const json settings = {{"preset", preset}, {"data", data_dir}, {"tokenizer", info.tokenizer},
                          {"ranks", comm->world()}, {"fingerprint", json::parse(train::lm_run_fingerprint(base))}};
+  if (root) {
+    std::vector<std::string> results = {"results.json", "results.csv", "report.html", "*.svg"};
+    for (const auto& r : runs) {
+      const std::string row = fs::path(r.cfg.out_dir).filename().string();
+      for (const char* f : {"/checkpoint.safetensors", "/metrics.jsonl", "/model/*"}) results.push_back(row + f);
+    }
+    run_dir->start(settings.dump(), base.resume, results);
+  }
   if (root)
     std::printf("train_lm: %zu run(s), %lld train / %zu valid tokens, %d rank(s)\n", runs.size(),
                 static_cast<long long>(train_data.size()), valid.size(), comm->world());
@@ -375,6 +390,12 @@ int train_cmd(int argc, char** argv) {
     for (const auto& line : s.samples) std::printf("  | %s\n", line.c_str());
   }
   std::printf("\nreport: %s\n", (fs::path(out) / "report.html").c_str());
+  bool interrupted = false;
+  for (const auto& s : summaries) interrupted = interrupted || s.status.rfind("interrupted", 0) == 0;
+  const std::string note = run_dir->finish(failures      ? train::RunDir::End::failed
+                                           : interrupted ? train::RunDir::End::partial
+                                                         : train::RunDir::End::complete);
+  if (!note.empty()) std::fprintf(stderr, "%s\n", note.c_str());
   if (failures) std::fprintf(stderr, "error: %d of %zu run(s) failed (see the table)\n", failures, runs.size());
   return failures ? 1 : 0;
 }

@@ -98,15 +98,12 @@ long long temp_writer_pid(const std::string& s) {
   return std::stoll(s.substr(0, dot));
 }
 
-// The test hook of a full disk (for machines where a small file system cannot be mounted): when
-// HH_TEST_WRITE_FAULT is set and not empty, every write whose target path contains it fails as a
-// full disk does (ENOSPC), after its temp file was created.
+}  // namespace
+
 bool write_fault_injected(const std::string& path) {
   const char* f = std::getenv("HH_TEST_WRITE_FAULT");
   return f != nullptr && *f != '\0' && path.find(f) != std::string::npos;
 }
-
-}  // namespace
 
 void set_write_limit_for_tests(int64_t bytes) { g_write_limit = bytes < 0 ? -1 : bytes; }
 

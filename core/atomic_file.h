@@ -34,6 +34,11 @@ bool temp_owner_gone(const std::string& path, long long pid);
 // Tests only: write_file_atomic fails with ENOSPC ("No space left on device", as on a full disk)
 // once `bytes` more bytes have been written through it by this process, after writing as much of
 // the file as fits; a negative value (the default) turns the limit off.
+// The test hook of a full disk (for machines where a small file system cannot be mounted): true when
+// HH_TEST_WRITE_FAULT is set, not empty and part of `path`; every atomic write and metrics line to
+// such a path then fails as a full disk does (ENOSPC).
+bool write_fault_injected(const std::string& path);
+
 void set_write_limit_for_tests(int64_t bytes);
 
 // Makes sure `dir` is a folder this process can create files in, before any long work: creates it

@@ -73,7 +73,9 @@ void MetricsLog::write(const MetricRecord& record) {
   HH_CHECK(file_ != nullptr, "metrics log: write() on a log that is not open (path '", path_, "')");
   std::string line = to_json_line(record);
   line += '\n';
-  const bool ok = std::fwrite(line.data(), 1, line.size(), file_) == line.size() && std::fflush(file_) == 0;
+  const bool fault = write_fault_injected(path_);  // the test hook of a full disk (core/atomic_file.h)
+  const bool ok = !fault && std::fwrite(line.data(), 1, line.size(), file_) == line.size() && std::fflush(file_) == 0;
+  if (fault) errno = ENOSPC;
   HH_CHECK(ok, "metrics log: writing '", path_, "' failed: ", std::strerror(errno));
   ++lines_;
 }
