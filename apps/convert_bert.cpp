@@ -90,9 +90,9 @@ void declare_app_flags(apps::Flags& f) {
 
 // The threads, the output folder and --model checked; the options every model of the run loads with.
 nn::HFModelOptions start_run(const apps::ConversionRun& opts, const train::ConvertConfig& cfg,
-                             const std::string& model_dir) {
+                             const std::string& model_dir, std::unique_ptr<train::RunDir>& run_folder) {
   set_num_threads(opts.threads);
-  train::check_output_folder(opts.out);
+  run_folder = apps::open_conversion_folder(opts.out);
   std::error_code ec;
   HH_CHECK(std::filesystem::is_directory(model_dir, ec), "--model: ", model_dir, " is not a folder");
   nn::HFModelOptions mo;
@@ -117,7 +117,8 @@ int run_embed(const apps::Flags& f, const std::string& model_dir, const std::str
   tc.batch = opts.batch;
   tc.seed = cfg.seed;
   tc.device = opts.device;
-  nn::HFModelOptions mo = start_run(opts, cfg, model_dir);
+  std::unique_ptr<train::RunDir> run_folder;
+  nn::HFModelOptions mo = start_run(opts, cfg, model_dir, run_folder);
   check_regular_file(data_path, "--data");
 
   std::shared_ptr<nn::HFModel> teacher_model = nn::load_hf_model(model_dir, mo);
@@ -154,6 +155,7 @@ int run_embed(const apps::Flags& f, const std::string& model_dir, const std::str
                  {"normalize", tc.embedding.normalize},
                  {"embed_loss", f.str("embed-loss")}});
   if (cfg.resume) apps::check_resume(opts.rows, out, config);
+  apps::start_conversion_folder(*run_folder, opts.rows, config, cfg.resume);
 
   train::ConversionReport rep;
   rep.title = str("Embeddings on raw text (", data_path, "): BERT softmax attention converted to linear attention; ",
@@ -174,7 +176,7 @@ int run_embed(const apps::Flags& f, const std::string& model_dir, const std::str
     std::shared_ptr<nn::HFModel> student = nn::load_hf_model(model_dir, o);
     return apps::Student{student, std::make_unique<train::EmbeddingConversionTask>(student, shared, tc)};
   }, rep);
-  apps::finish_conversion(out, rep);
+  apps::finish_conversion(out, rep, *run_folder);
   return 0;
 }
 
@@ -213,7 +215,8 @@ int run(int argc, char** argv) {
   dc.seed = cfg.seed;
   const int64_t teacher_epochs = f.integer("teacher-epochs", 1, 1000);
   const double teacher_lr = f.number("teacher-lr", 1e-9, 1.0);
-  nn::HFModelOptions mo = start_run(opts, cfg, model_dir);
+  std::unique_ptr<train::RunDir> run_folder;
+  nn::HFModelOptions mo = start_run(opts, cfg, model_dir, run_folder);
 
   // ---- the model, tokenizer and data, read and checked before any training ----
   std::error_code ec;
@@ -275,6 +278,7 @@ int run(int argc, char** argv) {
   if (custom) config["labels"] = task.num_labels == 1 ? nlohmann::json("regression") : nlohmann::json(task.label_names);
   if (fresh_head) config.update({{"teacher_epochs", teacher_epochs}, {"teacher_lr", teacher_lr}});
   if (cfg.resume) apps::check_resume(opts.rows, out, config);
+  apps::start_conversion_folder(*run_folder, opts.rows, config, cfg.resume);
 
   // ---- stage 0 (a base checkpoint): the teacher with its fresh head finetuned on the task ----
   if (fresh_head) {
@@ -324,7 +328,7 @@ int run(int argc, char** argv) {
     if (fresh_head) train::load_teacher_weights(*student, *teacher_model);  // stage 0's weights, its head
     return apps::Student{student, std::make_unique<train::GlueConversionTask>(student, data, tc)};
   }, rep);
-  apps::finish_conversion(out, rep);
+  apps::finish_conversion(out, rep, *run_folder);
   return 0;
 }
 

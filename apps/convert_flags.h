@@ -451,14 +451,50 @@ inline void convert_rows(const ConversionRun& opts, const train::ConvertConfig& 
   }
 }
 
-// The end of a run: prints the table, writes the report under `out`, and fails (an error, exit 1
-// from main) when a row did not finish.
-inline void finish_conversion(const std::string& out, const train::ConversionReport& rep) {
+// The conversion apps' run folder (train/run_dir.h), opened before any long work (the folder
+// checks and its lock): a fresh run sets the previous result aside (results, report, figures, each
+// row's checkpoint and saved model) and puts it back whole when it fails; a run stopped early
+// (--stop-after-epochs) leaves both for --resume. The settings live in each row's checkpoint.
+inline std::unique_ptr<train::RunDir> open_conversion_folder(const std::string& out) {
+  train::RunDir::Options o;
+  o.settings_file = "";
+  return std::make_unique<train::RunDir>(out, o);
+}
+
+// Starts the run (after the resume checks): the files of this conversion.
+inline void start_conversion_folder(train::RunDir& folder, const std::vector<train::ConversionRow>& rows,
+                                    const nlohmann::json& settings, bool resume) {
+  std::vector<std::string> results = {"results.json", "results.csv", "report.html", "*.svg"};
+  for (const auto& row : rows) {
+    const std::string dir = row_slug(row.label);
+    for (const char* f : {"/checkpoint.safetensors", "/model/*"}) results.push_back(dir + f);
+  }
+  folder.start(settings.dump(), resume, results);
+}
+
+// The end of a run: prints the table, writes the report under `out`, ends the run folder (the
+// previous result dropped, kept for --resume, or put back) and fails (an error, exit 1 from main)
+// when a row did not finish.
+inline void finish_conversion(const std::string& out, const train::ConversionReport& rep, train::RunDir& folder) {
   std::cout << "\n" << rep.title << "\n" << train::conversion_table(rep);
-  train::write_conversion_report(out, rep);
-  std::cout << "report: " << out << "/report.html\n";
   size_t failed = 0;
-  for (const auto& o : rep.rows) failed += o.status != "ok";
+  bool interrupted = false;
+  for (const auto& o : rep.rows) {
+    failed += o.status != "ok";
+    interrupted = interrupted || o.result.interrupted;
+  }
+  try {
+    train::write_conversion_report(out, rep);
+  } catch (const Error&) {
+    const std::string note = folder.finish(train::RunDir::End::failed);
+    if (!note.empty()) std::cerr << note << "\n";
+    throw;
+  }
+  std::cout << "report: " << out << "/report.html\n";
+  const std::string note = folder.finish(failed ? train::RunDir::End::failed
+                                         : interrupted ? train::RunDir::End::partial
+                                                       : train::RunDir::End::complete);
+  if (!note.empty()) std::cerr << note << "\n";
   HH_CHECK(failed == 0, failed, " of ", rep.rows.size(), " rows failed (see the table)");
 }
 

@@ -90,7 +90,7 @@ int run(int argc, char** argv) {
   apps::LmTeacher teacher =
       apps::load_lm_teacher(f, opts.device, "convert_gpt2", "gpt2", "GPT-2 models (GPT2LMHeadModel)", "context", context);
   const data::Tokenizer& tok = *teacher.tokenizer;
-  train::check_output_folder(out);
+  const std::unique_ptr<train::RunDir> run_folder = apps::open_conversion_folder(out);
 
   auto train_w = windows_of(train::encode_corpus(data::read_text_file(train_path), tok, max_train), context, stride,
                             true, train_path);
@@ -117,6 +117,7 @@ int run(int argc, char** argv) {
                  {"val_tokens", val_w->ids.size()},
                  {"test_tokens", test_w->ids.size()}});
   if (cfg.resume) apps::check_resume(opts.rows, out, config);
+  apps::start_conversion_folder(*run_folder, opts.rows, config, cfg.resume);
 
   train::ConversionReport rep;
   rep.title = "GPT-2 -> linear attention: WikiText perplexity (" + model_dir + ")";
@@ -139,7 +140,7 @@ int run(int argc, char** argv) {
     std::shared_ptr<nn::CausalLM> student = apps::load_lm_student(f, mixer, opts.gate, cfg.seed, opts.device);
     return apps::Student{student, std::make_unique<train::LmConversionTask>(student, train_w, val_w, test_w, tc)};
   }, rep);
-  apps::finish_conversion(out, rep);
+  apps::finish_conversion(out, rep, *run_folder);
   return 0;
 }
 

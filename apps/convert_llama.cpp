@@ -99,7 +99,7 @@ int run(int argc, char** argv) {
   const std::shared_ptr<const data::Tokenizer> tok = teacher.tokenizer;
   HH_CHECK(tok->eos_id() >= 0, "--tokenizer: ", f.str("tokenizer").empty() ? model_dir : f.str("tokenizer"),
            " has no end token");
-  train::check_output_folder(out);
+  const std::unique_ptr<train::RunDir> run_folder = apps::open_conversion_folder(out);
 
   auto samsum = std::make_shared<const train::SamsumData>(
       train::make_samsum_data(*tok, train_ex, val_ex, test_ex, max_length, max_length - 1));
@@ -126,6 +126,7 @@ int run(int argc, char** argv) {
                  {"val_dialogues", samsum->val.size()},
                  {"test_dialogues", samsum->test.size()}});
   if (cfg.resume) apps::check_resume(opts.rows, out, config);
+  apps::start_conversion_folder(*run_folder, opts.rows, config, cfg.resume);
 
   train::ConversionReport rep;
   rep.title = "Llama -> linear attention: SAMSum ROUGE (" + model_dir + ")";
@@ -146,7 +147,7 @@ int run(int argc, char** argv) {
     std::shared_ptr<nn::CausalLM> student = apps::load_lm_student(f, mixer, opts.gate, cfg.seed, opts.device);
     return apps::Student{student, std::make_unique<train::SamsumConversionTask>(student, tok, samsum, tc)};
   }, rep);
-  apps::finish_conversion(out, rep);
+  apps::finish_conversion(out, rep, *run_folder);
   return 0;
 }
 

@@ -96,7 +96,7 @@ int run(int argc, char** argv) {
   train::ImageSplit test_split{data.test, train::cap_rows(data.test_rows, max_eval, cfg.seed + 4)};
   // Decoding one image of each split checks the files and the preprocessing before any training.
   for (const auto* s : {&train_split, &val_split, &test_split}) (void)s->data->batch({s->rows.front()}, tc.preprocess);
-  train::check_output_folder(out);
+  const std::unique_ptr<train::RunDir> run_folder = apps::open_conversion_folder(out);
   // Each row's checkpoint records the settings it was written with: --resume with other settings is
   // refused here, before any work.
   json config = apps::conversion_settings(f, cfg, opts);
@@ -111,6 +111,7 @@ int run(int argc, char** argv) {
                  {"max_train", max_train},
                  {"max_eval", max_eval}});
   if (cfg.resume) apps::check_resume(opts.rows, out, config);
+  apps::start_conversion_folder(*run_folder, opts.rows, config, cfg.resume);
 
   auto make_task = [&](std::shared_ptr<nn::ViTForImageClassification> m) {
     return std::make_unique<train::ImageConversionTask>(std::move(m), train_split, val_split, test_split, tc);
@@ -136,7 +137,7 @@ int run(int argc, char** argv) {
     HH_CHECK(student != nullptr, "--model: not a ViTForImageClassification");
     return apps::Student{student, make_task(student)};
   }, rep);
-  apps::finish_conversion(out, rep);
+  apps::finish_conversion(out, rep, *run_folder);
   return 0;
 }
 

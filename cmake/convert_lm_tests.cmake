@@ -183,3 +183,16 @@ add_test(NAME bench_transfer_tiny COMMAND bench_transfer --layers 2 --hidden 64 
          --intermediate 128 --vocab 100 --seq 32 --window 8 --steps 2 --timed-blocks 0)
 set_tests_properties(bench_transfer_tiny PROPERTIES PASS_REGULAR_EXPRESSION
                      "transfer \\(hybrid-hedgehog, mse, block 1, B=1 L=32, 2 steps a block\\): [0-9.]+ s a block.*peak memory")
+# A failed conversion over a finished one leaves the previous result whole (issue 36, item 3): a full
+# disk (HH_TEST_WRITE_FAULT) while saving the model and while writing results.json; the first run's
+# files are compared byte for byte (cmake/keeps_previous.cmake).
+string(REPLACE ";" " " GPT2_TINY_TEXT "${GPT2_TINY}")
+foreach(fault model.safetensors results.json)
+  string(REPLACE "." "_" name ${fault})
+  add_test(NAME convert_gpt2_keeps_previous_${name} COMMAND ${CMAKE_COMMAND} -DAPP=$<TARGET_FILE:convert_gpt2>
+           -DOUT=${CMAKE_CURRENT_BINARY_DIR}/convert_gpt2_keep_${name} "-DARGS=${GPT2_TINY_TEXT} --save"
+           "-DARGS2=${GPT2_TINY_TEXT} --save --seed 5" -DFAULT=${fault}
+           "-DFILES=results.json;results.csv;report.html;hedgehog/checkpoint.safetensors;hedgehog/model/model.safetensors;hedgehog/model/config.json"
+           -P ${CMAKE_CURRENT_SOURCE_DIR}/cmake/keeps_previous.cmake)
+  set_tests_properties(convert_gpt2_keeps_previous_${name} PROPERTIES PASS_REGULAR_EXPRESSION "previous results kept")
+endforeach()
