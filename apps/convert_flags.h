@@ -469,7 +469,7 @@ inline void start_conversion_folder(train::RunDir& folder, const std::vector<tra
     const std::string dir = row_slug(row.label);
     for (const char* f : {"/checkpoint.safetensors", "/model/*"}) results.push_back(dir + f);
   }
-  folder.start(settings.dump(), resume, results);
+  folder.start(settings.dump(), resume, results, {"results.json", "results.csv", "report.html", "*.svg"});
 }
 
 // The end of a run: prints the table, writes the report under `out`, ends the run folder (the

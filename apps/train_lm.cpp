@@ -342,7 +342,7 @@ int train_cmd(int argc, char** argv) {
       const std::string row = fs::path(r.cfg.out_dir).filename().string();
       for (const char* f : {"/checkpoint.safetensors", "/metrics.jsonl", "/model/*"}) results.push_back(row + f);
     }
-    run_dir->start(settings.dump(), base.resume, results);
+    run_dir->start(settings.dump(), base.resume, results, {"results.json", "results.csv", "report.html", "*.svg"});
   }
   if (root)
     std::printf("train_lm: %zu run(s), %lld train / %zu valid tokens, %d rank(s)\n", runs.size(),

@@ -72,7 +72,8 @@ foreach(i RANGE ${last})
   separate_arguments(args UNIX_COMMAND "${args}")
   add_test(NAME convert_bert_rejects_${i} COMMAND convert_bert ${args})
   string(REGEX REPLACE "([][().*+?^$|\\\\])" "\\\\\\1" msg_re "${msg}")
-  set_tests_properties(convert_bert_rejects_${i} PROPERTIES PASS_REGULAR_EXPRESSION "error: .*${msg_re}"
+  # The cases share an output folder, whose lock (one writer) must not make one fail for another.
+  set_tests_properties(convert_bert_rejects_${i} PROPERTIES RESOURCE_LOCK convert_bert_out PASS_REGULAR_EXPRESSION "error: .*${msg_re}"
                        FAIL_REGULAR_EXPRESSION "teacher \\(softmax\\)")
 endforeach()
 # --save writes the converted model as an HF folder that loads back (hf_run classifies with it).
@@ -126,7 +127,8 @@ foreach(i RANGE ${last})
   add_test(NAME convert_bert_embed_rejects_${i} COMMAND convert_bert --task embed ${args}
            --out ${CMAKE_CURRENT_BINARY_DIR}/convert_bert_embed_bad)
   string(REGEX REPLACE "([][().*+?^$|\\\\])" "\\\\\\1" msg_re "${msg}")
-  set_tests_properties(convert_bert_embed_rejects_${i} PROPERTIES PASS_REGULAR_EXPRESSION "error: .*${msg_re}"
+  # The cases share an output folder, whose lock (one writer) must not make one fail for another.
+  set_tests_properties(convert_bert_embed_rejects_${i} PROPERTIES RESOURCE_LOCK convert_bert_out PASS_REGULAR_EXPRESSION "error: .*${msg_re}"
                        FAIL_REGULAR_EXPRESSION "teacher \\(softmax\\)")
 endforeach()
 # --task custom (tests/fixtures/user_task: TSV classes, JSONL regression pairs) on a base checkpoint

@@ -172,3 +172,11 @@ foreach(fault model.safetensors results.json metrics.jsonl)
   set_tests_properties(train_lm_keeps_previous_${name} PROPERTIES FIXTURES_REQUIRED train_lm_data
                        PASS_REGULAR_EXPRESSION "previous results kept")
 endforeach()
+# --resume of a finished run on a full disk: the log it continues (rewritten to the checkpoint's
+# step beside the old one, then renamed) and the report it writes anew both stay the previous ones.
+add_test(NAME train_lm_resume_keeps_previous COMMAND ${CMAKE_COMMAND} -DAPP=$<TARGET_FILE:train_lm>
+         -DOUT=${TLM}/keep_resume "-DARGS=${TLM_KEEP_TEXT}" "-DARGS2=${TLM_KEEP_TEXT} --resume" -DFAULT=metrics.jsonl
+         "-DFILES=results.json;report.html;softmax/checkpoint.safetensors;softmax/metrics.jsonl;softmax/model/model.safetensors"
+         -P ${CMAKE_CURRENT_SOURCE_DIR}/cmake/keeps_previous.cmake)
+set_tests_properties(train_lm_resume_keeps_previous PROPERTIES FIXTURES_REQUIRED train_lm_data
+                     PASS_REGULAR_EXPRESSION "previous results kept")

@@ -238,7 +238,8 @@ std::vector<std::string> RunDir::existing_results() const {
   return found;
 }
 
-void RunDir::start(const std::string& settings_json, bool resume, std::vector<std::string> results) {
+void RunDir::start(const std::string& settings_json, bool resume, std::vector<std::string> results,
+                   std::vector<std::string> reports) {
   const nlohmann::json settings = parse_settings(settings_json, "current");
   results_ = std::move(results);
   if (!o_.settings_file.empty()) results_.push_back(o_.settings_file);
@@ -253,8 +254,11 @@ void RunDir::start(const std::string& settings_json, bool resume, std::vector<st
       check_same_json(str("the run in '", path_, "' used other settings"), saved, settings, o_.resume,
                           "resume with the original flags, or start afresh without --resume");
     }
-    started_ = true;
-    return;
+    results_ = std::move(reports);  // what a resumed run replaces: set aside below, like a fresh run's
+    if (results_.empty()) {
+      started_ = true;
+      return;
+    }
   }
   const std::vector<std::string> found = existing_results();
   if (holds_previous()) {
@@ -278,7 +282,7 @@ void RunDir::start(const std::string& settings_json, bool resume, std::vector<st
     }
   }
   started_ = true;
-  if (!o_.settings_file.empty()) write(at(o_.settings_file), settings.dump(2) + "\n");
+  if (!resume && !o_.settings_file.empty()) write(at(o_.settings_file), settings.dump(2) + "\n");
 }
 
 void RunDir::write(const std::string& path, const std::string& bytes) const {

@@ -82,7 +82,11 @@ class RunDir {
   // Options::resume.not_compared aside), else "--resume: ..." naming the file or the keys. Fresh:
   // a previous run's files are set aside (see the top of this file), then the settings file is
   // written (the settings, indented by 2). Call before any long work.
-  void start(const std::string& settings_json, bool resume, std::vector<std::string> results);
+  // `reports`: the files among `results` that a resumed run writes anew (tables, pages, figures): a
+  // resumed run sets those aside and puts them back if it fails, as a fresh run does with all of
+  // them (its checkpoints and logs stay in place: the run continues from them).
+  void start(const std::string& settings_json, bool resume, std::vector<std::string> results,
+             std::vector<std::string> reports = {});
 
   // Writes `bytes` to `path` (a path inside the folder) atomically, removing dead writers' temps.
   void write(const std::string& path, const std::string& bytes) const;

@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
+#include <fstream>
 #include <filesystem>
 #include <limits>
 #include <map>
@@ -13,6 +16,7 @@
 #include "autograd/grad_mode.h"
 #include "autograd/ops/nn.h"
 #include "autograd/ops/shape.h"
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/internal/json_read.h"
 #include "core/progress.h"
@@ -147,6 +151,25 @@ void write_history(MetricsLog& log, const LmHistory& h, int64_t tokens_per_step)
       log.write({{"split", "valid"}, {"step", step}, {"loss", h.evals[e].loss}, {"ppl", h.evals[e].ppl},
                  {"tokens_scored", h.evals[e].tokens}});
   }
+}
+
+// The log a resumed run continues: the lines the previous process wrote up to the checkpoint's step,
+// as they were (a killed run's torn last line and the lines past the checkpoint dropped), when they
+// hold one train line per step; else the checkpoint's history rewritten (no "lr" there). "" when
+// the log must be written anew from the history.
+std::string log_up_to(const std::string& path, int64_t step) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return "";
+  std::string line, kept;
+  int64_t train_lines = 0;
+  while (std::getline(in, line)) {
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (!j.is_object() || !j.contains("step") || !j["step"].is_number_integer()) continue;
+    if (j["step"].get<int64_t>() > step) continue;
+    train_lines += j.value("split", "") == "train";
+    kept += line + "\n";
+  }
+  return train_lines == step ? kept : "";
 }
 
 }  // namespace
@@ -318,8 +341,24 @@ LmTrainResult train_language_model(const LmTrainConfig& c, const data::TokenData
                                             std::shared_ptr<Communicator>(&comm, [](Communicator*) {}));
     if (step == 0) reducer->broadcast_parameters();
     if (rank == 0) {
-      log = MetricsLog((fs::path(c.out_dir) / "metrics.jsonl").string());
-      write_history(log, h, tokens_per_step);
+      // The history up to the checkpoint is written beside the log and renamed over it, so a write
+      // that fails (a full disk) leaves the previous log whole; new lines are appended after it.
+      const std::string path = (fs::path(c.out_dir) / "metrics.jsonl").string(), fresh = path + ".rewrite";
+      const std::string previous = step > 0 ? log_up_to(path, step) : "";
+      if (step > 0 && !previous.empty()) {
+        write_file_atomic(fresh, previous);  // the previous lines kept byte for byte
+      } else {
+        try {
+          MetricsLog rewrite(fresh);
+          write_history(rewrite, h, tokens_per_step);
+        } catch (...) {
+          ::remove(fresh.c_str());
+          throw;
+        }
+      }
+      HH_CHECK(::rename(fresh.c_str(), path.c_str()) == 0, "metrics log: cannot replace '", path, "' with '", fresh,
+               "': ", std::strerror(errno));
+      log = MetricsLog(path, /*append=*/true);
     }
     start_step = step;
     t0 = last_step_end = Clock::now();
