@@ -27,7 +27,7 @@ class GPT2Attention : public Module {
   GPT2Attention(const GPT2Config& c, const HFModelOptions& o, Init init);
   Tensor forward(const Tensor& x, TraceRequest* trace) const;  // x (B,L,C) -> (B,L,C)
   Tensor step(const Tensor& x, DecodeCache& cache) const;      // x (B,1,C) -> (B,1,C)
-  Tensor prefill(const Tensor& x, DecodeCache& cache) const;   // x (B,L,C), a fresh cache -> (B,L,C)
+  Tensor prefill(const Tensor& x, DecodeCache& cache) const;   // x (B,L,C) at position cache.pos() -> (B,L,C)
   std::shared_ptr<Linear> c_attn, c_proj;
   std::shared_ptr<FeatureMap> feature_map;
   AttentionMixer mixer;
@@ -77,7 +77,7 @@ class GPT2LMHeadModel : public CausalLM {
   Tensor hidden(const Tensor& ids, TraceRequest* trace = nullptr) override;
   DecodeState start_decoding() const override;
   Tensor step(const Tensor& ids, DecodeState& state) override;
-  Tensor prefill(const Tensor& ids, DecodeState& state) override;  // one pass from a fresh state
+  Tensor prefill(const Tensor& ids, DecodeState& state) override;  // one pass, fresh or started state
   int64_t vocab_size() const override { return cfg.vocab_size; }
   int64_t max_positions() const override { return cfg.n_positions; }
   int64_t num_layers() const override { return cfg.n_layer; }

@@ -56,7 +56,7 @@ class LlamaAttention : public Module {
   LlamaAttention(const LlamaConfig& c, const HFModelOptions& o, Init init, size_t layer);
   Tensor forward(const Tensor& x, TraceRequest* trace) const;  // x (B,L,C) -> (B,L,C)
   Tensor step(const Tensor& x, DecodeCache& cache) const;      // x (B,1,C) at position cache.pos()
-  Tensor prefill(const Tensor& x, DecodeCache& cache) const;   // x (B,L,C) from position 0, a fresh cache
+  Tensor prefill(const Tensor& x, DecodeCache& cache) const;   // x (B,L,C) at position cache.pos()
   std::shared_ptr<Linear> q_proj, k_proj, v_proj, o_proj;
   std::shared_ptr<RMSNorm> q_norm, k_norm;  // Qwen3 (qk_norm) only, else null
   std::shared_ptr<FeatureMap> feature_map;
@@ -119,7 +119,7 @@ class LlamaForCausalLM : public CausalLM {
   std::vector<AttentionSite> attention_sites() override;
   DecodeState start_decoding() const override;
   Tensor step(const Tensor& ids, DecodeState& state) override;
-  Tensor prefill(const Tensor& ids, DecodeState& state) override;  // one pass from a fresh state
+  Tensor prefill(const Tensor& ids, DecodeState& state) override;  // one pass, fresh or started state
   int64_t vocab_size() const override { return cfg.vocab_size; }
   int64_t max_positions() const override { return cfg.position_limit(); }
 
