@@ -86,9 +86,8 @@ TEST_CASE("prefix cache: the same tokens and logits, bit for bit, with and witho
                                         {"llama-tiny", "softmax", Gate::none},
                                         {"llama-tiny", "hedgehog", Gate::delta}};
   for (const CacheCase& c : cases) {
-    CAPTURE(c.fixture);
-    CAPTURE(c.mixer);
-    CAPTURE(name(c.gate));
+    const std::string label = std::string(c.fixture) + " " + c.mixer + " gate " + name(c.gate);
+    CAPTURE(label);
     auto lm = load(c);
     PrefixCache cache(int64_t{64} << 20, kChunk);
     for (size_t r = 0; r < kSuffixes.size(); ++r) {

@@ -102,12 +102,10 @@ TEST_CASE("prefill from a started state: segments in one pass each equal the ste
     const double tol = dtype == DType::f64 ? 1e-10 : 1e-5;
     for (const char* fixture : fixtures) {
       for (const StartedCase& m : started_cases()) {
+        const std::string label = std::string(fixture) + " " + m.mixer + " gate " + name(m.gate) + " W=" +
+                                  std::to_string(m.window) + (m.softmax_layers.empty() ? "" : " +softmax layer 0");
         CAPTURE(dtype);
-        CAPTURE(fixture);
-        CAPTURE(m.mixer);
-        CAPTURE(name(m.gate));
-        CAPTURE(m.window);
-        CAPTURE(m.softmax_layers.size());
+        CAPTURE(label);
         auto lm = load(fixture, m, dtype);
         for (const auto& lengths : splits) {
           CAPTURE(lengths.size());
@@ -125,9 +123,8 @@ TEST_CASE("prefill from a started state: a batch of rows") {
   const Tensor ids = randint(0, 97, {3, 10}, gen).to(test_device());
   for (const char* fixture : {"gpt2-tiny", "mistral-tiny"})
     for (const StartedCase& m : {started_cases()[0], started_cases()[3], started_cases()[6], started_cases()[9]}) {
-      CAPTURE(fixture);
-      CAPTURE(m.mixer);
-      CAPTURE(name(m.gate));
+      const std::string label = std::string(fixture) + " " + m.mixer + " gate " + name(m.gate);
+      CAPTURE(label);
       auto lm = load(fixture, m, DType::f64);
       check_segments(*lm, ids, {6, 4}, 1e-10);
     }
@@ -138,7 +135,8 @@ TEST_CASE("prefill from a started state: dynamic RoPE, a segment across max_posi
   Generator gen(13);
   const Tensor ids = randint(0, 97, {1, 40}, gen).to(test_device());
   for (const StartedCase& m : {started_cases()[0], started_cases()[3]}) {
-    CAPTURE(m.mixer);
+    const std::string label = m.mixer;
+    CAPTURE(label);
     auto lm = load("qwen2-tiny-dynamic", m, DType::f64);  // max_position_embeddings 32, factor 2
     check_segments(*lm, ids, {30, 6, 4}, 1e-10);           // 30..35 crosses 32; 36..39 beyond it
   }
