@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "autograd/grad_mode.h"
@@ -204,4 +205,31 @@ TEST_CASE("prefix cache: bad arguments are errors naming them") {
   DecodeState fresh = lm->start_decoding();
   CHECK_THROWS_WITH_AS(prefill_with_cache(*lm, {1, 2}, fresh, &cache, 4), doctest::Contains("chunk 4"), Error);
   CHECK_THROWS_WITH_AS(prefill_with_cache(*lm, {}, fresh, &cache, 8), doctest::Contains("empty"), Error);
+}
+
+TEST_CASE("prefix cache: lookups and inserts from several threads") {
+  NoGradGuard ng;
+  auto lm = load({"llama-tiny", "hedgehog", Gate::none});
+  DecodeState st = lm->start_decoding();
+  const std::vector<int64_t> a(kSystem.begin(), kSystem.begin() + 8);
+  lm->prefill(from_vector(a, {1, 8}, {DType::i64}).to(test_device()), st);
+  const int64_t entry = decode_state_bytes(st) + 8 * static_cast<int64_t>(sizeof(int64_t));
+  PrefixCache cache(entry * 3, kChunk);  // three of the eight prefixes fit: evictions all along
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 200; ++i) {
+        std::vector<int64_t> p = a;
+        p[0] = (t + i) % 8;
+        if (i % 2 == 0) cache.insert(p, st);
+        const PrefixCache::Hit h = cache.lookup(concat(p, {1}));
+        if (h.tokens > 0) CHECK(h.state.pos == 8);
+      }
+    });
+  for (auto& th : threads) th.join();
+  const auto s = cache.stats();
+  CHECK(s.lookups == 800);
+  CHECK(s.entries <= 3);
+  CHECK(s.bytes == s.entries * entry);
+  CHECK(s.inserts - s.evictions == s.entries);
 }
