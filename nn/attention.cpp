@@ -92,6 +92,16 @@ Tensor softmax_attention_continued(const Tensor& q, const Tensor& k, const Tenso
            k.shape(), ", ", v.shape());
   HH_CHECK(window >= 0, "softmax_attention_continued: window must be >= 0, got ", window);
   const int64_t Lq = q.size(2), Lk = k.size(2);
+  // Blocks of queries, so a long continuation holds (block, Lk) weights at a time, not (Lq, Lk).
+  constexpr int64_t kQueryBlock = 256;
+  if (Lq > kQueryBlock) {
+    std::vector<Tensor> parts;
+    for (int64_t i = 0; i < Lq; i += kQueryBlock) {
+      const int64_t e = std::min(Lq, i + kQueryBlock);
+      parts.push_back(softmax_attention_continued(slice(q, 2, i, e), k, v, query_pos + i, key_pos, window));
+    }
+    return cat(parts, 2);
+  }
   // blocked (Lq,Lk): a future key, or one that left the query's window.
   std::vector<double> blocked(static_cast<size_t>(Lq * Lk), 0.0);
   for (int64_t i = 0; i < Lq; ++i)

@@ -84,7 +84,7 @@ Tensor softmax_attention_weights(const Tensor& q, const Tensor& k, bool causal, 
 // Queries continuing a sequence: q (B,H,Lq,D) at positions query_pos.. over k (B,H,Lk,D),
 // v (B,H,Lk,Dv) at positions key_pos.. (a KV cache followed by the queries' own keys): query i sees
 // key j when key_pos + j <= query_pos + i and, with window > 0, query_pos + i - (key_pos + j) < window.
-// The (Lq,Lk) weights are materialized (a prefill segment against its cache).
+// The weights are materialized for 256 queries at a time ((256,Lk) per batch and head).
 Tensor softmax_attention_continued(const Tensor& q, const Tensor& k, const Tensor& v, int64_t query_pos,
                                    int64_t key_pos, int64_t window = 0);
 // Linear: phi_q, phi_k (B,H,L,F), v (B,H,L,D).

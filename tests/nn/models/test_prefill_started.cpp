@@ -141,3 +141,22 @@ TEST_CASE("prefill from a started state: dynamic RoPE, a segment across max_posi
     check_segments(*lm, ids, {30, 6, 4}, 1e-10);           // 30..35 crosses 32; 36..39 beyond it
   }
 }
+
+TEST_CASE("softmax_attention_continued: queries after a cache, in blocks of 256, as the causal attention's last rows") {
+  NoGradGuard ng;
+  Generator gen(14);
+  const int64_t T = 50, L = 300, D = 4;  // L spans two query blocks
+  const Options o{DType::f64, test_device()};
+  const Tensor q = randn({1, 2, L, D}, gen, o), k = randn({1, 2, T + L, D}, gen, o), v = randn({1, 2, T + L, 3}, gen, o);
+  const Tensor q_ext = cat({zeros({1, 2, T, D}, o), q}, 2);  // the cached positions' queries, dropped below
+  for (int64_t window : {int64_t{0}, int64_t{37}}) {
+    CAPTURE(window);
+    const Tensor want = slice(softmax_attention(q_ext, k, v, true, Tensor(), nullptr, window), 2, T, T + L);
+    CHECK(rel_err(softmax_attention_continued(q, k, v, T, 0, window), want) < 1e-12);
+    // A cache that evicted its first 10 keys: positions shift, the result does not.
+    CHECK(rel_err(softmax_attention_continued(q, slice(k, 2, 10, T + L), slice(v, 2, 10, T + L), T, 10, window),
+                  window > 0 ? want : slice(softmax_attention(slice(q_ext, 2, 10, T + L), slice(k, 2, 10, T + L),
+                                                              slice(v, 2, 10, T + L), true, Tensor()),
+                                            2, T - 10, T + L - 10)) < 1e-12);
+  }
+}
