@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <utility>
+#include <vector>
 
 #include "core/backend.h"
 #include "nn/rope.h"
@@ -82,6 +83,39 @@ Tensor softmax_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool
   Tensor a = softmax_attention_weights(q, k, causal, key_mask, window);
   if (weights) *weights = a;
   return matmul(a, v);
+}
+
+Tensor softmax_attention_continued(const Tensor& q, const Tensor& k, const Tensor& v, int64_t query_pos,
+                                   int64_t key_pos, int64_t window) {
+  HH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4 && q.size(-1) == k.size(-1) && k.size(2) == v.size(2),
+           "softmax_attention_continued: expected q (B,H,Lq,D), k (B,H,Lk,D), v (B,H,Lk,Dv), got ", q.shape(), ", ",
+           k.shape(), ", ", v.shape());
+  HH_CHECK(window >= 0, "softmax_attention_continued: window must be >= 0, got ", window);
+  const int64_t Lq = q.size(2), Lk = k.size(2);
+  // Blocks of queries, so a long continuation holds (block, Lk) weights at a time, not (Lq, Lk).
+  constexpr int64_t kQueryBlock = 256;
+  if (Lq > kQueryBlock) {
+    std::vector<Tensor> parts;
+    for (int64_t i = 0; i < Lq; i += kQueryBlock) {
+      const int64_t e = std::min(Lq, i + kQueryBlock);
+      parts.push_back(softmax_attention_continued(slice(q, 2, i, e), k, v, query_pos + i, key_pos, window));
+    }
+    return cat(parts, 2);
+  }
+  // blocked (Lq,Lk): a future key, or one that left the query's window.
+  std::vector<double> blocked(static_cast<size_t>(Lq * Lk), 0.0);
+  for (int64_t i = 0; i < Lq; ++i)
+    for (int64_t j = 0; j < Lk; ++j) {
+      const int64_t dist = query_pos + i - (key_pos + j);
+      if (dist < 0 || (window > 0 && dist >= window)) blocked[static_cast<size_t>(i * Lk + j)] = 1.0;
+    }
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+  Tensor s = mul(matmul(q, transpose(k, -1, -2)), scale);  // (B,H,Lq,Lk)
+  const Tensor blocked_f = from_vector(blocked, {Lq, Lk}, {DType::f32, q.device()});
+  // As softmax_attention_weights: blocked scores get a large finite negative, rows with no
+  // visible key give zeros.
+  s = masked_fill(s, gt(blocked_f, 0.5), -1e30);
+  return matmul(mul(softmax(s, -1), eq(blocked_f, 0.0).to(s.dtype())), v);
 }
 
 Tensor linear_attention_weights(const Tensor& phi_q, const Tensor& phi_k, bool causal, double eps,
@@ -188,9 +222,62 @@ Tensor AttentionMixer::prefill(const Tensor& q, const Tensor& k, const Tensor& v
   HH_CHECK(q.dim() == 4 && q.size(2) >= 1, "attention prefill: expected q, k, v (B,H,L,D) with L >= 1, got ",
            q.shape());
   HH_CHECK(cfg.causal, "attention prefill: decoding needs a causal model");
-  HH_CHECK(cache.pos() == 0, "attention prefill: the cache already holds ", cache.pos(),
-           " tokens (prefill starts a sequence)");
+  if (cache.pos() > 0) return continue_prefill(q, k, v, cache, gate);
   return run(q, k, v, Tensor(), nullptr, gate, &cache);
+}
+
+Tensor AttentionMixer::continue_prefill(const Tensor& q, const Tensor& k, const Tensor& v, DecodeCache& cache,
+                                        const GateInput& gate) const {
+  const int64_t P = cache.pos(), L = q.size(2);
+  if (!feature_map) {
+    HH_CHECK(cache.k.defined(), "attention prefill: a softmax layer's cache holds no keys at position ", P);
+    Tensor keys = cat({cache.k, k}, 2), values = cat({cache.v, v}, 2);  // (B,H,T+L,D): positions evicted..
+    Tensor y = softmax_attention_continued(q, keys, values, P, cache.evicted, cfg.sliding_window);
+    const int64_t W = cfg.sliding_window, T = keys.size(2), keep = W > 0 ? std::min(W, T) : T;
+    cache.k = contiguous(slice(keys, 2, T - keep, T));
+    cache.v = contiguous(slice(values, 2, T - keep, T));
+    cache.evicted += T - keep;
+    return y;
+  }
+  if (cfg.gate == Gate::delta) return delta_forward(q, k, v, Tensor(), gate, nullptr, &cache);
+  FeatureContext ctx{P, P + L};
+  ctx.keys_one_by_one = true;  // as the steps map them
+  if (cfg.mixer.is_hybrid()) {
+    HH_CHECK(cache.hybrid.window == cfg.window, "attention prefill: the cache's window ", cache.hybrid.window,
+             " is not the mixer's ", cfg.window);
+    const auto& hm = static_cast<const HybridFeatureMap&>(*feature_map);
+    const DType dt = q.dtype();
+    Tensor pq = feature_map->forward(q, true, ctx).to(dt), pk = feature_map->forward(k, false, ctx).to(dt);
+    Tensor y = hybrid_attention_chunked(q, k, v, pq, pk, hm.window_weight(dt), hm.linear_weight(dt), cfg.window, -1,
+                                        Tensor(), cfg.chunk, &cache.hybrid);
+    cache.hybrid = hybrid_decode_state(k, v, pk, cfg.window, &cache.hybrid);
+    return y;
+  }
+  // Gated and plain linear mixers: the gated op from the carried state, in f32 (f64 for f64).
+  const DType ct = gated_compute_dtype(v.dtype());
+  Tensor pq = feature_map->forward(q, true, ctx), pk = feature_map->forward(k, false, ctx);
+  RecurrentState& st = cache.linear;
+  Tensor y;
+  if (cfg.gate != Gate::none) {
+    const auto& gm = static_cast<const GatedFeatureMap&>(*feature_map);
+    const bool normalize = cfg.gate_output == GateOutput::normalizer;
+    Tensor pqc = pq.to(ct), pkc = pk.to(ct), vv = v.to(ct), log_a = gm.log_gate(gate, ct);
+    y = gated_attention_chunked(pqc, pkc, vv, log_a, normalize, cfg.eps, Tensor(), cfg.chunk, &st.gated);
+    st.gated = gated_decode_state(pkc, vv, log_a, normalize, &st.gated);
+    if (!normalize) y = gm.norm_output(y);
+  } else {
+    HH_CHECK(st.S.defined() && st.z.defined(), "attention prefill: the linear state is empty at position ", P);
+    // The plain prefix sum is the gated scan with α = 1 (log α = 0).
+    const GatedDecodeState carried{st.S.to(ct), st.z.to(ct), P};
+    Tensor zero_gate = zeros({q.size(0), q.size(1), L, 1}, {ct, q.device()});
+    y = gated_attention_chunked(pq.to(ct), pk.to(ct), v.to(ct), zero_gate, true, cfg.eps, Tensor(), cfg.chunk,
+                                &carried);
+    NoGradGuard ng;  // S += Σ pk_j v_jᵀ, z += Σ pk_j (in the steps' dtype)
+    st.S = add(st.S, matmul(transpose(pk, -1, -2), v));
+    st.z = add(st.z, transpose(sum(pk, {-2}, true), -1, -2));
+  }
+  st.pos = P + L;
+  return y.to(v.dtype());
 }
 
 Tensor AttentionMixer::run(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
@@ -291,7 +378,8 @@ Tensor AttentionMixer::delta_forward(const Tensor& q, const Tensor& k, const Ten
                                      const GateInput& gate, Tensor* weights, DecodeCache* fill) const {
   const auto& gm = static_cast<const GatedFeatureMap&>(*feature_map);
   const int64_t B = q.size(0), H = q.size(1), L = q.size(2);
-  FeatureContext ctx{0, L, key_mask};
+  const int64_t P = fill ? fill->linear.pos : 0;  // a started state: these tokens continue it
+  FeatureContext ctx{P, P + L, key_mask};
   ctx.keys_one_by_one = fill != nullptr;
   const LinearForm form = fill ? LinearForm::chunked : cfg.form;  // a prefill runs the chunked op
   // The state and the gates in f32 whatever the input dtype (the op casts half inputs anyway), the
@@ -311,9 +399,10 @@ Tensor AttentionMixer::delta_forward(const Tensor& q, const Tensor& k, const Ten
     y = delta_attention_recurrent(pq, pk, vv, g.beta, g.log_alpha, -1, key_mask);
   } else {  // a prefill takes the op's final state: the state the steps would leave
     Tensor* final_state = fill ? &fill->linear.delta.S : nullptr;
-    y = delta_attention_chunked(pq, pk, vv, g.beta, g.log_alpha, -1, key_mask, Tensor(), final_state, cfg.chunk);
+    const Tensor initial = fill ? fill->linear.delta.S : Tensor();  // undefined (zeros) for a fresh state
+    y = delta_attention_chunked(pq, pk, vv, g.beta, g.log_alpha, -1, key_mask, initial, final_state, cfg.chunk);
   }
-  if (fill) fill->linear.delta.tokens = fill->linear.pos = L;
+  if (fill) fill->linear.delta.tokens = fill->linear.pos = P + L;
   if (cfg.gate_output == GateOutput::group_norm) y = gm.norm_output(y);
   return y.to(v.dtype());
 }

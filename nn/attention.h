@@ -81,6 +81,12 @@ Tensor softmax_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool
                          Tensor* weights = nullptr, int64_t window = 0);
 Tensor softmax_attention_weights(const Tensor& q, const Tensor& k, bool causal, const Tensor& key_mask,
                                  int64_t window = 0);
+// Queries continuing a sequence: q (B,H,Lq,D) at positions query_pos.. over k (B,H,Lk,D),
+// v (B,H,Lk,Dv) at positions key_pos.. (a KV cache followed by the queries' own keys): query i sees
+// key j when key_pos + j <= query_pos + i and, with window > 0, query_pos + i - (key_pos + j) < window.
+// The weights are materialized for 256 queries at a time ((256,Lk) per batch and head).
+Tensor softmax_attention_continued(const Tensor& q, const Tensor& k, const Tensor& v, int64_t query_pos,
+                                   int64_t key_pos, int64_t window = 0);
 // Linear: phi_q, phi_k (B,H,L,F), v (B,H,L,D).
 Tensor linear_attention_weights(const Tensor& phi_q, const Tensor& phi_k, bool causal, double eps,
                                 const Tensor& key_mask = Tensor());
@@ -152,13 +158,14 @@ class AttentionMixer {
   // before RoPE for liger).
   Tensor forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
                  TraceRequest* trace, const GateInput& gate = GateInput()) const;
-  // A whole prompt at once (causal only): q, k, v (B,H,L,D) -> (B,H,L,Dv) as L steps from the
-  // fresh `cache` would give, which is left as those steps leave it. The forward's efficient form
+  // A whole prompt at once (causal only): q, k, v (B,H,L,D) -> (B,H,L,Dv) as L steps from
+  // `cache` would give, which is left as those steps leave it. A fresh cache: The forward's efficient form
   // computes it (the fused softmax, the chunked linear, gated, delta and hybrid ops, whatever
   // cfg.form says) and the state comes from the same tensors: the keys/values (the last
   // sliding_window of them), S and z after L tokens (one matmul; the delta op's final state), the
   // hybrid's ring and linear state. Keys go through the feature map one by one
-  // (FeatureContext::keys_one_by_one), as the steps map them.
+  // (FeatureContext::keys_one_by_one), as the steps map them. A started cache (pos() > 0, the
+  // tokens at positions pos().. continue it): continue_prefill.
   Tensor prefill(const Tensor& q, const Tensor& k, const Tensor& v, DecodeCache& cache,
                  const GateInput& gate = GateInput()) const;
   // One token per call (causal only): q, k, v (B,H,1,D) -> (B,H,1,Dv); the cache grows by one.
@@ -179,8 +186,14 @@ class AttentionMixer {
   // set to the state after these tokens.
   Tensor run(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask, TraceRequest* trace,
              const GateInput& gate, DecodeCache* fill) const;
+  // prefill from a started cache, every form in one pass: softmax over the cached keys and the new
+  // ones (softmax_attention_continued, the sliding window kept); a hybrid's chunked op from the
+  // cache's ring and S, z; the gated op from the carried S, z (the plain linear mixer as the gated
+  // op with a zero log gate); the delta rule from its state (delta_forward).
+  Tensor continue_prefill(const Tensor& q, const Tensor& k, const Tensor& v, DecodeCache& cache,
+                          const GateInput& gate) const;
   // The delta gate's forward (see MixerConfig::gate); *weights (when given) gets W, y = W v;
-  // *fill (when given) the recurrent state after these tokens.
+  // *fill (when given) the recurrent state after these tokens (continuing the state it holds).
   Tensor delta_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
                        const GateInput& gate, Tensor* weights, DecodeCache* fill) const;
 };

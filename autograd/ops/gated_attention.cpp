@@ -118,8 +118,32 @@ Tensor gated_attention_quadratic(const Tensor& pq, const Tensor& pk_in, const Te
   return matmul(a, v);  // (B,H,L,Dv)
 }
 
+namespace {
+// A carried state must match the tokens: S (B,H,F,Dv), z (B,H,F,1) when normalizing, same dtype.
+void check_initial(const char* op, const Tensor& pk, const Tensor& v, const GatedDecodeState& st, bool normalize) {
+  const int64_t B = pk.size(0), H = pk.size(1), F = pk.size(3), Dv = v.size(3);
+  HH_CHECK(st.S.dim() == 4 && st.S.size(0) == B && st.S.size(1) == H && st.S.size(2) == F && st.S.size(3) == Dv &&
+               st.S.dtype() == pk.dtype() && st.S.device() == pk.device(),
+           op, ": the initial state S ", st.S.shape(), " (", st.S.dtype(), ") does not match (B,H,F,Dv) = (", B, ",",
+           H, ",", F, ",", Dv, ") in ", pk.dtype());
+  HH_CHECK(!normalize || (st.z.defined() && st.z.shape() == Shape({B, H, F, 1}) && st.z.dtype() == pk.dtype()),
+           op, ": normalizing needs the initial state's z (B,H,F,1) = (", B, ",", H, ",", F, ",1)");
+}
+
+// The carried state read by every query: (pq_i ⊙ exp(b_i))ᵀ [S_0 | z_0] (B,H,L,E), b the inclusive
+// cumsum of log_a (in f64, as gated_decode_state), every exponent <= 0.
+Tensor initial_state_part(const char* op, const Tensor& pq, const Tensor& v, const Tensor& log_a,
+                          const GatedDecodeState& st, bool normalize) {
+  check_initial(op, pq, v, st, normalize);
+  Tensor b = cumsum(log_a.to(DType::f64), 2).to(pq.dtype());  // (B,H,L,F or 1)
+  Tensor S0 = normalize ? cat({st.S, st.z}, 3) : st.S;        // (B,H,F,E)
+  return matmul(mul(pq, exp(b)), S0);
+}
+}  // namespace
+
 Tensor gated_attention_chunked(const Tensor& pq, const Tensor& pk_in, const Tensor& v, const Tensor& log_a_in,
-                               bool normalize, double eps, const Tensor& key_mask, int64_t chunk) {
+                               bool normalize, double eps, const Tensor& key_mask, int64_t chunk,
+                               const GatedDecodeState* initial) {
   AutocastGuard no_autocast(DType::bf16, false);  // computed in the inputs' dtype
   const char* op = "gated_attention_chunked";
   check_inputs(op, pq, pk_in, v, log_a_in, eps, key_mask);
@@ -145,6 +169,7 @@ Tensor gated_attention_chunked(const Tensor& pq, const Tensor& pk_in, const Tens
                         return std::vector<Tensor>{gq.reshape(qs).to(in), gk.reshape(qs).to(in),
                                                    gv.reshape(vs).to(in), ga.reshape(as).to(in)};
                       });
+  if (initial && initial->S.defined()) out = add(out, initial_state_part(op, pq, v, log_a, *initial, normalize));
   return finish(out, normalize, eps);
 }
 
@@ -195,7 +220,8 @@ Tensor gated_attention_step(GatedDecodeState& st, const Tensor& pq_t, const Tens
   return y;
 }
 
-GatedDecodeState gated_decode_state(const Tensor& pk, const Tensor& v, const Tensor& log_a, bool normalize) {
+GatedDecodeState gated_decode_state(const Tensor& pk, const Tensor& v, const Tensor& log_a, bool normalize,
+                                    const GatedDecodeState* initial) {
   check_inputs("gated_decode_state", pk, pk, v, log_a, 0.0, Tensor());
   NoGradGuard no_grad;
   const int64_t L = pk.size(2);
@@ -207,6 +233,14 @@ GatedDecodeState gated_decode_state(const Tensor& pk, const Tensor& v, const Ten
   st.S = matmul(transpose(pk_decayed, -1, -2), v);  // (B,H,F,Dv)
   if (normalize) st.z = transpose(sum(pk_decayed, {-2}, true), -1, -2);  // (B,H,F,1)
   st.tokens = L;
+  if (initial && initial->S.defined()) {
+    check_initial("gated_decode_state", pk, v, *initial, normalize);
+    // exp(b_L) (B,H,F or 1,1): the decay of the carried state over all L tokens.
+    Tensor carry = transpose(exp(slice(b, 2, L - 1, L)).to(pk.dtype()), -1, -2);
+    st.S = add(st.S, mul(initial->S, carry));
+    if (normalize) st.z = add(st.z, mul(initial->z, carry));
+    st.tokens += initial->tokens;
+  }
   return st;
 }
 

@@ -39,9 +39,14 @@ Tensor gated_attention_quadratic(const Tensor& pq, const Tensor& pk, const Tenso
 // through pq ⊙ exp(b). Every exponent is <= 0, so nothing overflows at any length. Memory
 // beyond inputs and output: O(F·Dv) per (batch, head), forward and backward (the backward
 // recomputes the states). bf16/f16 inputs are computed in f32.
+// initial (optional; a started sequence, e.g. a prefill after earlier tokens): the state S_0, z_0
+// the scan starts from (z_0 when normalizing), as the steps left it; its contribution
+// (pq_i ⊙ exp(b_i))ᵀ S_0 (and likewise to the normalizer) is added by composed ops, so the
+// gradient flows through it too.
+struct GatedDecodeState;
 Tensor gated_attention_chunked(const Tensor& pq, const Tensor& pk, const Tensor& v, const Tensor& log_a,
                                bool normalize = false, double eps = 1e-6, const Tensor& key_mask = Tensor(),
-                               int64_t chunk = 64);
+                               int64_t chunk = 64, const GatedDecodeState* initial = nullptr);
 
 // Recurrent decoding state, per (B,H): S (F,Dv) and, when normalizing, z (F,1). Undefined until
 // the first step.
@@ -54,7 +59,10 @@ struct GatedDecodeState {
 // The state that steps over pk, v, log_a (as the chunked form takes them, no key mask) leave (a
 // prefill): S_L = Σ_j diag(exp(b_L - b_j)) pk_j v_jᵀ and z_L likewise, one matmul per state, b the
 // cumsum of log_a (in f64, so the difference of two long sums keeps its precision). No gradient.
-GatedDecodeState gated_decode_state(const Tensor& pk, const Tensor& v, const Tensor& log_a, bool normalize = false);
+// initial (optional): the state before these tokens, carried in decayed by exp(b_L) (the steps
+// from a started state).
+GatedDecodeState gated_decode_state(const Tensor& pk, const Tensor& v, const Tensor& log_a, bool normalize = false,
+                                    const GatedDecodeState* initial = nullptr);
 
 // One token: pq_t, pk_t (B,H,1,F), v_t (B,H,1,Dv), log_a_t (B,H,1,F or 1) -> y_t (B,H,1,Dv);
 // the state moves one token on. Differentiable (the recurrent reference of the other forms is

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "autograd/grad_mode.h"
@@ -128,16 +129,14 @@ Tensor hybrid_attention_quadratic(const Tensor& q, const Tensor& k, const Tensor
   return matmul(w, v);                                           // (B,H,L,Dv)
 }
 
-Tensor hybrid_attention_chunked(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pq,
-                                const Tensor& pk, const Tensor& wf, const Tensor& lf, int64_t window, double scale,
-                                const Tensor& key_mask, int64_t chunk) {
-  const char* op = "hybrid_attention_chunked";
-  const double s = check_inputs(op, q, k, v, pq, pk, wf, lf, window, scale, key_mask);
-  HH_CHECK(chunk > 0, op, ": chunk size must be positive, got ", chunk);
-  const int64_t B = q.size(0), H = q.size(1), L = q.size(2), Dv = v.size(3);
+namespace {
+// The chunked form's numerator and denominator (B,H,L,Dv), (B,H,L,1) before the division.
+std::pair<Tensor, Tensor> chunked_parts(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pq,
+                                        const Tensor& pk, const Tensor& wf, const Tensor& lf, int64_t window,
+                                        double s, const Tensor& key_mask, int64_t chunk) {
+  const int64_t B = q.size(0), H = q.size(1), L = q.size(2);
   const DType dt = q.dtype();
   const Device dev = q.device();
-  if (L == 0) return zeros({B, H, 0, Dv}, {dt, dev});
   // A window of L or more is the whole causal prefix: every W >= L computes the same.
   const int64_t W = std::min(window, L);
   // Window part: one kernel, (B,H,L,Dv) and (B,H,L,1).
@@ -174,7 +173,53 @@ Tensor hybrid_attention_chunked(const Tensor& q, const Tensor& k, const Tensor& 
     num = add(num, mul(rows(num_l), lf4));
     den = add(den, mul(rows(den_l), lf4));
   }
-  return div(num, safe_den(den));  // (B,H,L,Dv)
+  return {num, den};
+}
+
+
+// A started state's ring in token order (B,H,min(W,tokens),C): token t sits in slot t mod W.
+Tensor ring_in_order(const Tensor& ring, int64_t tokens, int64_t W) {
+  if (tokens <= W) return slice(ring, 2, 0, tokens);
+  const int64_t r = tokens % W;  // the slot of the oldest token, tokens - W
+  return r == 0 ? ring : cat({slice(ring, 2, r, W), slice(ring, 2, 0, r)}, 2);
+}
+
+void check_initial(const char* op, const HybridDecodeState& st, const Tensor& k, const Tensor& v, const Tensor& pk,
+                   int64_t window) {
+  HH_CHECK(st.window == window, op, ": the initial state's window ", st.window, " is not the window ", window);
+  HH_CHECK(st.k.defined() && st.k.size(0) == k.size(0) && st.k.size(1) == k.size(1) && st.k.size(3) == k.size(3) &&
+               st.v.size(3) == v.size(3) && st.pk.size(3) == pk.size(3) && st.k.dtype() == k.dtype() &&
+               st.k.device() == k.device() && st.k.size(2) >= std::min(st.tokens, window),
+           op, ": the initial state's ring k ", st.k.shape(), ", v ", st.v.shape(), ", pk ", st.pk.shape(),
+           " does not match k ", k.shape(), ", v ", v.shape(), ", pk ", pk.shape());
+}
+}  // namespace
+
+Tensor hybrid_attention_chunked(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pq,
+                                const Tensor& pk, const Tensor& wf, const Tensor& lf, int64_t window, double scale,
+                                const Tensor& key_mask, int64_t chunk, const HybridDecodeState* initial) {
+  const char* op = "hybrid_attention_chunked";
+  const double s = check_inputs(op, q, k, v, pq, pk, wf, lf, window, scale, key_mask);
+  HH_CHECK(chunk > 0, op, ": chunk size must be positive, got ", chunk);
+  const int64_t B = q.size(0), H = q.size(1), L = q.size(2), Dv = v.size(3);
+  if (L == 0) return zeros({B, H, 0, Dv}, {q.dtype(), q.device()});
+  if (!initial || initial->tokens == 0) {
+    auto [num, den] = chunked_parts(q, k, v, pq, pk, wf, lf, window, s, key_mask, chunk);
+    return div(num, safe_den(den));  // (B,H,L,Dv)
+  }
+  // A started sequence: the ring's R tokens go in front of the new ones (zero queries there, their
+  // rows dropped), so each new query sees them in its window or its linear part by distance as
+  // the steps would; the keys that left the ring are all linear keys of every new query: S, z.
+  HH_CHECK(!key_mask.defined(), op, ": a key mask cannot be combined with an initial state");
+  check_initial(op, *initial, k, v, pk, window);
+  const int64_t T = initial->tokens, R = std::min(T, window);
+  Tensor k2 = cat({ring_in_order(initial->k, T, window), k}, 2), v2 = cat({ring_in_order(initial->v, T, window), v}, 2);
+  Tensor pk2 = cat({ring_in_order(initial->pk, T, window), pk}, 2);
+  auto [num2, den2] = chunked_parts(pad_rows(q, R, 0), k2, v2, pad_rows(pq, R, 0), pk2, wf, lf, window, s, Tensor(), chunk);
+  Tensor lf4 = per_head(lf, 4);
+  Tensor num = add(slice(num2, 2, R, R + L), mul(matmul(pq, initial->S), lf4));  // (B,H,L,Dv)
+  Tensor den = add(slice(den2, 2, R, R + L), mul(matmul(pq, initial->z), lf4));  // (B,H,L,1)
+  return div(num, safe_den(den));
 }
 
 std::vector<Tensor> hybrid_window_attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t window,
@@ -282,33 +327,50 @@ Tensor hybrid_attention_step(HybridDecodeState& st, const Tensor& q_t, const Ten
   return div(num, safe_den(den));
 }
 
-HybridDecodeState hybrid_decode_state(const Tensor& k, const Tensor& v, const Tensor& pk, int64_t window) {
+HybridDecodeState hybrid_decode_state(const Tensor& k_in, const Tensor& v_in, const Tensor& pk_in, int64_t window,
+                                      const HybridDecodeState* initial) {
   const char* op = "hybrid_decode_state";
   HH_CHECK(window >= 1, op, ": window must be >= 1, got ", window);
-  HH_CHECK(k.dim() == 4 && v.dim() == 4 && pk.dim() == 4 && k.size(2) >= 1 && v.size(2) == k.size(2) &&
-               pk.size(2) == k.size(2),
-           op, ": expected k (B,H,L,D), v (B,H,L,Dv), pk (B,H,L,F) with L >= 1, got ", k.shape(), ", ", v.shape(),
-           ", ", pk.shape());
+  HH_CHECK(k_in.dim() == 4 && v_in.dim() == 4 && pk_in.dim() == 4 && k_in.size(2) >= 1 && v_in.size(2) == k_in.size(2) &&
+               pk_in.size(2) == k_in.size(2),
+           op, ": expected k (B,H,L,D), v (B,H,L,Dv), pk (B,H,L,F) with L >= 1, got ", k_in.shape(), ", ",
+           v_in.shape(), ", ", pk_in.shape());
   NoGradGuard no_grad;
-  const int64_t L = k.size(2), W = window, n = std::min(L, W), cap = ring_capacity(W, L);
+  const bool started = initial && initial->tokens > 0;
+  if (started) check_initial(op, *initial, k_in, v_in, pk_in, window);
+  const int64_t T = started ? initial->tokens : 0, W = window;
+  // The tokens in play: a started state's ring (its last min(W, T) tokens) before the new ones.
+  auto with_ring = [&](const Tensor& ring, const Tensor& x) {
+    return started ? cat({ring_in_order(ring, T, W), x}, 2) : x;
+  };
+  const Tensor k = started ? with_ring(initial->k, k_in) : k_in;
+  const Tensor v = started ? with_ring(initial->v, v_in) : v_in;
+  const Tensor pk = started ? with_ring(initial->pk, pk_in) : pk_in;
+  const int64_t L = k.size(2), total = T + k_in.size(2), n = std::min(total, W), cap = ring_capacity(W, total);
   HybridDecodeState st(W);
-  st.tokens = L;
-  // The last n tokens, token t in slot t mod W: when the window is full (L > W) the slice starting
-  // at token L-W is rotated by L mod W; else tokens 0..L-1 fill slots 0..L-1 and zeros the rest.
+  st.tokens = total;
+  // The last n tokens, token t in slot t mod W: when the window is full (total > W) the slice
+  // starting at token total-W is rotated by total mod W; else tokens 0..total-1 fill slots
+  // 0..total-1 and zeros the rest.
   auto ring = [&](const Tensor& x) {
     Tensor last = slice(x, 2, L - n, L);
-    const int64_t r = L > W ? L % W : 0;
+    const int64_t r = total > W ? total % W : 0;
     if (r > 0) last = cat({slice(last, 2, W - r, W), slice(last, 2, 0, W - r)}, 2);
     return contiguous(pad_rows(last, 0, cap - n));
   };
   st.k = ring(k);
   st.v = ring(v);
   st.pk = ring(pk);
-  // The keys that left the window: S = Σ pk_j v_jᵀ, z = Σ pk_j over j < L - W (zeros when none).
+  // The keys that left the window: S = Σ pk_j v_jᵀ, z = Σ pk_j over j < total - W (zeros when
+  // none), the started state's S, z included.
   Tensor pk_old = slice(pk, 2, 0, L - n), v_old = slice(v, 2, 0, L - n);
   const Options o{pk.dtype(), pk.device()};
   st.S = L > n ? matmul(transpose(pk_old, -1, -2), v_old) : zeros({k.size(0), k.size(1), pk.size(3), v.size(3)}, o);
   st.z = L > n ? transpose(sum(pk_old, {-2}, true), -1, -2) : zeros({k.size(0), k.size(1), pk.size(3), 1}, o);
+  if (started) {
+    st.S = add(initial->S, st.S);
+    st.z = add(initial->z, st.z);
+  }
   return st;
 }
 

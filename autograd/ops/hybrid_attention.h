@@ -37,9 +37,15 @@ Tensor hybrid_attention_quadratic(const Tensor& q, const Tensor& k, const Tensor
 // before it (a cumsum over per-block states); both parts meet in the shared normalizer. All blocks
 // are batched, so the graph has a fixed number of nodes. Linear cost O(L·chunk·(F+Dv) +
 // (L/chunk)·F·Dv), no (L,L) tensor (W is clamped to L); exact for any W and chunk.
+// initial (optional; a started sequence, e.g. a prefill after earlier tokens): the decoding state
+// the steps left (HybridDecodeState below, its window = `window`); the L queries are then tokens
+// initial->tokens.. and see its ring's keys (window or linear part, by distance) and, in the
+// linear part, its S, z. No key mask with an initial state.
+struct HybridDecodeState;
 Tensor hybrid_attention_chunked(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pq,
                                 const Tensor& pk, const Tensor& wf, const Tensor& lf, int64_t window,
-                                double scale = -1, const Tensor& key_mask = Tensor(), int64_t chunk = 64);
+                                double scale = -1, const Tensor& key_mask = Tensor(), int64_t chunk = 64,
+                                const HybridDecodeState* initial = nullptr);
 
 // The window part alone, unnormalized: q, k (B,H,L,D), v (B,H,L,Dv) -> {num (B,H,L,Dv),
 // den (B,H,L,1)} with, for query i over the real keys j, i-W < j <= i: e_ij = exp(s·q_i·k_j - m_i),
@@ -65,7 +71,10 @@ struct HybridDecodeState {
 // The state that steps over k, v (B,H,L,D/Dv), pk (B,H,L,F) from a fresh HybridDecodeState(window)
 // leave (a prefill): the ring of the last min(W, L) tokens, each in its slot and at the capacity
 // the steps grow it to, and S, z of the keys before them (one matmul). No gradient.
-HybridDecodeState hybrid_decode_state(const Tensor& k, const Tensor& v, const Tensor& pk, int64_t window);
+// initial (optional): the state before these tokens (a started sequence); the result is then the
+// state the steps from it leave.
+HybridDecodeState hybrid_decode_state(const Tensor& k, const Tensor& v, const Tensor& pk, int64_t window,
+                                      const HybridDecodeState* initial = nullptr);
 
 // One token: q_t, k_t (B,H,1,D), v_t (B,H,1,Dv), pq_t, pk_t (B,H,1,F) -> y_t (B,H,1,Dv), the
 // output of query `state.tokens` over every token given so far. The key that leaves the window

@@ -266,17 +266,16 @@ Tensor GPT2LMHeadModel::step_many(const Tensor& ids, const std::vector<DecodeSta
   return head(transformer->ln_f->forward(x));
 }
 
-// Every layer's full forward over the prompt, each filling its cache; the head reads the last
-// position only.
+// Every layer's full forward over the prompt (from a fresh state, or continuing a started one at
+// positions state.pos..), each filling its cache; the head reads the last position only.
 Tensor GPT2LMHeadModel::prefill(const Tensor& ids, DecodeState& state) {
-  if (state.pos != 0) return CausalLM::prefill(ids, state);  // a started sequence: step by step
-  check_token_ids(ids, 0, cfg.n_positions, "gpt2 prefill");
+  check_token_ids(ids, state.pos, cfg.n_positions, "gpt2 prefill");
   HH_CHECK(state.layers.size() == transformer->h->size(), "gpt2 prefill: the DecodeState has ", state.layers.size(),
            " layers, the model ", transformer->h->size(), " (use start_decoding())");
   const int64_t L = ids.size(1);
-  Tensor x = transformer->embed(ids, 0);
+  Tensor x = transformer->embed(ids, state.pos);
   for (size_t i = 0; i < transformer->h->size(); ++i) x = (*transformer->h)[i]->prefill(x, state.layers[i]);
-  state.pos = L;
+  state.pos += L;
   return head(transformer->ln_f->forward(slice(x, 1, L - 1, L)));
 }
 

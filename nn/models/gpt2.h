@@ -29,7 +29,7 @@ class GPT2Attention : public Module {
   Tensor step(const Tensor& x, DecodeCache& cache) const;      // x (B,1,C) -> (B,1,C)
   // x (N,1,C), row i on caches[i] (at its own position) -> (N,1,C): CausalLM::step_many's layer.
   Tensor step_rows(const Tensor& x, const std::vector<DecodeCache*>& caches) const;
-  Tensor prefill(const Tensor& x, DecodeCache& cache) const;   // x (B,L,C), a fresh cache -> (B,L,C)
+  Tensor prefill(const Tensor& x, DecodeCache& cache) const;   // x (B,L,C) at position cache.pos() -> (B,L,C)
   std::shared_ptr<Linear> c_attn, c_proj;
   std::shared_ptr<FeatureMap> feature_map;
   AttentionMixer mixer;
@@ -81,7 +81,7 @@ class GPT2LMHeadModel : public CausalLM {
   DecodeState start_decoding() const override;
   Tensor step(const Tensor& ids, DecodeState& state) override;
   Tensor step_many(const Tensor& ids, const std::vector<DecodeState*>& states) override;
-  Tensor prefill(const Tensor& ids, DecodeState& state) override;  // one pass from a fresh state
+  Tensor prefill(const Tensor& ids, DecodeState& state) override;  // one pass, fresh or started state
   int64_t vocab_size() const override { return cfg.vocab_size; }
   int64_t max_positions() const override { return cfg.n_positions; }
   int64_t num_layers() const override { return cfg.n_layer; }

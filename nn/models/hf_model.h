@@ -79,8 +79,8 @@ class CausalLM : public HFModel {
   virtual Tensor step(const Tensor& ids, DecodeState& state) = 0;
   // ids (B,L) i64 at positions state.pos.. -> the last position's logits (B,1,V); state advances by
   // L tokens and ends as L steps would leave it (the KV caches, the linear states). This one steps
-  // token by token; GPT-2 and the Llama decoder run a fresh state's prompt through every layer's
-  // full forward at once (AttentionMixer::prefill), a started one (pos > 0) through this loop.
+  // token by token; GPT-2 and the Llama decoder run the L tokens through every layer's full
+  // forward at once (AttentionMixer::prefill), from a fresh state or a started one (pos > 0).
   virtual Tensor prefill(const Tensor& ids, DecodeState& state);
   // One token for each of N independent sequences: ids (N,1) i64, row i at states[i]->pos with its
   // own caches -> logits (N,1,V); every state advances by one token. The per-token products

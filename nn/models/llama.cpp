@@ -308,7 +308,7 @@ Tensor LlamaAttention::step_rows(const Tensor& x, const std::vector<DecodeCache*
 
 Tensor LlamaAttention::prefill(const Tensor& x, DecodeCache& cache) const {
   Tensor q, k, v, k_raw;
-  project(x, 0, q, k, v, gated() ? &k_raw : nullptr);
+  project(x, cache.pos(), q, k, v, gated() ? &k_raw : nullptr);
   return merge(mixer.prefill(q, k, v, cache, GateInput{x, k_raw}));
 }
 
@@ -444,21 +444,24 @@ Tensor LlamaForCausalLM::step_many(const Tensor& ids, const std::vector<DecodeSt
   return head(model->norm->forward(x));
 }
 
-// Every layer's full forward over the prompt, each filling its cache; the head reads the last
-// position only. Dynamic RoPE rotates a forward over L tokens with the frequencies of length L and
-// a step at position p with those of length p + 1: they agree up to max_position_embeddings (the
-// plain rotation), so the tokens beyond it are stepped one by one, as the steps would rotate them.
+// Every layer's full forward over the prompt (from a fresh state, or continuing a started one at
+// positions state.pos..), each filling its cache; the head reads the last position only. Dynamic
+// RoPE rotates a forward over positions p..p+n-1 with the frequencies of length p+n and a step at
+// position p with those of length p + 1: they agree up to max_position_embeddings (the plain
+// rotation), so the tokens beyond it are stepped one by one, as the steps would rotate them.
 Tensor LlamaForCausalLM::prefill(const Tensor& ids, DecodeState& state) {
-  if (state.pos != 0) return CausalLM::prefill(ids, state);  // a started sequence: step by step
   const std::string who = std::string(family_name(cfg.family)) + " prefill";
-  check_token_ids(ids, 0, max_positions(), who);
+  check_token_ids(ids, state.pos, max_positions(), who);
   HH_CHECK(state.layers.size() == model->layers->size(), who, ": the DecodeState has ", state.layers.size(),
            " layers, the model ", model->layers->size(), " (use start_decoding())");
   const int64_t L = ids.size(1);
-  const int64_t n = cfg.rope.type == RopeType::dynamic ? std::min(L, cfg.rope.max_positions) : L;
+  const int64_t n = cfg.rope.type == RopeType::dynamic
+                        ? std::clamp<int64_t>(cfg.rope.max_positions - state.pos, 0, L)
+                        : L;
+  if (n == 0) return CausalLM::prefill(ids, state);  // every token beyond the plain rotation
   Tensor x = model->embed_tokens->forward(slice(ids, 1, 0, n));
   for (size_t i = 0; i < model->layers->size(); ++i) x = (*model->layers)[i]->prefill(x, state.layers[i]);
-  state.pos = n;
+  state.pos += n;
   if (n < L) return CausalLM::prefill(slice(ids, 1, n, L), state);
   return head(model->norm->forward(slice(x, 1, n - 1, n)));
 }

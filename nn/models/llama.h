@@ -58,7 +58,7 @@ class LlamaAttention : public Module {
   Tensor step(const Tensor& x, DecodeCache& cache) const;      // x (B,1,C) at position cache.pos()
   // x (N,1,C), row i on caches[i] at its own position -> (N,1,C): CausalLM::step_many's layer.
   Tensor step_rows(const Tensor& x, const std::vector<DecodeCache*>& caches) const;
-  Tensor prefill(const Tensor& x, DecodeCache& cache) const;   // x (B,L,C) from position 0, a fresh cache
+  Tensor prefill(const Tensor& x, DecodeCache& cache) const;   // x (B,L,C) at position cache.pos()
   std::shared_ptr<Linear> q_proj, k_proj, v_proj, o_proj;
   std::shared_ptr<RMSNorm> q_norm, k_norm;  // Qwen3 (qk_norm) only, else null
   std::shared_ptr<FeatureMap> feature_map;
@@ -127,7 +127,7 @@ class LlamaForCausalLM : public CausalLM {
   DecodeState start_decoding() const override;
   Tensor step(const Tensor& ids, DecodeState& state) override;
   Tensor step_many(const Tensor& ids, const std::vector<DecodeState*>& states) override;
-  Tensor prefill(const Tensor& ids, DecodeState& state) override;  // one pass from a fresh state
+  Tensor prefill(const Tensor& ids, DecodeState& state) override;  // one pass, fresh or started state
   int64_t vocab_size() const override { return cfg.vocab_size; }
   int64_t max_positions() const override { return cfg.position_limit(); }
 

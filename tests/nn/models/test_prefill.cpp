@@ -14,11 +14,13 @@
 #include "nn/gate.h"
 #include "nn/models/generate.h"
 #include "nn/models/hf_model.h"
+#include "tests/nn/models/decode_state_util.h"
 #include "tests/nn/models/decoder_test_util.h"
 #include "tests/op_table.h"
 
 using namespace hh;
 using namespace hh::nn;
+using hh::test::decode_state_err;
 using hh::test::hf_fixture;
 using hh::test::rel_err;
 using hh::test::test_device;
@@ -74,43 +76,6 @@ Tensor ids_of(const std::vector<int64_t>& v) {
 // argmax of (1,1,V) logits.
 int64_t greedy(const Tensor& logits) { return to_vector<int64_t>(argmax(reshape(logits, {-1}), 0))[0]; }
 
-// max |a - b| / max |b| of two state tensors (both undefined: 0); shapes must agree.
-double state_err(const Tensor& a, const Tensor& b, const char* what) {
-  CAPTURE(what);
-  REQUIRE(a.defined() == b.defined());
-  if (!a.defined()) return 0.0;
-  REQUIRE(a.shape() == b.shape());
-  const double scale = amax(abs(b.to(DType::f64))).item<double>();
-  return amax(abs(sub(a.to(DType::f64), b.to(DType::f64)))).item<double>() / std::max(scale, 1e-30);
-}
-
-// Every part of two decoding states, layer by layer: the largest relative difference.
-double decode_state_err(const DecodeState& a, const DecodeState& b) {
-  REQUIRE(a.pos == b.pos);
-  REQUIRE(a.layers.size() == b.layers.size());
-  double err = 0.0;
-  for (size_t i = 0; i < a.layers.size(); ++i) {
-    const DecodeCache &x = a.layers[i], &y = b.layers[i];
-    CAPTURE(i);
-    CHECK(x.pos() == y.pos());
-    CHECK(x.evicted == y.evicted);
-    CHECK(x.linear.pos == y.linear.pos);
-    CHECK(x.linear.gated.tokens == y.linear.gated.tokens);
-    CHECK(x.linear.delta.tokens == y.linear.delta.tokens);
-    CHECK(x.hybrid.tokens == y.hybrid.tokens);
-    CHECK(x.hybrid.window == y.hybrid.window);
-    for (double e : {state_err(x.k, y.k, "k"), state_err(x.v, y.v, "v"), state_err(x.linear.S, y.linear.S, "S"),
-                     state_err(x.linear.z, y.linear.z, "z"), state_err(x.linear.gated.S, y.linear.gated.S, "gated S"),
-                     state_err(x.linear.gated.z, y.linear.gated.z, "gated z"),
-                     state_err(x.linear.delta.S, y.linear.delta.S, "delta S"),
-                     state_err(x.hybrid.k, y.hybrid.k, "ring k"), state_err(x.hybrid.v, y.hybrid.v, "ring v"),
-                     state_err(x.hybrid.pk, y.hybrid.pk, "ring pk"), state_err(x.hybrid.S, y.hybrid.S, "hybrid S"),
-                     state_err(x.hybrid.z, y.hybrid.z, "hybrid z")})
-      err = std::max(err, e);
-  }
-  return err;
-}
-
 }  // namespace
 
 TEST_CASE("prefill: logits, 12 greedy tokens and the decoding state equal the token-by-token path") {
@@ -148,7 +113,7 @@ TEST_CASE("prefill: logits, 12 greedy tokens and the decoding state equal the to
   }
 }
 
-TEST_CASE("prefill: a batch of prompts, and a started sequence (the token loop), as the steps") {
+TEST_CASE("prefill: a batch of prompts, and a started sequence (one pass from its state), as the steps") {
   NoGradGuard ng;
   Generator gen(8);
   for (const char* fixture : {"gpt2-tiny", "mistral-tiny"}) {
