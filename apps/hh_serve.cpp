@@ -13,7 +13,8 @@ using namespace hh;
 namespace {
 
 // "1048576", "512MiB", "2GiB", "1.5G" -> bytes; an error names the flag.
-int64_t parse_bytes(const std::string& text) {
+int64_t parse_bytes(const apps::Flags& f, const std::string& flag) {
+  const std::string text = f.str(flag);
   size_t used = 0;
   double x = 0;
   try {
@@ -27,7 +28,7 @@ int64_t parse_bytes(const std::string& text) {
   else if (unit == "K" || unit == "KiB") scale = 1024.0;
   else if (unit == "M" || unit == "MiB") scale = 1024.0 * 1024;
   else if (unit == "G" || unit == "GiB") scale = 1024.0 * 1024 * 1024;
-  HH_CHECK(used > 0 && scale > 0 && x >= 0 && x * scale < 9e18, "flag --max-memory: expected bytes or a size such ",
+  HH_CHECK(used > 0 && scale > 0 && x >= 0 && x * scale < 9e18, "flag --", flag, ": expected bytes or a size such ",
            "as 512MiB or 2GiB, got '", text, "'");
   return static_cast<int64_t>(x * scale);
 }
@@ -47,6 +48,9 @@ int run(int argc, char** argv) {
   f.add("max-memory", "0", "decode-state memory the running requests may hold together (KV caches, linear\n"
         "states), in bytes or with a unit (512MiB, 2GiB); a request reserves what prompt + max_tokens\n"
         "can reach: 400 when it can never fit, 503 while others hold it (0: a quarter of the RAM)");
+  f.add("prefix-cache", "0", "bytes of the prefix state cache (a shared system prompt is prefilled once and its\n"
+        "state reused; 0: off); with it on, prompts are prefilled in --prefix-chunk segments");
+  f.add("prefix-chunk", "256", "tokens between the prefix cache's saved states");
   f.add("timeout", "600", "seconds a request may generate (then it ends, finish_reason length); a client that\n"
         "                       stalls while sending a request is dropped after min(this, 30) s");
   apps::CommonFlagSpec common;
@@ -70,7 +74,9 @@ int run(int argc, char** argv) {
   HH_CHECK(e.max_context == 0 || e.max_tokens <= e.max_context, "--max-tokens ", e.max_tokens,
            " exceeds --max-context ", e.max_context);
   e.timeout_s = f.number("timeout", 0.001, 1e9);
-  e.max_memory = parse_bytes(f.str("max-memory"));
+  e.max_memory = parse_bytes(f, "max-memory");
+  e.prefix_cache_bytes = parse_bytes(f, "prefix-cache");
+  e.prefix_chunk = f.integer("prefix-chunk", 1, 1 << 20);
   const apps::CommonFlags c = apps::read_common_flags(f, common);
   e.device = c.device;
   e.threads = apps::apply_threads(c.threads);

@@ -67,6 +67,9 @@ Engine::Engine(const EngineOptions& o) : options_(o) {
     state_probe_ = lm_->start_decoding();
     lm_->prefill(from_vector(std::vector<int64_t>{0, 0}, {1, 2}, {DType::i64}).to(o.device), state_probe_);
     max_memory_ = o.max_memory > 0 ? o.max_memory : default_max_memory();
+    HH_CHECK(o.prefix_cache_bytes >= 0, "--prefix-cache: expected a byte count >= 0, got ", o.prefix_cache_bytes);
+    HH_CHECK(o.prefix_chunk > 0, "--prefix-chunk: expected a positive token count, got ", o.prefix_chunk);
+    if (o.prefix_cache_bytes > 0) prefix_cache_ = std::make_unique<PrefixCache>(o.prefix_cache_bytes, o.prefix_chunk);
     scheduler_ = std::make_unique<DecodeScheduler>(*lm_, o.threads, model_mutex_, o.token_delay_ms);
   }
   if (lm_) eos_ = nn::stop_ids(nn::read_generation_config(o.folder), tok_->eos_id(), lm_->config());
@@ -193,6 +196,11 @@ Completion Engine::complete(const Prepared& p, const Slot& slot, const OnText& o
   // The run's callbacks run on the model thread; they only touch the job.
   nn::GenerateOptions go;
   go.max_new_tokens = r.max_tokens;
+  if (prefix_cache_)
+    go.prefill = [cache = prefix_cache_.get()](nn::CausalLM& lm, const std::vector<int64_t>& prompt,
+                                               nn::DecodeState& state) {
+      return prefill_with_cache(lm, prompt, state, cache, cache->chunk());
+    };
   // As hf_run: generation_config.json's ids, else the tokenizer's, else config.json's.
   if (!r.ignore_eos) go.eos = eos_;
   Job* j = job.get();

@@ -20,6 +20,7 @@
 #include "nn/models/hf_model.h"
 #include "serve/api.h"
 #include "serve/chat_template.h"
+#include "serve/prefix_cache.h"
 #include "serve/scheduler.h"
 
 namespace hh::serve {
@@ -35,6 +36,11 @@ struct EngineOptions {
   // request reserves what prompt + max_tokens can reach (nn::decode_state_bytes) at admission.
   // 0: a quarter of the machine's memory.
   int64_t max_memory = 0;
+  // The prefix state cache (serve/prefix_cache.h): its byte budget (0: off) and chunk. With it on,
+  // every prompt is prefilled in segments ending at multiples of the chunk, hit or not, so a hit
+  // gives bit for bit the tokens of a miss.
+  int64_t prefix_cache_bytes = 0;
+  int64_t prefix_chunk = 256;
   double timeout_s = 600;      // a request's generation stops after this many seconds
   // Test hook: a pause after every generated token (HH_SERVE_TEST_TOKEN_DELAY_MS), so tests can
   // hold a request running to see 503s, disconnects and shutdown.
@@ -65,6 +71,8 @@ class Engine {
   int64_t state_bytes(int64_t tokens) const;
   // The most requests one decode step has fed so far.
   int64_t largest_batch() const { return scheduler_ ? scheduler_->largest_batch() : 0; }
+  // The prefix cache's counters (all 0 when it is off).
+  PrefixCacheStats prefix_cache_stats() const { return prefix_cache_ ? prefix_cache_->stats() : PrefixCacheStats{}; }
   int64_t max_concurrent() const { return options_.max_concurrent; }
 
   // A request's place among the --max-concurrent: held while it runs, freed when destroyed.
@@ -127,6 +135,7 @@ class Engine {
   std::atomic<int64_t> reserved_{0};  // decode-state bytes reserved by admitted completions
   int64_t max_memory_ = 0;
   nn::DecodeState state_probe_;       // a two-token prefill's state (state_bytes)
+  std::unique_ptr<PrefixCache> prefix_cache_;  // null when --prefix-cache is 0
   std::unique_ptr<DecodeScheduler> scheduler_;  // decoders: the batch loop (declared last: stops first)
   std::atomic<bool> stopping_{false};
 };

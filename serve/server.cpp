@@ -114,6 +114,11 @@ class SignalWatcher {
   std::thread thread_;
 };
 
+json prefix_cache_json(const PrefixCacheStats& s) {
+  return {{"lookups", s.lookups}, {"hits", s.hits},   {"reused_tokens", s.reused_tokens},
+          {"bytes", s.bytes},     {"entries", s.entries}, {"evictions", s.evictions}};
+}
+
 class HttpServer {
  public:
   // Routes to `engine` (loaded after bind(), before listen(): nothing is served before it exists).
@@ -153,7 +158,8 @@ class HttpServer {
                  {"chat_template", engine().has_chat_template()},
                  {"reserved_bytes", engine().reserved_bytes()},
                  {"max_memory", engine().max_memory()},
-                 {"largest_batch", engine().largest_batch()}});
+                 {"largest_batch", engine().largest_batch()},
+                 {"prefix_cache", prefix_cache_json(engine().prefix_cache_stats())}});
     });
     http_.Get("/", [](const httplib::Request&, httplib::Response& res) {
       res.set_content(chat_page_html(), "text/html; charset=utf-8");

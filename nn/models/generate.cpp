@@ -72,8 +72,14 @@ DecodeRun::DecodeRun(CausalLM& lm, std::vector<int64_t> prompt, Sampler& sampler
 void DecodeRun::prefill() {
   NoGradGuard no_grad;
   const auto t0 = std::chrono::steady_clock::now();
-  const Tensor ids = from_vector(prompt_, {1, static_cast<int64_t>(prompt_.size())}, {DType::i64}).to(device_of(lm_));
-  logits_ = to_vector<double>(reshape(lm_.prefill(ids, state_), {-1}));
+  Tensor last;
+  if (o_.prefill) {
+    last = o_.prefill(lm_, prompt_, state_);
+  } else {
+    const Tensor ids = from_vector(prompt_, {1, static_cast<int64_t>(prompt_.size())}, {DType::i64}).to(device_of(lm_));
+    last = lm_.prefill(ids, state_);
+  }
+  logits_ = to_vector<double>(reshape(last, {-1}));
   prefill_seconds_ = seconds_since(t0);
   prefilled_ = true;
   if (o_.on_prefilled) o_.on_prefilled();

@@ -44,6 +44,10 @@ struct GenerateOptions {
   // Asked after every new token (after on_token): true ends the generation there (a stop string
   // seen, a client gone, a deadline passed).
   std::function<bool()> should_stop;
+  // How the prompt goes in: prompt ids, a fresh state -> the last position's logits (1,1,V), the
+  // state as the prompt's steps leave it. Unset: CausalLM::prefill in one pass (hh_serve's prefix
+  // cache sets serve::prefill_with_cache).
+  std::function<Tensor(CausalLM&, const std::vector<int64_t>&, DecodeState&)> prefill;
 };
 
 struct Generation {

@@ -103,3 +103,37 @@ TEST_CASE("serve batching: decode memory is reserved at admission and freed with
 }
 
 }  // namespace hh::test
+
+namespace hh::test {
+
+TEST_CASE("serve prefix cache: a request sharing a cached system prompt resumes from it, with the tokens of a miss") {
+  serve::EngineOptions o;
+  o.folder = kLlamaTok;
+  o.prefix_cache_bytes = 1 << 20;
+  o.prefix_chunk = 8;
+  std::vector<int64_t> system;  // a 20-token shared prefix (2.5 chunks)
+  for (int64_t i = 0; i < 20; ++i) system.push_back(3 + (i * 7) % 50);
+  const auto body = [&](std::vector<int64_t> tail) {
+    std::vector<int64_t> ids = system;
+    ids.insert(ids.end(), tail.begin(), tail.end());
+    return serve::json{{"prompt", ids}, {"max_tokens", 12}, {"temperature", 0}}.dump();
+  };
+  serve::Engine warm(o);
+  run(warm, body({5, 6, 7}));  // fills the cache at 8 and 16
+  const serve::Completion hit = run(warm, body({9, 10}));
+  const serve::PrefixCacheStats s = warm.prefix_cache_stats();
+  CHECK(s.hits == 1);
+  CHECK(s.reused_tokens == 16);
+  serve::Engine cold(o);  // the same request, nothing cached
+  const serve::Completion miss = run(cold, body({9, 10}));
+  CHECK(cold.prefix_cache_stats().hits == 0);
+  CHECK(hit.text == miss.text);
+  CHECK(hit.completion_tokens == miss.completion_tokens);
+  // Without the cache the prompt is prefilled in one pass, as hf_run does; the cache is not asked.
+  o.prefix_cache_bytes = 0;
+  serve::Engine plain(o);
+  run(plain, body({9, 10}));
+  CHECK(plain.prefix_cache_stats().lookups == 0);
+}
+
+}  // namespace hh::test
