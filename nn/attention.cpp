@@ -1,12 +1,17 @@
 #include "nn/attention.h"
 
+#include <omp.h>
+
 #include <algorithm>
+#include <exception>
 #include <cmath>
 #include <limits>
 #include <utility>
 #include <vector>
 
+#include "autograd/grad_mode.h"
 #include "core/backend.h"
+#include "core/batch_invariant.h"
 #include "nn/rope.h"
 
 namespace hh::nn {
@@ -507,6 +512,37 @@ Tensor Attention::step(const Tensor& x, DecodeCache& cache) {
   project(x, cache.pos(), q, k, v, &k_raw);
   Tensor y = mixer.step(q, k, v, cache, GateInput{x, k_raw});
   return o_proj->forward(reshape(transpose(y, 1, 2), {x.size(0), 1, cfg.heads * cfg.head_dim}));
+}
+
+void parallel_rows(int64_t n, const std::function<void(int64_t)>& fn) {
+  if (omp_in_parallel()) {
+    for (int64_t i = 0; i < n; ++i) fn(i);
+    return;
+  }
+  // Every row on one thread, alone or among many: a kernel inside sees one thread either way, so a
+  // row's arithmetic does not depend on how many rows there are.
+  const int threads = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(omp_get_max_threads(), n)));
+  const bool grad = GradMode::is_enabled(), invariant = BatchInvariant::active();
+  std::exception_ptr error;
+#pragma omp parallel num_threads(threads)
+  {
+    const bool prev = GradMode::is_enabled();
+    GradMode::set_enabled(grad);
+    omp_set_num_threads(1);  // this row's kernels run on this thread (the region's own setting)
+    std::unique_ptr<BatchInvariant> guard = invariant ? std::make_unique<BatchInvariant>() : nullptr;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t i = 0; i < n; ++i) {
+      try {
+        fn(i);
+      } catch (...) {
+#pragma omp critical(hh_parallel_rows_error)
+        if (!error) error = std::current_exception();
+      }
+    }
+    guard.reset();
+    GradMode::set_enabled(prev);
+  }
+  if (error) std::rethrow_exception(error);
 }
 
 }  // namespace hh::nn

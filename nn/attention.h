@@ -6,6 +6,7 @@
 // the gated delta rule (autograd/ops/delta_attention.h).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -145,6 +146,12 @@ struct DecodeCache {
     return k.defined() ? evicted + k.size(2) : (hybrid.tokens > 0 ? hybrid.tokens : linear.pos);
   }
 };
+
+// Runs fn(i) for i in [0, n) on the calling thread's OpenMP threads, each row on one thread (its
+// kernels single-threaded, alone or among many rows, so its arithmetic never depends on n) under
+// the caller's grad mode and batch-invariance guard (thread-local switches): the per-row attention
+// steps of CausalLM::step_many. The first exception is rethrown.
+void parallel_rows(int64_t n, const std::function<void(int64_t)>& fn);
 
 class AttentionMixer {
  public:

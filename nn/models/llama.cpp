@@ -295,14 +295,14 @@ Tensor LlamaAttention::step_rows(const Tensor& x, const std::vector<DecodeCache*
   // The projections for every row at once, then each row rotated at its own position and stepped
   // on its own cache.
   const Tensor qp = q_proj->forward(x), kp = k_proj->forward(x), vp = v_proj->forward(x);
-  std::vector<Tensor> y;
-  for (size_t i = 0; i < caches.size(); ++i) {
-    const int64_t r = static_cast<int64_t>(i);
+  std::vector<Tensor> y(caches.size());
+  parallel_rows(static_cast<int64_t>(caches.size()), [&](int64_t r) {
     const auto row = [&](const Tensor& t) { return slice(t, 0, r, r + 1); };
+    DecodeCache& cache = *caches[static_cast<size_t>(r)];
     Tensor q, k, v, k_raw;
-    rotate(row(qp), row(kp), row(vp), caches[i]->pos(), q, k, v, gated() ? &k_raw : nullptr);
-    y.push_back(mixer.step(q, k, v, *caches[i], GateInput{row(x), k_raw}));
-  }
+    rotate(row(qp), row(kp), row(vp), cache.pos(), q, k, v, gated() ? &k_raw : nullptr);
+    y[static_cast<size_t>(r)] = mixer.step(q, k, v, cache, GateInput{row(x), k_raw});
+  });
   return merge(cat(y, 0));
 }
 
