@@ -464,12 +464,13 @@ inline std::unique_ptr<train::RunDir> open_conversion_folder(const std::string& 
 // Starts the run (after the resume checks): the files of this conversion.
 inline void start_conversion_folder(train::RunDir& folder, const std::vector<train::ConversionRow>& rows,
                                     const nlohmann::json& settings, bool resume) {
-  std::vector<std::string> results = {"results.json", "results.csv", "report.html", "*.svg"};
+  const std::vector<std::string> reports = {"config.json", "results.json", "results.csv", "report.html", "*.svg"};
+  std::vector<std::string> results = reports;
   for (const auto& row : rows) {
     const std::string dir = row_slug(row.label);
     for (const char* f : {"/checkpoint.safetensors", "/model/*"}) results.push_back(dir + f);
   }
-  folder.start(settings.dump(), resume, results, {"results.json", "results.csv", "report.html", "*.svg"});
+  folder.start(settings.dump(), resume, results, reports);
 }
 
 // The end of a run: prints the table, writes the report under `out`, ends the run folder (the

@@ -193,7 +193,7 @@ foreach(fault model.safetensors results.json)
   add_test(NAME convert_gpt2_keeps_previous_${name} COMMAND ${CMAKE_COMMAND} -DAPP=$<TARGET_FILE:convert_gpt2>
            -DOUT=${CMAKE_CURRENT_BINARY_DIR}/convert_gpt2_keep_${name} "-DARGS=${GPT2_TINY_TEXT} --save"
            "-DARGS2=${GPT2_TINY_TEXT} --save --seed 5" -DFAULT=${fault}
-           "-DFILES=results.json;results.csv;report.html;hedgehog/checkpoint.safetensors;hedgehog/model/model.safetensors;hedgehog/model/config.json"
+           "-DFILES=config.json;results.json;results.csv;report.html;hedgehog/checkpoint.safetensors;hedgehog/model/model.safetensors;hedgehog/model/config.json"
            -P ${CMAKE_CURRENT_SOURCE_DIR}/cmake/keeps_previous.cmake)
   set_tests_properties(convert_gpt2_keeps_previous_${name} PROPERTIES PASS_REGULAR_EXPRESSION "previous results kept")
 endforeach()
