@@ -10,6 +10,7 @@
 // used entries. Thread-safe: every method may be called from several threads. One cache serves one
 // model (states of another model are not interchangeable).
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <list>
 #include <memory>

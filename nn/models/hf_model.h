@@ -3,6 +3,7 @@
 // decoding) for the decoders. load_hf_model reads a folder's config.json, picks the family from
 // "architectures"[0] (else "model_type"), builds it, loads its weights, moves/casts it, eval().
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
