@@ -21,6 +21,9 @@ import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from serve_process import start_server  # noqa: E402
 import urllib.parse
 import urllib.request
 
@@ -91,20 +94,6 @@ class WebSocket:
         if "exceptionDetails" in r:
             raise RuntimeError(f"{expression}: {r['exceptionDetails']}")
         return r["result"].get("value")
-
-
-def start_server(build, folder, log):
-    p = subprocess.Popen([os.path.join(build, "hh_serve"), "--model", folder, "--port", "0", "--threads", "1"],
-                         stdout=open(log, "w"), stderr=subprocess.STDOUT)
-    t0 = time.time()
-    while time.time() - t0 < 60:
-        text = open(log).read()
-        if "on http://127.0.0.1:" in text:
-            return p, int(text.split("on http://127.0.0.1:")[1].split()[0])
-        if p.poll() is not None:
-            raise SystemExit(f"hh_serve exited while starting:\n{text}")
-        time.sleep(0.05)
-    raise SystemExit("hh_serve did not start in 60 s")
 
 
 def post(port, path, body):

@@ -18,26 +18,14 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from serve_process import start_server  # noqa: E402
+
 try:
     import openai
 except ImportError:
     print("skipped: no openai client (pip install openai; scripts/setup does)")
     sys.exit(77)
-
-
-def start(build, folder, log):
-    p = subprocess.Popen([os.path.join(build, "hh_serve"), "--model", folder, "--port", "0", "--threads", "1"],
-                         stdout=open(log, "w"), stderr=subprocess.STDOUT)
-    t0 = time.time()
-    while time.time() - t0 < 60:
-        text = open(log).read()
-        mark = "on http://127.0.0.1:"
-        if mark in text:
-            return p, int(text.split(mark)[1].split()[0])
-        if p.poll() is not None:
-            raise SystemExit(f"hh_serve exited while starting:\n{text}")
-        time.sleep(0.05)
-    raise SystemExit("hh_serve did not start in 60 s")
 
 
 def hf_run(build, folder, out, *flags):
@@ -59,7 +47,7 @@ def main():
             failures.append(what)
 
     with tempfile.TemporaryDirectory() as tmp:
-        server, port = start(build, folder, os.path.join(tmp, "serve.log"))
+        server, port = start_server(build, folder, os.path.join(tmp, "serve.log"))
         try:
             client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none")
             prompt = "The hedgehog is"
@@ -99,7 +87,7 @@ def main():
             json.dump({"bos_token": "<s>", "eos_token": "</s>",
                        "chat_template": "{{ bos_token }}{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n"
                                         "{% endfor %}{% if add_generation_prompt %}[assistant]{% endif %}"}, f)
-        server, port = start(build, chat_folder, os.path.join(tmp, "chat.log"))
+        server, port = start_server(build, chat_folder, os.path.join(tmp, "chat.log"))
         try:
             client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none")
             messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "The hedgehog is"}]
