@@ -5,6 +5,7 @@
 // BERT-style encoder on a word-order task built from real text.
 #include <omp.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
@@ -38,15 +39,18 @@ struct Common {
   bool quiet = false;
   Precision precision = Precision::f32;
   int64_t distill_epochs = 0, finetune_epochs = 0, teacher_epochs = 0;
+  bool check_teacher = true;  // --check-teacher
 };
 
 using TaskMaker = std::function<std::unique_ptr<train::ConversionTask>(const nn::Mixer& mixer)>;
 
 // Trains the softmax teacher that `make` builds (the driver's finetune stage alone, from scratch),
 // then converts a copy of it per row.
+// `chance`: what a guess scores on the part's test metric; a teacher within 5 points of it stops the
+// part (train::check_teacher_learned) unless --no-check-teacher.
 train::ConversionReport run_part(const std::string& title, const Common& c, const TaskMaker& make, bool causal,
                                  train::ConvertConfig teacher_cfg, const train::ConvertConfig& student_cfg,
-                                 const train::AfterConversion& after = {}) {
+                                 double chance, const train::AfterConversion& after = {}) {
   std::cerr << title << ": training the softmax teacher\n";
   teacher_cfg.distill.epochs = 0;
   teacher_cfg.quiet = c.quiet;
@@ -58,6 +62,7 @@ train::ConversionReport run_part(const std::string& title, const Common& c, cons
   const train::Fidelity tf = train::measure_fidelity(*teacher, train::Split::test, 4, causal);
   rep.teacher_entropy = tf.entropy_teacher;
   rep.teacher_monotonicity = tf.monotonicity_teacher;
+  if (c.check_teacher) train::check_teacher_learned(rep, chance, 0.05);
   for (const auto& row : c.rows) {
     std::cerr << title << ": " << row.label << "\n";
     rep.rows.push_back(train::run_conversion_row(
@@ -127,8 +132,9 @@ train::ConversionReport run_ar(const Common& c, int64_t num_train) {
   teacher.finetune.patience = 4;
   train::ConvertConfig student = student_config(c, 1e-3);
   student.finetune.stop_at = 0.99;
+  // A guess among the values (half the vocabulary) is right one time in vocab / 2.
   return run_part("(a) associative recall: a softmax decoder converted to linear attention", c, make, true, teacher,
-                  student);
+                  student, 2.0 / static_cast<double>(dc.vocab));
 }
 
 // (b) Word order on real text: a 2-layer bidirectional (BERT-style) encoder with a [CLS] head.
@@ -182,8 +188,14 @@ train::ConversionReport run_text(const Common& c, const std::vector<std::string>
       o.extra.emplace_back("kl_len" + std::to_string(len), train::measure_fidelity(at_len, train::Split::test, 8, false).kl_mean);
     }
   };
+  // A guess: the test split's majority label.
+  const std::vector<int64_t> labels = to_vector<int64_t>(d.test.labels);
+  const int64_t ones = std::count(labels.begin(), labels.end(), int64_t{1});
+  const double majority = labels.empty() ? 0.5
+                                         : static_cast<double>(std::max<int64_t>(ones, labels.size() - ones)) /
+                                               static_cast<double>(labels.size());
   return run_part("(b) word order on real text: a BERT-style encoder converted to linear attention", c, make, false,
-                  teacher, student, kl_by_length);
+                  teacher, student, majority, kl_by_length);
 }
 
 int run(int argc, char** argv) {
@@ -198,6 +210,8 @@ int run(int argc, char** argv) {
   f.add("gate-output", "normalizer", "output of the gated students: normalizer or groupnorm (GLA's RMSNorm per head)");
   f.add("ar-train", "16000", "associative recall: training sequences (10% held out for validation)");
   f.add("text", "/usr/share/common-licenses", "word order: a folder of English text files (or one file)");
+  f.add("check-teacher", "true", "stop a part whose softmax teacher stays within 5 points of a guess (its students would\n"
+        "\"recover\" chance); --no-check-teacher for smoke runs");
   f.add("teacher-epochs", "10", "teacher training: maximum epochs (AR stops at 99% validation accuracy; the best\n"
         "                       validation epoch's weights are kept)");
   f.add("distill-epochs", "2", "stage 1: maximum epochs of attention distillation");
@@ -225,6 +239,7 @@ int run(int argc, char** argv) {
   c.quiet = f.boolean("quiet");
   c.precision = flags.precision;
   c.teacher_epochs = f.integer("teacher-epochs", 1, 100000);
+  c.check_teacher = f.boolean("check-teacher");
   c.distill_epochs = f.integer("distill-epochs", 0, 100000);
   c.finetune_epochs = f.integer("finetune-epochs", 0, 100000);
   const int64_t threads = flags.threads;

@@ -115,6 +115,25 @@ double recovered(const ConversionReport& r, double m, double t) {
 }
 }  // namespace
 
+namespace {
+std::string fixed(double x, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, x);
+  return buf;
+}
+}  // namespace
+
+void check_teacher_learned(const ConversionReport& rep, double chance, double margin) {
+  const double t = primary(rep.teacher), scale = rep.percent ? 100.0 : 1.0;
+  const std::string unit = rep.percent ? "%" : "";
+  const std::string metric = rep.teacher.empty() ? "metric" : rep.teacher.front().first;
+  HH_CHECK(!rep.higher_is_better || (std::isfinite(t) && t >= chance + margin), rep.title,
+           ": the softmax teacher did not learn: its test ", metric, " is ", fixed(scale * t, 1), unit,
+           " where a guess scores ", fixed(scale * chance, 1), unit, " (it needs at least ",
+           fixed(scale * (chance + margin), 1), unit,
+           "); converting it would measure nothing. Train it longer (more epochs or data) or check the task");
+}
+
 std::string conversion_table(const ConversionReport& r) {
   const double scale = r.percent ? 100.0 : 1.0;
   const std::string metric = r.teacher.empty() ? "metric" : r.teacher.front().first;

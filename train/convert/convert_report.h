@@ -67,6 +67,12 @@ struct ConversionReport {
   std::string config_json;    // written to config.json
 };
 
+// A teacher that did not learn makes a conversion measure nothing (every student "recovers" the
+// teacher's chance level): when the teacher's primary test metric (higher being better) is below
+// chance + margin, an error naming both figures and what to do. `chance`: the metric of a guess
+// (the majority class's share; 1 / the number of answers).
+void check_teacher_learned(const ConversionReport& rep, double chance, double margin);
+
 // A fixed-width table: model, primary test metric, % of the teacher's, metric right after the swap
 // and after distillation (validation split), mean KL to the teacher, entropy, monotonicity, time.
 std::string conversion_table(const ConversionReport& r);
