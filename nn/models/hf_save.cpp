@@ -1,6 +1,7 @@
 #include "nn/models/hf_save.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -220,7 +221,13 @@ void recover_stages(const std::string& out) {
     if (dot == 0 || dot == std::string::npos || dot > 9 || rest.find_first_not_of("0123456789") != dot ||
         rest.find_first_not_of("0123456789", dot + 1) != std::string::npos)
       continue;
-    if (temp_owner_gone(e.path().string(), std::stoll(rest.substr(0, dot)))) stages.push_back(e.path());
+    const long long pid = std::stoll(rest.substr(0, dot));
+    // An empty stage of a process that no longer exists is removed even when it is younger than
+    // this process (temp_owner_gone keeps those, in case the pid was reused): a run killed just
+    // after creating its stage, then resumed within the same second, left it behind.
+    const bool empty_of_dead = pid != ::getpid() && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH &&
+                               fs::is_empty(e.path(), ec);
+    if (empty_of_dead || temp_owner_gone(e.path().string(), pid)) stages.push_back(e.path());
   }
   std::sort(stages.begin(), stages.end());
   for (const fs::path& stage : stages) {

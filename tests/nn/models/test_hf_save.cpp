@@ -2,6 +2,7 @@
 // into the same model (same logits, bit for bit), its HF weights keep HF's names and layouts, and
 // bad folders fail clearly.
 #include <doctest/doctest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -153,4 +154,19 @@ TEST_CASE("save_hf_model: weights carry checksums; a failed export (full disk) l
   CHECK(after.at("model.safetensors") != before.at("model.safetensors"));
   CHECK(nn::name(load_hf_model(out.string())->options().mixer) == "hedgehog");
   fs::remove_all(out);
+}
+
+TEST_CASE("save_hf_model: an empty stage left by a dead export is removed by the next export, however young") {
+  auto m = student("gpt2-tiny", "t2r");
+  const fs::path out = temp_folder("stale_stage");
+  save_hf_model(*m, out.string(), fixture("gpt2-tiny"));
+  // A process that has ended: its pid names the stage it created just before it was killed.
+  const pid_t child = fork();
+  if (child == 0) _exit(0);
+  REQUIRE(child > 0);
+  waitpid(child, nullptr, 0);
+  const fs::path empty = out / (".hh-export." + std::to_string(child) + ".0");
+  fs::create_directory(empty);  // as young as this process: temp_owner_gone alone would keep it
+  save_hf_model(*m, out.string(), fixture("gpt2-tiny"));
+  CHECK_FALSE(fs::exists(empty));
 }
