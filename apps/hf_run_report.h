@@ -36,18 +36,29 @@ inline std::string logits_svg(const std::vector<double>& v, const std::vector<st
          std::to_string(row * v.size() + 10) + "' stroke='#444'/></svg>";
 }
 
+// A figure as the report shows it: numbers to 4 significant digits (0.05624571 s reads 0.05625),
+// other values as JSON.
+inline std::string shown_number(const nlohmann::json& v) {
+  if (!v.is_number_float()) return v.dump();
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4g", v.get<double>());
+  return buf;
+}
+
 inline std::string hf_run_report_html(const nlohmann::json& r) {
   std::string h = "<h1>hf_run</h1><table>";
   for (const char* k : {"model", "architecture", "task", "mixer", "device", "pooling", "config_source"})
     if (r.contains(k)) h += std::string("<tr><td>") + k + "</td><td>" + html_escape(r[k].get<std::string>()) + "</td></tr>";
   for (const char* k : {"load_seconds", "prefill_seconds", "generate_seconds", "tokens_per_second", "forward_seconds",
                         "normalize", "count", "dim", "embed_seconds", "cosine_similarity"})
-    if (r.contains(k)) h += std::string("<tr><td>") + k + "</td><td>" + r[k].dump() + "</td></tr>";
+    if (r.contains(k)) h += std::string("<tr><td>") + k + "</td><td>" + shown_number(r[k]) + "</td></tr>";
   h += "</table>";
-  if (r.contains("text")) h += "<h2>Text</h2><pre>" + html_escape(r["text"].get<std::string>()) + "</pre>";
+  // Long texts and id lists wrap inside the page instead of running off it.
+  const std::string pre = "<pre style='white-space:pre-wrap;overflow-wrap:anywhere'>";
+  if (r.contains("text")) h += "<h2>Text</h2>" + pre + html_escape(r["text"].get<std::string>()) + "</pre>";
   if (r.contains("generated_ids"))
-    h += "<h2>Token ids</h2><pre>prompt:    " + r["prompt_ids"].dump() + "\ngenerated: " + r["generated_ids"].dump() +
-         "</pre>";
+    h += "<h2>Token ids</h2>" + pre + "prompt:    " + r["prompt_ids"].dump() + "\ngenerated: " +
+         r["generated_ids"].dump() + "</pre>";
   if (r.contains("logits")) {
     h += "<h2>Class logits (predicted: " + html_escape(r["predicted"].get<std::string>()) + ")</h2>";
     h += logits_svg(r["logits"].get<std::vector<double>>(), r["labels"].get<std::vector<std::string>>());

@@ -66,3 +66,4 @@ TEST_CASE("flags: help shows one default and indents continuation lines") {
   CHECK(f.help_entry("name-longer-than-the-column") ==
         "  --name-longer-than-the-column\n                       help (default: x)\n");
 }
+
