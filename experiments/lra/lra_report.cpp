@@ -1,6 +1,7 @@
 #include "experiments/lra/lra_report.h"
 
 #include <algorithm>
+#include <iterator>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -36,7 +37,8 @@ const PaperRow kPaper[] = {
 bool evaluated(const LraRunResult& r) { return r.status == "ok" || r.status.rfind("diverged", 0) == 0; }
 
 // One row of the table: the attention's cell per task (-1 = not run, -2 = failed) and its average
-// over the tasks it has a number for.
+// over the tasks it has a number for; a row with a failed task has no average (-2: "failed"), as
+// the mean of the tasks left would read as the row's score.
 struct Row {
   nn::Mixer attention;
   nn::Gate gate = nn::Gate::none;
@@ -66,7 +68,9 @@ std::vector<Row> rows_of(const std::vector<LraRunResult>& results) {
         sum += c;
         ++row.in_avg;
       }
-    if (row.in_avg > 0) row.avg = sum / row.in_avg;
+    const bool failed = std::find(std::begin(row.cells), std::end(row.cells), -2.0) != std::end(row.cells);
+    if (failed) row.avg = -2;
+    else if (row.in_avg > 0) row.avg = sum / row.in_avg;
   }
   return rows;
 }

@@ -245,3 +245,22 @@ TEST_CASE("lra report: Table 6 layout, empty cells for tasks not run, failures s
   CHECK(back.task == "pathfinder");
   CHECK(back.test_accuracy == 0.7);
 }
+
+TEST_CASE("lra table: a row with a failed task shows no average") {
+  using hh::train::LraRunResult;
+  std::vector<LraRunResult> rs(2);
+  rs[0].task = "listops";
+  rs[0].attention = hh::nn::parse_mixer("elu", "test");
+  rs[0].test_accuracy = 0.5;
+  rs[1].task = "text";
+  rs[1].attention = rs[0].attention;
+  rs[1].status = "error: out of memory";
+  const std::string t = hh::train::lra_table(rs);
+  CAPTURE(t);
+  CHECK(t.find("50.00") != std::string::npos);
+  // The Avg column reads "failed", not 50.00 (the mean of the task left).
+  const size_t elu = t.find("\nelu");
+  REQUIRE(elu != std::string::npos);
+  const std::string line = t.substr(elu + 1, t.find('\n', elu + 1) - elu - 1);
+  CHECK(line.rfind("failed") > line.find("failed"));  // twice: the text task and the average
+}
