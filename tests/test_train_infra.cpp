@@ -664,3 +664,17 @@ TEST_CASE("checkpoint: fingerprint_diff names the settings that differ") {
   CHECK(train::fingerprint_diff(a, R"({"lr": 0.001, "model": {"n_embd": 32, "n_head": 2}})") == "/seed");
   CHECK(train::fingerprint_diff("{not json", a) == "its unreadable fingerprint");
 }
+
+TEST_CASE("svg: an integer axis (epochs) has ticks on whole numbers only") {
+  hh::LineSeries s;
+  s.x = {1, 2, 3};
+  s.y = {0.5, 0.4, 0.3};
+  hh::PlotOptions o;
+  o.x.label = "epoch";
+  const std::string plain = hh::line_plot({s}, o);
+  CHECK(plain.find(">1.5</text>") != std::string::npos);  // without it: half-epoch ticks
+  o.x.integer = true;
+  const std::string whole = hh::line_plot({s}, o);
+  CHECK(whole.find(">1.5</text>") == std::string::npos);
+  CHECK(whole.find(">2</text>") != std::string::npos);
+}

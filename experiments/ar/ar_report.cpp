@@ -183,6 +183,7 @@ void write_ar_report(const std::string& dir, const std::vector<ArRunResult>& all
   PlotOptions co;
   co.title = "Validation accuracy per epoch";
   co.x.label = "epoch";
+  co.x.integer = true;
   co.y.label = "validation accuracy (%)";
   co.y.min = 0;
   co.y.max = 100;

@@ -336,11 +336,13 @@ void write_conversion_report(const std::string& dir, const ConversionReport& r) 
   PlotOptions dp;
   dp.title = "Stage 1: validation distillation loss";
   dp.x.label = "epoch";
+  dp.x.integer = true;
   dp.y.label = "soft cross-entropy";
   if (!distill_curves.empty()) save_svg(dir + "/distill_curves.svg", line_plot(distill_curves, dp));
   PlotOptions fp;
   fp.title = "Stage 2: validation " + metric;
   fp.x.label = "epoch";
+  fp.x.integer = true;
   fp.y.label = metric;
   if (!finetune_curves.empty()) save_svg(dir + "/finetune_curves.svg", line_plot(finetune_curves, fp));
 

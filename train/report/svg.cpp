@@ -2,6 +2,7 @@
 #include "train/report/svg.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include "core/atomic_file.h"
@@ -138,8 +139,18 @@ void title(std::string& s, int w, const std::string& t) {
 // Frame, grid, ticks, tick labels and axis labels.
 void draw_axes(std::string& s, const Frame& f, const PlotOptions& o) {
   const double bottom = f.top + f.height, right = f.left + f.width;
-  const auto xt = f.xlog ? log_ticks(f.xr.lo, f.xr.hi) : nice_ticks(f.xr.lo, f.xr.hi);
-  const auto yt = f.ylog ? log_ticks(f.yr.lo, f.yr.hi) : nice_ticks(f.yr.lo, f.yr.hi);
+  const auto whole = [](std::vector<double> t, const Range& r) {
+    t.erase(std::remove_if(t.begin(), t.end(), [](double v) { return v != std::round(v); }), t.end());
+    if (t.size() < 2)  // a range of a few units: every whole number in it
+      for (double v = std::ceil(r.lo); v <= r.hi && t.size() < 12; v += 1) t.push_back(v);
+    std::sort(t.begin(), t.end());
+    t.erase(std::unique(t.begin(), t.end()), t.end());
+    return t;
+  };
+  auto xt = f.xlog ? log_ticks(f.xr.lo, f.xr.hi) : nice_ticks(f.xr.lo, f.xr.hi);
+  auto yt = f.ylog ? log_ticks(f.yr.lo, f.yr.hi) : nice_ticks(f.yr.lo, f.yr.hi);
+  if (o.x.integer && !f.xlog) xt = whole(xt, f.xr);
+  if (o.y.integer && !f.ylog) yt = whole(yt, f.yr);
   const double xstep = xt.size() >= 2 ? xt[1] - xt[0] : 1.0, ystep = yt.size() >= 2 ? yt[1] - yt[0] : 1.0;
   s += "<g class=\"axes\" stroke=\"#333\" stroke-width=\"1\">\n";
   for (double v : xt) {

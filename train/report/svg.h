@@ -25,6 +25,7 @@ struct PlotAxis {
   bool log = false;              // log10 scale
   double min = std::nan("");     // NaN: from the data
   double max = std::nan("");
+  bool integer = false;          // ticks on whole numbers only (epochs, layers)
 };
 
 struct PlotOptions {
