@@ -678,3 +678,26 @@ TEST_CASE("svg: an integer axis (epochs) has ticks on whole numbers only") {
   CHECK(whole.find(">1.5</text>") == std::string::npos);
   CHECK(whole.find(">2</text>") != std::string::npos);
 }
+
+TEST_CASE("svg: a title longer than its figure is set smaller or on two lines, never past the edges") {
+  const Tensor m = ones({4, 4});
+  hh::HeatmapOptions o;
+  o.width = 320;
+  o.height = 320;
+  o.title = "Hedgehog: KL(teacher || student) per query position, layer 3 head 0, on the test split";
+  const std::string svg = hh::heatmap(m, o);
+  // Every bold (title) line: its estimated width (0.6 em per character) fits inside the figure.
+  size_t at = 0, lines = 0;
+  while ((at = svg.find("font-weight=\"bold\">", at)) != std::string::npos) {
+    const size_t size_at = svg.rfind("font-size=\"", at) + 11;
+    const double px = std::stod(svg.substr(size_at));
+    const size_t body = at + 19, end = svg.find("</text>", body);
+    const double width = 0.6 * px * static_cast<double>(end - body);
+    CHECK(width <= o.width - 16 + 1e-9);
+    ++lines;
+    at = end;
+  }
+  CHECK(lines == 2);
+  o.title = "short";
+  CHECK(hh::heatmap(m, o).find("font-size=\"15\" font-weight=\"bold\">short</text>") != std::string::npos);
+}

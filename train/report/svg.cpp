@@ -132,8 +132,33 @@ void text(std::string& s, double x, double y, const std::string& body, const cha
        "</text>\n";
 }
 
+// The title, bold, centred; a title too long for the figure is set smaller (down to 10 px) and,
+// if still too long, on two lines split at a space, so no part of it falls outside the figure.
+// Width is estimated at 0.6 em per character (bold Helvetica averages below that).
 void title(std::string& s, int w, const std::string& t) {
-  if (!t.empty()) text(s, w / 2.0, 22, t, "middle", " font-size=\"15\" font-weight=\"bold\"");
+  if (t.empty()) return;
+  size_t chars = 0;
+  for (unsigned char c : t) chars += (c & 0xC0) != 0x80;  // code points
+  const auto fit = [&](size_t n) { return (w - 16.0) / (0.6 * static_cast<double>(std::max<size_t>(n, 1))); };
+  const auto line = [&](double y, const std::string& body, double px) {
+    char size[16];
+    std::snprintf(size, sizeof size, "%g", std::floor(px * 10) / 10);  // rounded down: it still fits
+    text(s, w / 2.0, y, body, "middle", std::string(" font-size=\"") + size + "\" font-weight=\"bold\"");
+  };
+  if (fit(chars) >= 10.0) {
+    line(22, t, std::min(15.0, fit(chars)));
+    return;
+  }
+  size_t cut = t.rfind(' ', t.size() / 2);  // two lines, split at the space nearest the middle
+  if (cut == std::string::npos) cut = t.find(' ');
+  if (cut == std::string::npos) {
+    line(22, t, std::max(6.0, fit(chars)));
+    return;
+  }
+  const std::string a = t.substr(0, cut), b = t.substr(cut + 1);
+  const double px = std::max(6.0, std::min(12.0, fit(std::max(a.size(), b.size()))));
+  line(14, a, px);
+  line(14 + px + 2, b, px);
 }
 
 // Frame, grid, ticks, tick labels and axis labels.
