@@ -8,6 +8,7 @@
 
 #include "autograd/ops.h"
 #include "core/atomic_file.h"
+#include "core/progress.h"
 #include "core/quote.h"
 #include "core/regular_file.h"
 #include "train/task_metrics.h"
@@ -81,21 +82,31 @@ EmbedData load_embed_texts(const std::string& path, const data::Tokenizer& tok, 
   return d;
 }
 
-Tensor embed_rows(const nn::HFModel& model, const GlueRows& rows, int32_t pad_id, const EmbedTaskConfig& cfg) {
+Tensor embed_rows(const nn::HFModel& model, const GlueRows& rows, int32_t pad_id, const EmbedTaskConfig& cfg,
+                  const std::function<void(int64_t)>& on_rows) {
   NoGradGuard ng;
   std::vector<Tensor> parts;
   for (int64_t at = 0; at < rows.size(); at += cfg.batch) {
     std::vector<int64_t> which;
     for (int64_t r = at; r < std::min(rows.size(), at + cfg.batch); ++r) which.push_back(r);
     parts.push_back(pooled(model, make_glue_batch(rows, which, pad_id), cfg, nullptr).to(DType::f32).to(Device::cpu()));
+    if (on_rows) on_rows(static_cast<int64_t>(which.size()));
   }
   return cat(parts, 0);
 }
 
 void teacher_embeddings(EmbedData& data, const nn::HFModel& teacher, const EmbedTaskConfig& cfg) {
-  data.teacher_train = embed_rows(teacher, data.train, data.pad_id, cfg);
-  data.teacher_val = embed_rows(teacher, data.val, data.pad_id, cfg);
-  data.teacher_test = embed_rows(teacher, data.test, data.pad_id, cfg);
+  // The teacher embeds every text once before any training: a progress bar over all of them.
+  ProgressOptions po;
+  po.label = "teacher embeddings";
+  po.total = data.train.size() + data.val.size() + data.test.size();
+  Progress bar(po);
+  int64_t done = 0;
+  const auto on_rows = [&](int64_t n) { bar.update(done += n); };
+  data.teacher_train = embed_rows(teacher, data.train, data.pad_id, cfg, on_rows);
+  data.teacher_val = embed_rows(teacher, data.val, data.pad_id, cfg, on_rows);
+  data.teacher_test = embed_rows(teacher, data.test, data.pad_id, cfg, on_rows);
+  bar.finish();
 }
 
 EmbeddingFidelity embedding_fidelity(const Tensor& student, const Tensor& teacher) {

@@ -8,6 +8,7 @@
 // rate at which a text's nearest neighbour is the same under both.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -55,7 +56,9 @@ struct EmbedTaskConfig {
 
 // The pooled embeddings of `rows` by a BERT-family model (nn::text_encoder_hidden), no grad,
 // batched: (N,C) f32 on the CPU.
-Tensor embed_rows(const nn::HFModel& model, const GlueRows& rows, int32_t pad_id, const EmbedTaskConfig& cfg);
+// on_rows (may be empty) is told how many rows each batch embedded (progress).
+Tensor embed_rows(const nn::HFModel& model, const GlueRows& rows, int32_t pad_id, const EmbedTaskConfig& cfg,
+                  const std::function<void(int64_t)>& on_rows = {});
 
 // Fills data.teacher_* with the teacher's embeddings of every split.
 void teacher_embeddings(EmbedData& data, const nn::HFModel& teacher, const EmbedTaskConfig& cfg);

@@ -184,6 +184,30 @@ std::string conversion_table(const ConversionReport& r) {
       os << "\n";
     }
   }
+  // The task's other test metrics (an embedding conversion's Spearman correlation and
+  // nearest-neighbour agreement beside its cosine), teacher first.
+  if (r.teacher.size() > 1) {
+    os << "\n" << std::string(24, ' ');
+    for (size_t k = 1; k < r.teacher.size(); ++k)
+      os << " " << std::string(r.teacher[k].first.size() < 12 ? 12 - r.teacher[k].first.size() : 0, ' ')
+         << r.teacher[k].first;
+    os << "\n";
+    const auto metrics_line = [&](const std::string& label, const Metrics& m) {
+      std::snprintf(line, sizeof line, "%-24s", label.c_str());
+      os << line;
+      for (size_t k = 1; k < r.teacher.size(); ++k) {
+        auto it = std::find_if(m.begin(), m.end(), [&](const auto& e) { return e.first == r.teacher[k].first; });
+        char cell[32];
+        if (it == m.end()) std::snprintf(cell, sizeof cell, "%s", "-");
+        else std::snprintf(cell, sizeof cell, "%.4f", it->second);
+        std::snprintf(line, sizeof line, " %*s", static_cast<int>(std::max<size_t>(12, r.teacher[k].first.size())), cell);
+        os << line;
+      }
+      os << "\n";
+    };
+    metrics_line("softmax (teacher)", r.teacher);
+    for (const auto& o : r.rows) metrics_line(o.row.label, o.test);
+  }
   return os.str();
 }
 
