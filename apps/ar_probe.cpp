@@ -500,6 +500,7 @@ int run(int argc, char** argv) {
   }
   train::SchedulerOptions so;
   so.workers = static_cast<int>(jobs);
+  so.overall_label = "ar_probe";
   so.setup = [threads](int) {
     set_num_threads(static_cast<int>(threads));  // OpenMP's thread count is per thread
     return std::shared_ptr<void>();

@@ -61,3 +61,9 @@ add_test(NAME ar_probe_one_writer_per_out COMMAND ${CMAKE_COMMAND} -DAPP=$<TARGE
 set_tests_properties(train_lm_one_writer_per_out ar_probe_one_writer_per_out PROPERTIES
                      PASS_REGULAR_EXPRESSION "one run completed, the other was refused")
 set_tests_properties(train_lm_one_writer_per_out PROPERTIES FIXTURES_REQUIRED train_lm_data)
+# Several runs: after each, the whole batch's progress and an overall estimate of the time left
+# (train/run_scheduler.h's overall_label); the last line says nothing is left.
+add_test(NAME ar_probe_overall_eta COMMAND ar_probe ${AR_TINY} --epochs 1 --feature-map softmax,elu,hedgehog
+         --jobs 2 --out ${RD_OUT}/ar_eta)
+set_tests_properties(ar_probe_overall_eta PROPERTIES PASS_REGULAR_EXPRESSION
+                     "ar_probe: 1 of 3 runs done, [0-9:]+ elapsed, about [0-9:?]+ left.*ar_probe: 3 of 3 runs done, [0-9:]+ elapsed, about 0:00 left")

@@ -3,12 +3,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <exception>
 #include <mutex>
 #include <numeric>
 #include <thread>
 
 #include "core/error.h"
+#include "core/progress.h"
 
 namespace hh::train {
 
@@ -30,6 +32,20 @@ struct Shared {
   std::mutex mu;
   size_t next = 0;             // position in `order` of the next job to hand out
   std::exception_ptr fatal;    // a setup hook or on_done threw: hand out nothing more
+  std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+  size_t done = 0;
+  double cost_done = 0, cost_all = 0;
+
+  // The overall line (options.overall_label), under mu.
+  void report_overall(size_t i) {
+    ++done;
+    cost_done += std::max(jobs[i].cost, 1e-9);
+    if (options.overall_label.empty() || jobs.size() < 2) return;
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double left = done >= jobs.size() ? 0.0 : elapsed * (cost_all - cost_done) / cost_done;
+    std::fprintf(stderr, "%s: %zu of %zu runs done, %s elapsed, about %s left\n", options.overall_label.c_str(), done,
+                 jobs.size(), format_duration(elapsed).c_str(), format_duration(left).c_str());
+  }
 
   // The next job to run, or false when there is none (or the hand-out stopped).
   bool take(size_t& position) {
@@ -71,6 +87,7 @@ struct Shared {
       o.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       std::lock_guard<std::mutex> lock(mu);
       outcomes[i] = o;
+      report_overall(i);
       if (!options.on_done) continue;
       try {
         options.on_done(o);
@@ -86,7 +103,9 @@ struct Shared {
 std::vector<JobOutcome> run_jobs(const std::vector<ScheduledJob>& jobs, const SchedulerOptions& options) {
   HH_CHECK(options.workers >= 1, "run_jobs: workers must be at least 1, got ", options.workers);
   if (jobs.empty()) return {};
-  Shared s{jobs, options, hand_out_order(jobs), std::vector<JobOutcome>(jobs.size()), {}, 0, nullptr};
+  Shared s{jobs, options, hand_out_order(jobs), std::vector<JobOutcome>(jobs.size()), {}, 0, nullptr,
+           std::chrono::steady_clock::now(), 0, 0, 0};
+  for (const ScheduledJob& j : jobs) s.cost_all += std::max(j.cost, 1e-9);
   const int workers = static_cast<int>(std::min(static_cast<size_t>(options.workers), jobs.size()));
   if (workers == 1) {
     s.worker(0);

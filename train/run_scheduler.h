@@ -40,6 +40,10 @@ struct SchedulerOptions {
   std::function<std::shared_ptr<void>(int worker)> setup;
   // Called as each job completes (serialized). May be empty.
   std::function<void(const JobOutcome&)> on_done;
+  // Not empty: after each job of several, a line on stderr with the whole batch's progress and an
+  // overall estimate of the time left ("<label>: 3 of 14 runs done, 2:10 elapsed, about 7:35
+  // left"): the elapsed time scaled by the cost still to run over the cost done.
+  std::string overall_label;
 };
 
 // The order jobs are handed out in: indices by cost, highest first, ties in the given order.
