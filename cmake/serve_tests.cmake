@@ -48,5 +48,7 @@ if(HH_PYTHON3)
   add_test(NAME hh_serve_chat_page
            COMMAND ${HH_PYTHON3} ${CMAKE_CURRENT_SOURCE_DIR}/tests/serve/chat_page_test.py
                    $<TARGET_FILE_DIR:hh_serve> ${CMAKE_CURRENT_SOURCE_DIR}/tests/fixtures/hf)
-  set_tests_properties(hh_serve_chat_page PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
+  # Alone: a browser on a machine the other tests keep busy failed once in three -j2 suites (not
+  # reproduced since; the test prints the page's log when a reply does not end).
+  set_tests_properties(hh_serve_chat_page PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300 RUN_SERIAL TRUE)
 endif()

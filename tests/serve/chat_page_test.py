@@ -125,7 +125,8 @@ def drive_page(devtools_port, url, message, max_tokens):
     out = (ws.eval("document.body.dataset.state"),
            ws.eval("document.querySelector('.user') && document.querySelector('.user').textContent"),
            ws.eval("document.querySelector('.assistant') && document.querySelector('.assistant').textContent"),
-           ws.eval("document.getElementById('mode').textContent"))
+           ws.eval("document.getElementById('mode').textContent"),
+           ws.eval("document.getElementById('log').textContent"))  # the whole log: errors show there
     ws.s.close()
     return out
 
@@ -172,8 +173,8 @@ def main():
                     else:
                         expected = post(port, "/v1/completions",
                                         {"prompt": message, "max_tokens": 10, "temperature": 0})["choices"][0]["text"]
-                    state, user, reply, mode = drive_page(devtools, f"http://127.0.0.1:{port}/", message, 10)
-                    check(f"{name}: the page's reply ended", state == "done", state)
+                    state, user, reply, mode, log = drive_page(devtools, f"http://127.0.0.1:{port}/", message, 10)
+                    check(f"{name}: the page's reply ended", state == "done", f"{state}; page log: {log!r}")
                     check(f"{name}: the page shows the message", user == message, repr(user))
                     check(f"{name}: the page's streamed reply equals the API's", reply == expected,
                           f"{reply!r} vs {expected!r}")
