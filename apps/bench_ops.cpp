@@ -207,24 +207,6 @@ struct Flags {
   std::vector<hh::DType> gemm_dtypes{hh::DType::f32};
 };
 
-// A comma list of thread counts in [1, 4096]; errors name the flag.
-std::vector<int> parse_threads(const std::string& text) {
-  std::vector<int> out;
-  for (const std::string& item : hh::apps::Flags::split_list(text)) {
-    size_t used = 0;
-    long v = 0;
-    try {
-      v = std::stol(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    HH_CHECK(used == item.size() && v >= 1 && v <= 4096, "flag --threads: expects positive integers, got '", item, "'");
-    out.push_back(static_cast<int>(v));
-  }
-  HH_CHECK(!out.empty(), "flag --threads: expects positive integers, got '", text, "'");
-  return out;
-}
-
 // Returns false when --help was given (printed).
 bool parse_flags(int argc, char** argv, Flags& out) {
   hh::apps::Flags f("bench_ops", "bench_ops: the engine's op table (GEMM, elementwise, reductions, softmax, norms) timed "
@@ -235,7 +217,8 @@ bool parse_flags(int argc, char** argv, Flags& out) {
   f.add("device", "cpu", "cpu or cuda[:N]");
   f.add("gemm-dtypes", "f32", "GEMM operand types to time: f32 and/or bf16, a comma list");
   if (!f.parse(argc, argv)) return false;
-  out.threads = parse_threads(f.str("threads"));
+  out.threads.clear();
+  for (int64_t t : f.integers("threads", 1, 4096)) out.threads.push_back(static_cast<int>(t));
   out.reps = static_cast<int>(f.integer("reps", 1, 4096));
   out.json = f.str("json");
   HH_CHECK(!f.given("json") || !out.json.empty(), "flag --json needs a file name");

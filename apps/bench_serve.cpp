@@ -223,14 +223,7 @@ int run(int argc, char** argv) {
   if (!f.parse(argc, argv)) return 0;
   const std::vector<std::string> folders = apps::Flags::split_list(f.str("model"));
   HH_CHECK(!folders.empty(), "--model is required: one or more folders");
-  std::vector<int64_t> levels;
-  for (const std::string& c : apps::Flags::split_list(f.str("concurrency"))) {
-    char* end = nullptr;
-    const long long v = std::strtoll(c.c_str(), &end, 10);
-    HH_CHECK(end && *end == 0 && v >= 1 && v <= 1024, "flag --concurrency: expected counts in [1, 1024], got '", c, "'");
-    levels.push_back(v);
-  }
-  HH_CHECK(!levels.empty(), "flag --concurrency: empty");
+  const std::vector<int64_t> levels = f.integers("concurrency", 1, 1024);
   const int64_t prompt_tokens = f.integer("prompt-tokens", 1, 1 << 20), new_tokens = f.integer("new-tokens", 1, 1 << 20);
   const int threads = static_cast<int>(f.integer("threads", 0, 1024));
   const uint64_t seed = static_cast<uint64_t>(f.integer("seed", 0));

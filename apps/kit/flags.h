@@ -120,6 +120,24 @@ class Flags {
     if (v == "false" || v == "0" || v == "no") return false;
     fail(hh::str("flag --", name, ": expected true or false, got '", v, "'"));
   }
+  // A comma list of integers, each in [lo, hi], at least one; errors name the flag and the item.
+  std::vector<int64_t> integers(const std::string& name, int64_t lo, int64_t hi) const {
+    std::vector<int64_t> out;
+    for (const std::string& item : split_list(str(name))) {
+      size_t pos = 0;
+      int64_t x = 0;
+      try {
+        x = std::stoll(item, &pos);
+      } catch (...) {
+        pos = 0;
+      }
+      HH_CHECK(pos == item.size() && x >= lo && x <= hi, "flag --", name, ": expected integers in [", lo, ", ", hi,
+               "], got '", item, "'");
+      out.push_back(x);
+    }
+    HH_CHECK(!out.empty(), "flag --", name, ": expected a comma list of integers, got '", str(name), "'");
+    return out;
+  }
   static std::vector<std::string> split_list(const std::string& s) {
     std::vector<std::string> out;
     std::stringstream ss(s);

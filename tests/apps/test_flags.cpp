@@ -67,3 +67,17 @@ TEST_CASE("flags: help shows one default and indents continuation lines") {
         "  --name-longer-than-the-column\n                       help (default: x)\n");
 }
 
+
+TEST_CASE("flags: a comma list of integers is checked item by item") {
+  Flags f("prog", "about");
+  f.add("threads", "1,2", "thread counts");
+  std::vector<std::string> args = {"prog", "--threads", "4,8"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  f.parse(static_cast<int>(argv.size()), argv.data());
+  CHECK(f.integers("threads", 1, 16) == std::vector<int64_t>{4, 8});
+  CHECK_THROWS_WITH(f.integers("threads", 1, 4), doctest::Contains("flag --threads: expected integers in [1, 4], got '8'"));
+  Flags g("prog", "about");
+  g.add("threads", "1,x", "thread counts");
+  CHECK_THROWS_WITH(g.integers("threads", 1, 16), doctest::Contains("got 'x'"));
+}
