@@ -1,6 +1,7 @@
 #include "train/convert/layer_select.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <map>
@@ -99,6 +100,7 @@ KlLayerScores kl_layer_scores(ConversionTask& task, const ConvertConfig& cfg) {
            "convert: KL-guided layer selection needs a causal LM student and its softmax teacher");
   auto measure = [&] { return d.kl_select_finetune > 0 ? finetuned_kl(task, cfg) : validation_kl(task, d.kl_select_batches); };
   const auto layers = static_cast<int64_t>(lm->attention_sites().size());
+  const auto t0 = std::chrono::steady_clock::now();
   KlLayerScores s;
   s.all_linear = measure();
   const std::string after = d.kl_select_finetune > 0 ? str(" after ", d.kl_select_finetune, " logit steps") : "";
@@ -116,6 +118,8 @@ KlLayerScores kl_layer_scores(ConversionTask& task, const ConvertConfig& cfg) {
                   s.all_linear - kl);
     std::cerr << line;
   }
+  std::cerr << "kl select: " << layers << " layers scored in "
+            << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() << " s\n";
   return s;
 }
 
