@@ -389,15 +389,10 @@ inline nlohmann::json conversion_settings(const Flags& f, const train::ConvertCo
           {"seed", c.seed}};
   // Settings added later are written only when set, so earlier runs' fingerprints still match.
   if (!c.distill.loss.weights) s["transfer"] = "mse";
-  if (c.distill.softmax_layers > 0) {
-    const SoftmaxLayersFlag keep = parse_softmax_layers_flag(f);
-    if (keep.automatic) {
-      s["softmax_layers"] = str("auto:", keep.count);  // another fingerprint than a plain K
-      s["softmax_layers_by"] = train::softmax_layer_choice_name(keep.choice);
-    } else {
-      s["softmax_layers"] = c.distill.softmax_layers;
-    }
-  }
+  if (c.distill.softmax_layers > 0) s["softmax_layers"] = c.distill.softmax_layers;
+  // How they were chosen; absent: by transfer error (a plain N, or auto:K by transfer: the same run).
+  if (c.distill.softmax_layers > 0 && c.distill.softmax_choice != train::SoftmaxLayerChoice::transfer)
+    s["softmax_layers_by"] = train::softmax_layer_choice_name(c.distill.softmax_choice);
   if (!c.distill.softmax_layer_list.empty()) s["softmax_layer_list"] = c.distill.softmax_layer_list;
   if (r.gate != nn::Gate::none) s["gate"] = nn::name(r.gate);
   if (r.gate_output != nn::GateOutput::normalizer) s["gate_output"] = nn::name(r.gate_output);
