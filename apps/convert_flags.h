@@ -122,7 +122,13 @@ inline void add_conversion_flags(Flags& f, const ConversionDefaults& d) {
   f.add("transfer", "xent",
         "stage 1 loss per layer: xent (the weights term of --loss), mse (LoLCATs: the attention outputs' MSE, "
         "weight --output-mse or 1; no (L,L) matrix) or both");
-  f.add("softmax-layers", "0", "after stage 1, keep this many layers of highest transfer error as softmax");
+  f.add("softmax-layers", "0",
+        "after stage 1, keep layers as softmax: N = the N layers of highest transfer error; auto:K = K layers "
+        "(1 <= K < the model's layers) chosen by --softmax-layers-by");
+  f.add("softmax-layers-by", "kl",
+        "how auto:K chooses: kl (each layer restored to the teacher's softmax in turn on the all-linear student; "
+        "the K largest drops of the validation next-token KL to the teacher; LM apps), transfer (highest transfer "
+        "error) or every (layers floor(i*L/K), i = 0..K-1 of L: 0 for K = 1, 0,4,...,24 for 7 of 28)");
   f.add("softmax-layer-list", "", "or keep exactly these layers (0-based comma list) as softmax");
   f.add("finetune-epochs", integer(d.finetune_epochs), "stage 2: maximum epochs of finetuning (0 = none)");
   f.add("lr", num(d.lr), "stage 2: AdamW learning rate");
@@ -202,8 +208,46 @@ inline std::optional<Flags> parse_conversion_flags(const std::string& program, c
       program, about, presets, [&](Flags& f, const ConversionPreset&) { declare_app_flags(f); }, argc, argv);
 }
 
+// --softmax-layers (N or auto:K) and --softmax-layers-by, parsed once: how many layers stay softmax
+// and how they are chosen (a plain N: by transfer error). Errors name the flag.
+struct SoftmaxLayersFlag {
+  int64_t count = 0;
+  bool automatic = false;  // auto:K
+  train::SoftmaxLayerChoice choice = train::SoftmaxLayerChoice::transfer;
+};
+
+inline SoftmaxLayersFlag parse_softmax_layers_flag(const Flags& f) {
+  SoftmaxLayersFlag s;
+  const std::string v = f.str("softmax-layers");
+  if (v.rfind("auto:", 0) == 0) {
+    const std::string k = v.substr(5);
+    size_t used = 0;
+    try {
+      s.count = std::stoll(k, &used);
+    } catch (...) {
+      used = 0;
+    }
+    HH_CHECK(used == k.size() && !k.empty(), "--softmax-layers: '", v, "': expected auto:K with K a layer count");
+    HH_CHECK(s.count >= 1, "--softmax-layers: ", v, ": K must be >= 1 (auto:K keeps K layers; 0 keeps none: "
+             "leave the flag out)");
+    s.automatic = true;
+    try {
+      s.choice = train::parse_softmax_layer_choice(f.str("softmax-layers-by"));
+    } catch (const Error& e) {
+      fail(str("--softmax-layers-by: ", e.what()));
+    }
+  } else {
+    s.count = f.integer("softmax-layers", 0, 1 << 20);
+    HH_CHECK(!f.given("softmax-layers-by"), "--softmax-layers-by: only with --softmax-layers auto:K (a plain N keeps ",
+             "the N layers of highest transfer error)");
+  }
+  return s;
+}
+
 // The conversion's stages from the shared flags, every value checked (the error names the flag).
-inline train::ConvertConfig conversion_config(const Flags& f) {
+// teacher_logits: the app has the softmax teacher's next-token logits (the LM apps), which
+// KL-guided layer selection needs; without them --softmax-layers-by kl is refused here.
+inline train::ConvertConfig conversion_config(const Flags& f, bool teacher_logits = false) {
   train::ConvertConfig c;
   c.distill.epochs = f.integer("distill-epochs", 0, 100000);
   c.distill.lr = f.number("distill-lr", 1e-12, 10);
@@ -226,7 +270,12 @@ inline train::ConvertConfig conversion_config(const Flags& f) {
   }
   c.distill.loss.kl = loss == "kl";
   c.distill.loss.mean_over_heads = f.boolean("mean-heads");
-  c.distill.softmax_layers = f.integer("softmax-layers", 0, 1 << 20);
+  const SoftmaxLayersFlag keep = parse_softmax_layers_flag(f);
+  c.distill.softmax_layers = keep.count;
+  c.distill.softmax_choice = keep.choice;
+  HH_CHECK(teacher_logits || keep.choice != train::SoftmaxLayerChoice::kl, "--softmax-layers-by kl: this app has no ",
+           "teacher next-token logits to measure a KL on (convert_gpt2 and convert_llama have); give ",
+           "--softmax-layers-by transfer or every");
   for (const std::string& s : Flags::split_list(f.str("softmax-layer-list"))) {
     int64_t l = -1;
     try {
@@ -341,6 +390,9 @@ inline nlohmann::json conversion_settings(const Flags& f, const train::ConvertCo
   // Settings added later are written only when set, so earlier runs' fingerprints still match.
   if (!c.distill.loss.weights) s["transfer"] = "mse";
   if (c.distill.softmax_layers > 0) s["softmax_layers"] = c.distill.softmax_layers;
+  // How they were chosen; absent: by transfer error (a plain N, or auto:K by transfer: the same run).
+  if (c.distill.softmax_layers > 0 && c.distill.softmax_choice != train::SoftmaxLayerChoice::transfer)
+    s["softmax_layers_by"] = train::softmax_layer_choice_name(c.distill.softmax_choice);
   if (!c.distill.softmax_layer_list.empty()) s["softmax_layer_list"] = c.distill.softmax_layer_list;
   if (r.gate != nn::Gate::none) s["gate"] = nn::name(r.gate);
   if (r.gate_output != nn::GateOutput::normalizer) s["gate_output"] = nn::name(r.gate_output);

@@ -130,8 +130,8 @@ int run(int argc, char** argv) {
     rep.teacher_entropy = tf.entropy_teacher;
     rep.teacher_monotonicity = tf.monotonicity_teacher;
   }
-  if (cfg.logits.tokens > 0)
-    tc.teacher = teacher.model;  // logit distillation runs it on every batch
+  if (apps::needs_teacher_logits(cfg))
+    tc.teacher = teacher.model;  // logit distillation runs it on every batch, KL-guided selection on validation
   teacher.model.reset();
   rep.config_json = config.dump(2);
   std::cerr << "teacher (softmax) test perplexity " << rep.teacher.front().second << "\n";

@@ -53,6 +53,11 @@ inline void add_lm_conversion_flags(Flags& f) {
   f.add("hidden-on", "device",
         "block-wise transfer: hidden states between blocks on the device, in host memory, or on disk "
         "(memory-mapped shards under <out>/<row>/hidden)");
+  f.add("kl-select-batches", "0",
+        "--softmax-layers-by kl: validation batches the KL to the teacher is measured on (0 = all)");
+  f.add("kl-select-finetune", "0",
+        "--softmax-layers-by kl: logit-distillation steps (every weight, --logit-lr, --logit-temperature) given to "
+        "the all-linear student and to each candidate before its KL, from the same weights each time (0 = none)");
   f.add("logit-distill-tokens", "0",
         "after stage 1, distill the teacher's next-token distributions over this many training tokens (0 = skip)");
   f.add("logit-lr", "1e-4", "logit distillation: AdamW learning rate");
@@ -80,7 +85,13 @@ inline ConversionRun lm_conversion_run(const Flags& f) {
 
 // The conversion's stages: the shared flags (conversion_config) and the LM-only ones, checked.
 inline train::ConvertConfig lm_conversion_config(const Flags& f) {
-  train::ConvertConfig c = conversion_config(f);
+  train::ConvertConfig c = conversion_config(f, /*teacher_logits=*/true);
+  c.distill.kl_select_batches = f.integer("kl-select-batches", 0);
+  c.distill.kl_select_finetune = f.integer("kl-select-finetune", 0, 1 << 20);
+  const bool kl = c.distill.softmax_layers > 0 && c.distill.softmax_choice == train::SoftmaxLayerChoice::kl;
+  for (const char* name : {"kl-select-batches", "kl-select-finetune"})
+    HH_CHECK(!f.given(name) || kl, "--", name, ": only KL-guided selection (--softmax-layers auto:K with ",
+             "--softmax-layers-by kl) measures a KL");
   c.distill.max_steps = f.integer("distill-max-steps", 0);
   c.finetune.max_steps = f.integer("finetune-max-steps", 0);
   c.finetune.grad_clip = f.number("grad-clip", 0, 1e6);
@@ -114,6 +125,12 @@ inline train::ConvertConfig lm_conversion_config(const Flags& f) {
   return c;
 }
 
+// Whether the students' tasks need the softmax teacher: logit distillation, or KL-guided choice of
+// the softmax layers.
+inline bool needs_teacher_logits(const train::ConvertConfig& c) {
+  return c.logits.tokens > 0 || (c.distill.softmax_layers > 0 && c.distill.softmax_choice == train::SoftmaxLayerChoice::kl);
+}
+
 // The settings that shape a converted LM (conversion_settings plus the LM-only ones and the
 // shared app flags); the app adds its data's.
 inline nlohmann::json lm_conversion_settings(const std::string& app, const Flags& f, const train::ConvertConfig& c,
@@ -132,6 +149,13 @@ inline nlohmann::json lm_conversion_settings(const std::string& app, const Flags
   if (f.str("attention") != "linear") s.update({{"attention", f.str("attention")}, {"window", f.integer("window", 1, 1 << 20)}});
   if (f.boolean("window-affine")) s["window_affine"] = true;
   if (c.distill.blocks > 0) s.update({{"blocks", c.distill.blocks}, {"hidden_on", train::hidden_place_name(c.distill.hidden)}});
+  if (c.distill.softmax_layers > 0 && c.distill.softmax_choice == train::SoftmaxLayerChoice::kl) {
+    s["kl_select_batches"] = c.distill.kl_select_batches;
+    if (c.distill.kl_select_finetune > 0)  // its steps run at the logit stage's lr and temperature
+      s.update({{"kl_select_finetune", c.distill.kl_select_finetune},
+                {"logit_lr", c.logits.lr},
+                {"logit_temperature", c.logits.temperature}});
+  }
   if (c.logits.tokens > 0)
     s.update({{"logit_distill_tokens", c.logits.tokens},
               {"logit_lr", c.logits.lr},
@@ -173,8 +197,8 @@ inline LmTeacher load_lm_teacher(const Flags& f, const Device& device, const std
            " exceeds the vocabulary of ", model_dir, " (", t.model->vocab_size(), " tokens)");
   // Kept softmax layers must be layers of this model (checked here, before any conversion work).
   const int64_t layers = t.model->num_layers();
-  const int64_t keep = f.integer("softmax-layers", 0);
-  HH_CHECK(keep < layers, "--softmax-layers: ", keep, ", but ", model_dir, " has ", layers,
+  const int64_t keep = parse_softmax_layers_flag(f).count;
+  HH_CHECK(keep < layers, "--softmax-layers: ", f.str("softmax-layers"), ", but ", model_dir, " has ", layers,
            " layers (keep fewer than all)");
   for (const std::string& s : Flags::split_list(f.str("softmax-layer-list")))
     HH_CHECK(std::stoll(s) < layers, "--softmax-layer-list: layer ", s, " is not one of the ", layers, " layers of ",

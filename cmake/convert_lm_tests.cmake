@@ -115,7 +115,18 @@ set(CONVERT_LM_BAD
     "${G} --logit-distill-tokens 100 --logit-cache topk --logit-topk 100000" "--logit-topk: 100000 exceeds the vocabulary"
     "${G} --gate forget" "--gate: unknown gate 'forget'"
     "${G} --gate liger --attention hybrid" "--gate: a gate needs --attention linear"
-    "${L} --data ${LMFX}/samsum --gate gla --feature-map hybrid-hedgehog" "--gate: row 'Hybrid Hedgehog' is hybrid")
+    "${L} --data ${LMFX}/samsum --gate gla --feature-map hybrid-hedgehog" "--gate: row 'Hybrid Hedgehog' is hybrid"
+    "${G} --softmax-layers auto:0" "--softmax-layers: auto:0: K must be >= 1"
+    "${G} --softmax-layers auto:99" "--softmax-layers: auto:99, but"
+    "${L} --data ${LMFX}/samsum --softmax-layers auto:2" "--softmax-layers: auto:2, but"
+    "${G} --softmax-layers auto:two" "--softmax-layers: 'auto:two': expected auto:K"
+    "${G} --softmax-layers auto:1 --softmax-layers-by foo" "--softmax-layers-by: unknown layer selection method 'foo'"
+    "${G} --softmax-layers auto:1 --softmax-layer-list 0" "give one of them"
+    "${G} --softmax-layers 1 --softmax-layers-by kl" "--softmax-layers-by: only with --softmax-layers auto:K"
+    "${G} --kl-select-batches 2" "--kl-select-batches: only KL-guided selection"
+    "${G} --softmax-layers auto:1 --softmax-layers-by every --kl-select-finetune 3" "--kl-select-finetune: only KL-guided"
+    "${G} --softmax-layers auto:1 --kl-select-batches -1" "--kl-select-batches: -1 is out of range"
+    "convert_bert --model ${LMFX}/hf/bert-tiny-tok --task cola --data ${LMFX}/glue/CoLA --softmax-layers auto:1" "--softmax-layers-by kl: this app has no teacher next-token logits")
 list(LENGTH CONVERT_LM_BAD n)
 math(EXPR last "${n} / 2 - 1")
 foreach(i RANGE ${last})
@@ -197,3 +208,45 @@ foreach(fault model.safetensors results.json)
            -P ${CMAKE_CURRENT_SOURCE_DIR}/cmake/keeps_previous.cmake)
   set_tests_properties(convert_gpt2_keeps_previous_${name} PROPERTIES PASS_REGULAR_EXPRESSION "previous results kept")
 endforeach()
+
+# Softmax layers chosen by measurement (issue 34): auto:1 by KL (each layer restored to softmax in
+# turn on the all-linear student, the larger drop of the validation KL to the teacher kept), its
+# scores in the console, results.json and the report (layer 0 of gpt2-bytes: a drop of 0.038 against
+# -0.001 for layer 1); the same choice on a resume; a --resume with
+# another method refused before any work; every and transfer on the same fixture; Llama by KL.
+set(KLSEL_OUT ${CMAKE_CURRENT_BINARY_DIR}/convert_gpt2_klsel)
+add_test(NAME convert_gpt2_klsel COMMAND convert_gpt2 ${GPT2_TINY} --softmax-layers auto:1 --out ${KLSEL_OUT})
+set_tests_properties(convert_gpt2_klsel PROPERTIES FIXTURES_SETUP convert_gpt2_klsel_done PASS_REGULAR_EXPRESSION
+                     "kl select: layer 1 softmax: KL [0-9.e-]+, score.*\nHedgehog: softmax layers 0 \\(kl\\). KL drop per layer \\(all-linear KL [0-9.e-]+\\): 0: [-0-9.e]+, 1: [-0-9.e]+\n.*report: ")
+add_test(NAME convert_gpt2_klsel_files
+         COMMAND sh -c "grep -q '\"softmax_layers_by\": \"kl\"' \"$1/config.json\" && grep -q '\"kl_select\"' \"$1/results.json\" && grep -q 'KL drop (score)' \"$1/report.html\" && ls \"$1/layers_Hedgehog.svg\" && echo files-ok"
+         sh ${KLSEL_OUT})
+set_tests_properties(convert_gpt2_klsel_files PROPERTIES FIXTURES_REQUIRED convert_gpt2_klsel_done
+                     PASS_REGULAR_EXPRESSION "files-ok")
+add_test(NAME convert_gpt2_klsel_other_method COMMAND convert_gpt2 ${GPT2_TINY} --softmax-layers auto:1
+         --softmax-layers-by every --resume --out ${KLSEL_OUT})
+set_tests_properties(convert_gpt2_klsel_other_method PROPERTIES FIXTURES_REQUIRED convert_gpt2_klsel_done
+                     PASS_REGULAR_EXPRESSION "error: --resume: [^\n]*checkpoint.safetensors was written with other settings"
+                     FAIL_REGULAR_EXPRESSION "teacher \\(softmax")
+# The same flags resume from the finished checkpoints: the choice and its scores come back from
+# them (the same kept layer), the layers are not scored again.
+add_test(NAME convert_gpt2_klsel_resume_same COMMAND convert_gpt2 ${GPT2_TINY} --softmax-layers auto:1 --resume
+         --out ${KLSEL_OUT})
+set_tests_properties(convert_gpt2_klsel_resume_same PROPERTIES FIXTURES_REQUIRED convert_gpt2_klsel_done
+                     DEPENDS "convert_gpt2_klsel_other_method;convert_gpt2_klsel_files"
+                     PASS_REGULAR_EXPRESSION "\nHedgehog: softmax layers 0 \\(kl\\). KL drop per layer"
+                     FAIL_REGULAR_EXPRESSION "kl select: layer|error: ")
+add_test(NAME convert_gpt2_klsel_every COMMAND convert_gpt2 ${GPT2_TINY} --softmax-layers auto:1
+         --softmax-layers-by every --out ${CMAKE_CURRENT_BINARY_DIR}/convert_gpt2_klsel_every)
+set_tests_properties(convert_gpt2_klsel_every PROPERTIES PASS_REGULAR_EXPRESSION
+                     "\nHedgehog: softmax layers 0 \\(every\\)\n" FAIL_REGULAR_EXPRESSION "kl select")
+add_test(NAME convert_gpt2_klsel_transfer COMMAND convert_gpt2 ${GPT2_TINY} --softmax-layers auto:1
+         --softmax-layers-by transfer --out ${CMAKE_CURRENT_BINARY_DIR}/convert_gpt2_klsel_transfer)
+set_tests_properties(convert_gpt2_klsel_transfer PROPERTIES PASS_REGULAR_EXPRESSION
+                     "\nHedgehog: softmax layers [01] \\(transfer\\)\n" FAIL_REGULAR_EXPRESSION "kl select")
+add_test(NAME convert_llama_klsel COMMAND convert_llama --model ${LMFX}/hf/qwen2-tiny --data ${LMFX}/samsum
+         --max-length 64 --max-new-tokens 8 --feature-map hedgehog --distill-epochs 1 --finetune-epochs 1 --batch 2
+         --max-eval 2 --quiet --softmax-layers auto:1 --kl-select-batches 2 --kl-select-finetune 2
+         --out ${CMAKE_CURRENT_BINARY_DIR}/convert_llama_klsel)
+set_tests_properties(convert_llama_klsel PROPERTIES PASS_REGULAR_EXPRESSION
+                     "after 2 logit steps: all-linear [0-9.e-]+\n.*\nHedgehog: softmax layers [01] \\(kl\\). KL drop per layer")

@@ -14,6 +14,7 @@
 #include "core/safetensors.h"
 #include "nn/attention.h"
 #include "train/checkpoint.h"
+#include "train/convert/layer_select.h"
 #include "train/convert/layerwise_distill.h"
 #include "train/early_stopping.h"
 #include "train/optim.h"
@@ -208,6 +209,9 @@ nlohmann::json result_json(const ConvertResult& r) {
     j["logit_distilled"] = metrics_json(r.logit_distilled);
   }
   if (!r.softmax_layers.empty()) j["softmax_layers"] = r.softmax_layers;
+  if (!r.softmax_choice.empty()) j["softmax_choice"] = r.softmax_choice;
+  if (!r.layer_score.empty())
+    j["kl_select"] = {{"all_linear", r.kl_all_linear}, {"layer_kl", r.layer_kl}, {"score", r.layer_score}};
   return j;
 }
 void result_from(const nlohmann::json& j, ConvertResult& r) {
@@ -221,6 +225,13 @@ void result_from(const nlohmann::json& j, ConvertResult& r) {
   r.lora_targets = j.at("lora_targets").get<std::vector<std::string>>();
   r.layer_error = j.value("layer_error", std::vector<double>{});
   r.softmax_layers = j.value("softmax_layers", std::vector<int64_t>{});
+  r.softmax_choice = j.value("softmax_choice", std::string());
+  if (j.contains("kl_select")) {
+    const nlohmann::json& k = j.at("kl_select");
+    r.kl_all_linear = k.at("all_linear").get<double>();
+    r.layer_kl = k.at("layer_kl").get<std::vector<double>>();
+    r.layer_score = k.at("score").get<std::vector<double>>();
+  }
   if (j.contains("logits")) {
     r.logits = log_from(j.at("logits"));
     r.logit_distilled = metrics_from(j.at("logit_distilled"));
@@ -319,16 +330,7 @@ void build_logit_cache(ConversionTask& task, const LogitShards& train, const Log
 }  // namespace
 
 std::vector<int64_t> highest_error_layers(const std::vector<double>& error, int64_t n) {
-  HH_CHECK(n >= 0 && n <= static_cast<int64_t>(error.size()), "convert: cannot keep ", n, " of ", error.size(),
-           " layers as softmax");
-  std::vector<int64_t> order(error.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
-  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
-    return error[static_cast<size_t>(a)] > error[static_cast<size_t>(b)];
-  });
-  order.resize(static_cast<size_t>(n));
-  std::sort(order.begin(), order.end());
-  return order;
+  return top_scoring_layers(error, n, "transfer error");
 }
 
 std::optional<std::string> conversion_checkpoint_fingerprint(const std::map<std::string, std::string>& metadata) {
@@ -367,18 +369,9 @@ ConvertResult convert(ConversionTask& task, const ConvertConfig& cfg) {
            "convert: stop_after_epochs needs a checkpoint path");
   HH_CHECK(task.batches(Split::train) > 0, "convert: the training split has no batches");
   HH_CHECK(task.batches(Split::val) > 0, "convert: the validation split has no batches");
-  HH_CHECK(d.softmax_layers >= 0, "convert: softmax_layers must be >= 0, got ", d.softmax_layers);
-  HH_CHECK(d.softmax_layers == 0 || d.softmax_layer_list.empty(),
-           "convert: keep either the N layers of highest error or a list of layers, not both");
   const bool keep = d.softmax_layers > 0 || !d.softmax_layer_list.empty();
-  if (keep) {  // before any work: the model must have the layers
-    const int64_t layers = traced_layers(task);
-    HH_CHECK(d.softmax_layers < layers, "convert: --softmax-layers ", d.softmax_layers, ": the model has ", layers,
-             " attention layers (keep fewer than all)");
-    for (int64_t l : d.softmax_layer_list)
-      HH_CHECK(l >= 0 && l < layers, "convert: softmax layer ", l, " is not one of the model's ", layers,
-               " attention layers (0 to ", layers - 1, ")");
-  }
+  // Before any work: the model must have the layers, and KL-guided selection a teacher.
+  check_softmax_choice(task, d, keep ? traced_layers(task) : 0);
   nn::Module& model = task.model();
   check_precision(cfg.precision, model.parameters().front().device());
   // bf16 autocast for the whole run (autograd/autocast.h): forward passes, losses, evaluations;
@@ -545,10 +538,8 @@ ConvertResult convert(ConversionTask& task, const ConvertConfig& cfg) {
       }
     }
     if (r.trainable_distill > 0 || keep) r.layer_error = layer_transfer_error(task, d.loss, d.val_batches);
-    if (keep) {
-      r.softmax_layers = d.softmax_layer_list.empty() ? highest_error_layers(r.layer_error, d.softmax_layers)
-                                                      : d.softmax_layer_list;
-      std::sort(r.softmax_layers.begin(), r.softmax_layers.end());
+    if (keep) {  // train/convert/layer_select.h: the list, or K layers by transfer error, KL or evenly spread
+      r.softmax_layers = choose_softmax_layers(task, cfg, r);
       task.keep_softmax(r.softmax_layers);
     }
     if (r.trainable_distill > 0) r.distilled = task.evaluate(Split::val);

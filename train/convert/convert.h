@@ -24,6 +24,7 @@
 #include "nn/module.h"
 #include "train/convert/hidden_store.h"
 #include "train/convert/logit_cache.h"
+#include "train/convert/softmax_choice.h"
 
 namespace hh::train {
 
@@ -56,6 +57,9 @@ class ConversionTask {
   // against the softmax teacher's, nn::logit_distillation_loss over the positions the task scores.
   // The default refuses: the task has no teacher logits.
   virtual Tensor logit_loss(Split s, int64_t i, double temperature);
+  // Whether logit_loss can run (a teacher is there): KL-guided layer selection is refused before
+  // any work without it.
+  virtual bool has_teacher_logits() const { return false; }
   // The top-k logit cache (LogitStage::cache, train/convert/logit_cache.h): the teacher's top-k of
   // batch i of split s over the positions logit_loss scores (its `batch` set to batch_key), the key
   // that identifies the batch (a checksum of its ids and scored positions), and logit_loss against
@@ -78,6 +82,7 @@ class CausalLmTask : public ConversionTask {
   std::vector<Tensor> transfer_batches() override;  // every training batch's input ids
   // KL(teacher ‖ student) over the positions the loss scores.
   Tensor logit_loss(Split s, int64_t i, double temperature) override;
+  bool has_teacher_logits() const override { return teacher() != nullptr; }
   TopkLogits teacher_topk(Split s, int64_t i, int64_t k, double temperature) override;
   uint64_t batch_key(Split s, int64_t i) const override;
   Tensor topk_logit_loss(Split s, int64_t i, const TopkLogits& teacher, double temperature) override;
@@ -98,11 +103,19 @@ struct DistillStage {
   int64_t patience = 1;         // epochs without a lower validation loss before stopping
   int64_t val_batches = 0;      // validation batches per evaluation (0 = all)
   nn::DistillOptions loss;      // soft cross-entropy or KL, sum or mean over heads, output MSE
-  // Kept softmax layers (RADLADS, fla-org's hybrid distillation): after stage 1 the N layers of
-  // highest transfer error on the validation batches (the loss above, per layer) go back to
-  // softmax; or exactly the listed ones (0-based). The per-layer error is in the result either way.
+  // Kept softmax layers (RADLADS, fla-org's hybrid distillation): after stage 1 (and before logit
+  // distillation, which then trains the hybrid) N layers go back to softmax, chosen by
+  // softmax_choice (train/convert/softmax_choice.h: the highest transfer error on the validation
+  // batches, the loss above per layer; KL-guided; evenly spread); or exactly the listed ones
+  // (0-based). The per-layer transfer error is in the result either way.
   int64_t softmax_layers = 0;
+  SoftmaxLayerChoice softmax_choice = SoftmaxLayerChoice::transfer;
   std::vector<int64_t> softmax_layer_list;
+  // KL-guided choice (train/convert/layer_select.h): validation batches the KL is measured on (0 =
+  // all), and logit-distillation steps given to each candidate (and to the all-linear baseline)
+  // before its KL is measured, at LogitStage's lr, temperature and clip, every weight (0 = none).
+  int64_t kl_select_batches = 0;
+  int64_t kl_select_finetune = 0;
   // > 0: LoLCATs' block-wise transfer instead of the whole-model stage (train/convert/
   // layerwise_distill.h): this many layers at a time on the teacher's hidden states, `epochs`
   // passes over the training batches per block (no validation, early stop or resume inside it).
@@ -197,6 +210,12 @@ struct ConvertResult {
   // stage 1 did not run and no layer was kept), and the layers kept as softmax (ascending).
   std::vector<double> layer_error;
   std::vector<int64_t> softmax_layers;
+  // How softmax_layers were chosen: "transfer", "kl", "every" or "list" (empty when none was kept).
+  std::string softmax_choice;
+  // KL-guided choice: the validation KL(teacher || student) of the all-linear student, of it with
+  // each layer restored to softmax (alone), and each layer's score kl_all_linear - layer_kl[l].
+  double kl_all_linear = 0;
+  std::vector<double> layer_kl, layer_score;
   bool interrupted = false;               // stop_after_epochs ended the call; resume to go on
 };
 

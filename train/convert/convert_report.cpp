@@ -208,6 +208,21 @@ std::string conversion_table(const ConversionReport& r) {
     metrics_line("softmax (teacher)", r.teacher);
     for (const auto& o : r.rows) metrics_line(o.row.label, o.test);
   }
+  // The layers kept as softmax, how they were chosen and, KL-guided, every layer's score.
+  bool first = true;
+  for (const auto& o : r.rows) {
+    const ConvertResult& c = o.result;
+    if (c.softmax_layers.empty()) continue;
+    os << (first ? "\n" : "") << o.row.label << ": softmax layers";
+    first = false;
+    for (size_t i = 0; i < c.softmax_layers.size(); ++i) os << (i ? "," : " ") << c.softmax_layers[i];
+    if (!c.softmax_choice.empty()) os << " (" << c.softmax_choice << ")";
+    if (!c.layer_score.empty()) {
+      os << "; KL drop per layer (all-linear KL " << c.kl_all_linear << "):";
+      for (size_t l = 0; l < c.layer_score.size(); ++l) os << (l ? "," : "") << " " << l << ": " << c.layer_score[l];
+    }
+    os << "\n";
+  }
   return os.str();
 }
 
@@ -253,21 +268,70 @@ nlohmann::json outcome_json(const ConversionOutcome& o) {
             {"monotonicity_teacher", f.monotonicity_teacher}}}};
   if (!o.result.layer_error.empty()) j["layer_error"] = o.result.layer_error;  // after stage 1, validation
   if (!o.result.softmax_layers.empty()) j["softmax_layers"] = o.result.softmax_layers;
+  if (!o.result.softmax_choice.empty()) j["softmax_choice"] = o.result.softmax_choice;
+  if (!o.result.layer_score.empty())
+    j["kl_select"] = {{"all_linear", o.result.kl_all_linear},
+                      {"layer_kl", o.result.layer_kl},
+                      {"score", o.result.layer_score}};
   return j;
 }
 
-// "<p>Transfer error per layer after stage 1: 0: 0.012, 1: 0.034 (kept as softmax)</p>", or "".
-std::string layer_error_html(const ConvertResult& r) {
-  if (r.layer_error.empty()) return "";
+// What each layer scored and which stayed softmax: "<p>...</p>" and a table, or "" when stage 1
+// measured nothing and no layer was kept.
+std::string layer_choice_html(const ConvertResult& r) {
+  if (r.layer_error.empty() && r.layer_score.empty()) return "";
+  auto kept = [&](size_t l) {
+    return std::find(r.softmax_layers.begin(), r.softmax_layers.end(), static_cast<int64_t>(l)) != r.softmax_layers.end();
+  };
   std::ostringstream s;
-  s << "<p>Transfer error per layer after stage 1 (validation):";
-  for (size_t l = 0; l < r.layer_error.size(); ++l) {
+  s << "<p>Per layer after stage 1 (validation): the attention-transfer error";
+  if (!r.layer_score.empty())
+    s << ", and KL-guided selection's next-token KL(teacher || student) with the layer alone restored to softmax "
+      << "(all-linear: " << r.kl_all_linear << ") and its score, the KL drop";
+  s << ". Kept as softmax";
+  if (!r.softmax_choice.empty()) s << " (chosen by " << xml_escape(r.softmax_choice) << ")";
+  s << ": ";
+  if (r.softmax_layers.empty()) s << "none";
+  for (size_t i = 0; i < r.softmax_layers.size(); ++i) s << (i ? ", " : "") << r.softmax_layers[i];
+  s << ".</p>\n<table>\n<tr><th>layer</th><th>transfer error</th>";
+  if (!r.layer_score.empty()) s << "<th>KL, layer softmax</th><th>KL drop (score)</th>";
+  s << "<th>kept</th></tr>\n";
+  const size_t layers = std::max(r.layer_error.size(), r.layer_score.size());
+  for (size_t l = 0; l < layers; ++l) {
+    s << "<tr><td>" << l << "</td><td>" << (l < r.layer_error.size() ? str(r.layer_error[l]) : "-") << "</td>";
+    if (!r.layer_score.empty()) s << "<td>" << r.layer_kl[l] << "</td><td>" << r.layer_score[l] << "</td>";
+    s << "<td>" << (kept(l) ? "softmax" : "") << "</td></tr>\n";
+  }
+  s << "</table>\n";
+  return s.str();
+}
+
+// The score the layers were chosen by (KL drop, or transfer error), per layer, the kept ones
+// marked: an SVG, or "" when the layers were not chosen by a score.
+std::string layer_choice_svg(const ConversionOutcome& o) {
+  const ConvertResult& r = o.result;
+  const bool kl = !r.layer_score.empty();
+  if (!kl && r.softmax_choice != "transfer") return "";
+  const std::vector<double>& score = kl ? r.layer_score : r.layer_error;
+  ScatterSeries chosen{"kept as softmax", {}, {}, {}, "#d62728", 6.0, 0.95};
+  ScatterSeries other{"linear", {}, {}, {}, "#1f77b4", 4.0, 0.9};
+  for (size_t l = 0; l < score.size(); ++l) {
     const bool kept = std::find(r.softmax_layers.begin(), r.softmax_layers.end(), static_cast<int64_t>(l)) !=
                       r.softmax_layers.end();
-    s << (l ? "," : "") << " " << l << ": " << r.layer_error[l] << (kept ? " (kept as softmax)" : "");
+    ScatterSeries& to = kept ? chosen : other;
+    to.x.push_back(static_cast<double>(l));
+    to.y.push_back(score[l]);
   }
-  s << "</p>\n";
-  return s.str();
+  PlotOptions p;
+  p.title = str(o.row.label, ": softmax layers chosen by ", r.softmax_choice);
+  p.x.label = "layer";
+  p.y.label = kl ? "KL drop when restored to softmax" : "transfer error";
+  p.width = 480;
+  p.height = 340;
+  std::vector<ScatterSeries> series;
+  if (!other.x.empty()) series.push_back(other);
+  if (!chosen.x.empty()) series.push_back(chosen);
+  return scatter_plot(series, p);
 }
 
 std::string csv_field(const std::string& s) {
@@ -342,8 +406,13 @@ void write_conversion_report(const std::string& dir, const ConversionReport& r) 
       ah.title = str(o.row.label, ", layer ", f.pic_layer, " head ", f.pic_head);
       save_svg(dir + "/attn_" + slug + ".svg", heatmap(f.pic_student, f.pic_len, f.pic_len, ah));
     }
-    figs << "<h3>" << xml_escape(o.row.label) << "</h3>\n" << layer_error_html(o.result) << "<img src=\"attn_" << slug
-         << ".svg\"><img src=\"kl_" << slug << ".svg\">\n";
+    figs << "<h3>" << xml_escape(o.row.label) << "</h3>\n" << layer_choice_html(o.result);
+    const std::string choice = layer_choice_svg(o);
+    if (!choice.empty()) {
+      save_svg(dir + "/layers_" + slug + ".svg", choice);
+      figs << "<img src=\"layers_" << slug << ".svg\">";
+    }
+    figs << "<img src=\"attn_" << slug << ".svg\"><img src=\"kl_" << slug << ".svg\">\n";
     auto epochs = [](size_t n) {
       std::vector<double> x(n);
       for (size_t k = 0; k < n; ++k) x[k] = static_cast<double>(k + 1);
