@@ -4,7 +4,8 @@
 // (cpu_alloc::set_offset_for_testing); the losses and every parameter must match bit for bit. A
 // kernel that blocks by address (a vectorized loop peeling up to the first aligned element sums or
 // rounds the peeled elements differently) fails here, as a build whose heap lays buffers out
-// differently (another machine, CUDA built in) would have given other tables.
+// differently (another machine, CUDA built in) would have given other tables. And the AVX2 and
+// AVX-512 paths, the two a current x86 machine runs, give the same bits too.
 #include <doctest/doctest.h>
 
 #include <cstring>
@@ -15,6 +16,7 @@
 #include "autograd/ops/nn.h"
 #include "autograd/ops/shape.h"
 #include "core/cpu/cpu_allocator.h"
+#include "core/cpu_isa.h"
 #include "core/generator.h"
 #include "nn/gate.h"
 #include "nn/mixer.h"
@@ -38,6 +40,7 @@ struct Model {
   std::string mixer;  // parse_mixer's text
   nn::Gate gate = nn::Gate::none;
   bool encoder = false;  // an EncoderClassifier (bidirectional) instead of a DecoderLM
+  int64_t mlp_hidden = 37;
 };
 
 // The bits of a run: each step's loss, then every parameter after the last step.
@@ -65,7 +68,7 @@ Trace train_small(const Model& m) {
   c.heads = 2;
   c.head_dim = 12;
   c.dim = 24;
-  c.mlp_hidden = 37;
+  c.mlp_hidden = m.mlp_hidden;
   c.max_len = kLen;
   c.positions = "rope";
   c.attention.mixer = nn::parse_mixer(m.mixer, "test");
@@ -124,6 +127,27 @@ TEST_CASE("determinism: a small training gives the same bits whatever the alloca
       }
     }
   });
+}
+
+// With the GEMM kernels' shared depth blocks (core/cpu/sgemm_kernels.h) the only kernels that differ
+// between an AVX2 machine and an AVX-512 one give the same bits, so the whole training does.
+TEST_CASE("determinism: a small training gives the same bits on the AVX2 and the AVX-512 paths") {
+  if (!cpu_isa_supported(CpuIsa::avx512)) {
+    MESSAGE("skipped: this machine lacks AVX-512 (the AVX2 and AVX-512 paths are compared where both run)");
+    return;
+  }
+  const CpuIsa saved = cpu_isa();
+  // An MLP of 200: its second product is deeper than one packed block (sgemm::kDepthBlock).
+  for (const Model& m : {Model{"softmax", nn::Gate::none, false, 200}, Model{"hedgehog", nn::Gate::none, false, 200},
+                         Model{"softmax", nn::Gate::none, true, 200}}) {
+    CAPTURE(m.mixer);
+    CAPTURE(m.encoder);
+    set_cpu_isa(CpuIsa::avx2);
+    const Trace avx2 = train_small(m);
+    set_cpu_isa(CpuIsa::avx512);
+    CHECK(train_small(m) == avx2);
+  }
+  set_cpu_isa(saved);
 }
 
 TEST_CASE("determinism: the allocation offset hook shifts fresh tensors and refuses misaligned offsets") {
