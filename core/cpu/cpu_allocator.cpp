@@ -1,5 +1,7 @@
 #include "core/cpu/cpu_allocator.h"
 
+#include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -36,6 +38,8 @@ struct Cache {
   }
 };
 
+std::atomic<size_t> g_offset{0};  // set_offset_for_testing
+
 // Never destroyed: tensors with static storage may be freed after any static cache would be.
 Cache& cache() {
   static Cache* c = new Cache;
@@ -55,6 +59,11 @@ size_t block_size(size_t nbytes) {
 
 void* allocate(size_t nbytes) {
   const size_t block = block_size(nbytes);
+  if (const size_t offset = g_offset.load(std::memory_order_relaxed); offset != 0) {
+    void* base = std::aligned_alloc(64, block + 64);
+    HH_CHECK(base != nullptr, "cpu allocate: out of memory for ", nbytes, " bytes");
+    return static_cast<char*>(base) + offset;
+  }
   if (block >= kMinCachedBytes) {
     Cache& c = cache();
     std::lock_guard<std::mutex> lock(c.mu);
@@ -74,6 +83,10 @@ void* allocate(size_t nbytes) {
 
 void release(void* p, size_t block) {
   if (p == nullptr) return;
+  if (const size_t misaligned = reinterpret_cast<uintptr_t>(p) % 64; misaligned != 0) {  // an offset block
+    std::free(static_cast<char*>(p) - misaligned);
+    return;
+  }
   if (block >= kMinCachedBytes) {
     Cache& c = cache();
     std::lock_guard<std::mutex> lock(c.mu);
@@ -110,5 +123,13 @@ size_t cache_limit() {
   std::lock_guard<std::mutex> lock(c.mu);
   return c.limit;
 }
+
+void set_offset_for_testing(size_t bytes) {
+  HH_CHECK(bytes < 64 && bytes % 8 == 0, "cpu_alloc::set_offset_for_testing: expected a multiple of 8 below 64, got ",
+           bytes);
+  g_offset.store(bytes, std::memory_order_relaxed);
+}
+
+size_t offset_for_testing() { return g_offset.load(std::memory_order_relaxed); }
 
 }  // namespace hh::cpu_alloc

@@ -29,4 +29,12 @@ size_t cached_bytes();
 void set_cache_limit(size_t bytes);
 size_t cache_limit();
 
+// For tests of determinism: every block allocate() hands out from now on starts `bytes` past a
+// 64-byte boundary (a multiple of 8 below 64, so every dtype stays aligned to its size; 0, the
+// default, restores aligned blocks). Such blocks bypass the cache; release() frees them whatever
+// the offset is by then. A kernel whose result depends on its operands' addresses (a vectorized
+// loop that peels up to the first aligned element) gives different bits under a different offset.
+void set_offset_for_testing(size_t bytes);
+size_t offset_for_testing();
+
 }  // namespace hh::cpu_alloc

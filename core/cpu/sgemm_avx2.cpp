@@ -2,6 +2,8 @@
 // broadcasts per k step). Eigen 3.4's own float kernel reached ~62% of the per-core FMA peak on
 // Zen 3; this one ~80-90% (apps/bench_ops.cpp). Packing with in-register 8×8 transposes mattered:
 // scalar packing of a row-major A cost 40% of the time for N = 64.
+#include <cmath>
+
 #include "core/cpu/sgemm_kernels.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -61,7 +63,7 @@ HH_TARGET_AVX2 void micro_6x16(int64_t kc, const float* __restrict a, const floa
   for (int64_t r = 0; r < m; ++r)
     for (int64_t j = 0; j < n; ++j) {
       float* p = c + r * ldc + j;
-      *p = beta != 0.0f ? alpha * t[r][j] + beta * *p : alpha * t[r][j];
+      *p = beta != 0.0f ? std::fma(beta, *p, alpha * t[r][j]) : alpha * t[r][j];  // as the full tile
     }
 }
 
@@ -69,9 +71,9 @@ void pack_b16(const float* b, int64_t rs, int64_t cs, int64_t kc, int64_t n, flo
   pack_b_avx<NR>(b, rs, cs, kc, n, dst);
 }
 
-// KC = 256: a 16-wide B sliver is 16 KiB (L1); MC = 144: the A block is 144 KiB (L2); NC = 3072:
-// the B panel is 3 MiB (L3).
-const Kernel kAvx2{"avx2", MR, NR, 256, 144, 3072, &pack_a6, &pack_b16, &micro_6x16};
+// KC = kDepthBlock (AVX-512's, for the same bits): a 16-wide B sliver is 12 KiB (L1); MC = 144: the
+// A block is 108 KiB (L2); NC = 3072: the B panel is 2.3 MiB (L3).
+const Kernel kAvx2{"avx2", MR, NR, kDepthBlock, 144, 3072, &pack_a6, &pack_b16, &micro_6x16};
 
 }  // namespace
 

@@ -64,9 +64,9 @@ void pack_b32(const float* b, int64_t rs, int64_t cs, int64_t kc, int64_t n, flo
   pack_b_avx<NR>(b, rs, cs, kc, n, dst);
 }
 
-// KC = 192: a 32-wide B sliver is 24 KiB (L1 is 32-48 KiB on AVX-512 cores); MC = 144: the A block
-// is 108 KiB (L2); NC = 3072: the B panel is 2.3 MiB.
-const Kernel kAvx512{"avx512", MR, NR, 192, 144, 3072, &pack_a6, &pack_b32, &micro_6x32};
+// KC = kDepthBlock: a 32-wide B sliver is 24 KiB (L1 is 32-48 KiB on AVX-512 cores); MC = 144: the A
+// block is 108 KiB (L2); NC = 3072: the B panel is 2.3 MiB.
+const Kernel kAvx512{"avx512", MR, NR, kDepthBlock, 144, 3072, &pack_a6, &pack_b32, &micro_6x32};
 
 }  // namespace
 

@@ -13,6 +13,14 @@
 
 namespace hh::sgemm {
 
+// The depth of a packed block, the same for every ISA: an element of c is the same chain of fused
+// multiply-adds over k on each path (a block's products summed in k order from zero, then added
+// to c: alpha·acc, or beta·c + alpha·acc fused), so the AVX2 and AVX-512 kernels give the same bits
+// and a result does not depend on which of the two a machine has (issue 35: the demos' tables of
+// an AVX2 machine differed from an AVX-512 machine's). 192: a 32-wide AVX-512 B sliver is 24 KiB
+// (L1 is 32-48 KiB), a 16-wide AVX2 one 12 KiB.
+constexpr int64_t kDepthBlock = 192;
+
 struct Kernel {
   const char* name;
   int64_t mr, nr;  // micro-tile of c

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
@@ -134,10 +135,10 @@ TEST_CASE("cpu isa: names, parsing and the cap") {
   if (!cpu_isa_supported(CpuIsa::avx512)) check_throws([] { set_cpu_isa(CpuIsa::avx512); }, {"avx512", "at most"});
 }
 
-TEST_CASE("cpu isa: the packed f32 GEMM of every supported path matches the f64 reference") {
-  if (test_device().is_cuda()) return;  // CPU kernels only
-  IsaScope scope;
-  const std::vector<Case> cases = {
+namespace {
+
+std::vector<Case> gemm_cases() {
+  return {
       {1, 67, 300, 45, false, false, false, 1.0, 0.0, 1},   // two depth blocks for every kernel (kc <= 256)
       {1, 67, 300, 45, true, false, false, 1.0, 0.0, 1},    // A column-major (a transposed view)
       {1, 67, 300, 45, false, true, false, 1.0, 0.0, 1},    // B column-major (linear's weightᵀ)
@@ -151,7 +152,30 @@ TEST_CASE("cpu isa: the packed f32 GEMM of every supported path matches the f64 
       {16, 64, 40, 48, false, false, false, 1.0, 0.0, 2},   // threaded split by batch
       {1, 301, 250, 200, false, false, false, 1.0, 0.0, 3}, // threaded grid split (uneven)
       {1, 20, 64, 900, false, true, false, 1.0, 0.0, 2},    // few rows: split by columns
+      {1, 50, 500, 70, false, false, false, 1.0, 1.0, 1},   // three depth blocks accumulated onto c
   };
+}
+
+// c = alpha A·B + beta c0 for case ci on the path set now, through the backend's gemm.
+Tensor run_gemm_case(const Case& c, size_t ci) {
+  set_num_threads(c.threads);
+  Tensor a = rand_f32({c.bt, c.m, c.k}, 100 + ci), b = rand_f32({c.b_broadcast ? 1 : c.bt, c.k, c.n}, 200 + ci);
+  Tensor c0 = rand_f32({c.bt, c.m, c.n}, 300 + ci);
+  // Column-major operands: the same values read through a transposed view of a (.., k, m) buffer.
+  Tensor A = c.a_colmajor ? transpose(contiguous(transpose(a, 1, 2)), 1, 2) : a;
+  Tensor B = c.b_colmajor ? transpose(contiguous(transpose(b, 1, 2)), 1, 2) : b;
+  if (c.b_broadcast) B = B.as_strided({c.bt, c.k, c.n}, {0, B.stride(1), B.stride(2)}, 0);
+  Tensor out = c.beta == 0 ? full({c.bt, c.m, c.n}, std::nan(""), {DType::f32}) : clone(c0);  // beta 0 never reads c
+  backend_of(a).gemm(A, B, out, {c.alpha, c.beta});
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("cpu isa: the packed f32 GEMM of every supported path matches the f64 reference") {
+  if (test_device().is_cuda()) return;  // CPU kernels only
+  IsaScope scope;
+  const std::vector<Case> cases = gemm_cases();
   for (CpuIsa isa : supported_isas()) {
     const std::string isa_name = cpu_isa_name(isa);
     CAPTURE(isa_name);
@@ -161,17 +185,32 @@ TEST_CASE("cpu isa: the packed f32 GEMM of every supported path matches the f64 
     for (size_t ci = 0; ci < cases.size(); ++ci) {
       const Case& c = cases[ci];
       CAPTURE(ci);
-      set_num_threads(c.threads);
-      Tensor a = rand_f32({c.bt, c.m, c.k}, 100 + ci), b = rand_f32({c.b_broadcast ? 1 : c.bt, c.k, c.n}, 200 + ci);
-      Tensor c0 = rand_f32({c.bt, c.m, c.n}, 300 + ci);
-      // Column-major operands: the same values read through a transposed view of a (.., k, m) buffer.
-      Tensor A = c.a_colmajor ? transpose(contiguous(transpose(a, 1, 2)), 1, 2) : a;
-      Tensor B = c.b_colmajor ? transpose(contiguous(transpose(b, 1, 2)), 1, 2) : b;
-      if (c.b_broadcast) B = B.as_strided({c.bt, c.k, c.n}, {0, B.stride(1), B.stride(2)}, 0);
-      Tensor out = c.beta == 0 ? full({c.bt, c.m, c.n}, std::nan(""), {DType::f32}) : clone(c0);  // beta 0 never reads c
-      backend_of(a).gemm(A, B, out, {c.alpha, c.beta});
-      CHECK(err_in_ulps_of_k(out, gemm_ref(a, b, c0, c.alpha, c.beta), c.k) < 1.0);
+      const Tensor out = run_gemm_case(c, ci);
+      const Tensor a = rand_f32({c.bt, c.m, c.k}, 100 + ci), b = rand_f32({c.b_broadcast ? 1 : c.bt, c.k, c.n}, 200 + ci);
+      CHECK(err_in_ulps_of_k(out, gemm_ref(a, b, rand_f32({c.bt, c.m, c.n}, 300 + ci), c.alpha, c.beta), c.k) < 1.0);
     }
+  }
+}
+
+// The promise of sgemm::kDepthBlock: a machine with AVX-512 and one with AVX2 alone give the same
+// product bits (the same depth blocks, each element one fused multiply-add chain over k, edge
+// tiles added to c as full tiles are), so a training gives the same table on either.
+TEST_CASE("cpu isa: the AVX2 and AVX-512 GEMM kernels give the same bits") {
+  if (test_device().is_cuda()) return;  // CPU kernels only
+  if (!cpu_isa_supported(CpuIsa::avx512)) {
+    MESSAGE("skipped: this machine lacks AVX-512 (the AVX2 and AVX-512 kernels are compared where both run)");
+    return;
+  }
+  IsaScope scope;
+  const std::vector<Case> cases = gemm_cases();
+  for (size_t ci = 0; ci < cases.size(); ++ci) {
+    CAPTURE(ci);
+    set_cpu_isa(CpuIsa::avx2);
+    const std::vector<float> avx2 = to_vector<float>(run_gemm_case(cases[ci], ci));
+    set_cpu_isa(CpuIsa::avx512);
+    const std::vector<float> avx512 = to_vector<float>(run_gemm_case(cases[ci], ci));
+    REQUIRE(avx2.size() == avx512.size());
+    CHECK(std::memcmp(avx2.data(), avx512.data(), avx2.size() * sizeof(float)) == 0);
   }
 }
 

@@ -16,6 +16,9 @@
 //   - kBlock = 4096 (cpu_elementwise.inc:117): the f32 vectorized unary ops (VecF32: exp :36,
 //     GeluErf :41, GeluTanh :55, Elu :75) run Eigen over blocks of 4096, the last one partial.
 //     n crossing 4096 and 8192, and 40961 (10 blocks + 1, parallel).
+//   - vec::kBlock = 16 (core/cpu/vec_math.h, vec::blocked): inside those blocks the Eigen
+//     expressions run in fixed blocks of 16, the last partial one through zero-padded copies (the
+//     same bits at any address): n crossing 16 and 32 (below), and 4097.
 //   - ELU's vectorized backward only for alpha == 1 (usable_bwd, :78): elu(alpha = 1) and
 //     elu(alpha = 0.5) (the scalar backward), both in f32.
 //   - vec::exp's cut at x < -88 (f32) / -708 (f64) (core/cpu/vec_math.h:24): exp on U(-100, 3),

@@ -36,8 +36,9 @@
 //     (18,41,271) [199998], (40,50,100) [200000], (20,87,115) [200100]. Below 100000 multiply-adds
 //     no engine uses a second thread, so the sweep runs such cases under 1 thread per ISA only
 //     (kThreadsMatter below).
-// core/cpu/sgemm_avx2.cpp (AVX2 packed engine): MR = 6, NR = 16 (:13), KC = 256, MC = 144, NC = 3072
-//   (:74). core/cpu/sgemm_avx512.cpp: MR = 6, NR = 32 (:14), KC = 192, MC = 144, NC = 3072 (:69).
+// core/cpu/sgemm_avx2.cpp (AVX2 packed engine): MR = 6, NR = 16, KC = sgemm::kDepthBlock = 192 (the
+//   same for both kernels, so they give the same bits; 256 before), MC = 144, NC = 3072.
+//   core/cpu/sgemm_avx512.cpp: MR = 6, NR = 32, KC = kDepthBlock, MC = 144, NC = 3072.
 //   core/cpu/sgemm_x86.h: pack_a6 transposes 8 k at a time when a sliver has all 6 rows and unit
 //   column stride (:40-51), copies column-major slivers (:52), zero-pads tail slivers (:55);
 //   pack_b_avx the same for full NR-wide row-major / column-major slivers (:66-79) and pads the
