@@ -466,6 +466,36 @@ Tensor AttentionMixer::step(const Tensor& q, const Tensor& k, const Tensor& v, D
   return softmax_attention(q, cache.k, cache.v, false, Tensor());
 }
 
+Tensor AttentionMixer::step_rows(const Tensor& q, const Tensor& k, const Tensor& v,
+                                 const std::vector<DecodeCache*>& caches, const GateInput& gate) const {
+  const int64_t N = static_cast<int64_t>(caches.size());
+  HH_CHECK(q.dim() == 4 && q.size(0) == N && k.dim() == 4 && k.size(0) == N && v.dim() == 4 && v.size(0) == N,
+           "attention step_rows: expected q, k, v (", N, ",H,1,D) for ", N, " caches, got ", q.shape(), ", ",
+           k.shape(), ", ", v.shape());
+  if (cfg.mixer.is_hybrid() && cfg.causal && !feature_map->reads_position()) {
+    std::vector<HybridDecodeState*> states;
+    for (DecodeCache* c : caches) {
+      if (c->hybrid.tokens == 0) c->hybrid = HybridDecodeState(cfg.window);
+      HH_CHECK(c->hybrid.window == cfg.window, "attention step: the cache's window ", c->hybrid.window,
+               " is not the mixer's ", cfg.window);
+      states.push_back(&c->hybrid);
+    }
+    const auto& hm = static_cast<const HybridFeatureMap&>(*feature_map);
+    FeatureContext ctx;
+    ctx.keys_one_by_one = true;  // each row's key by its own max, as a step of one key
+    const DType dt = q.dtype();
+    Tensor pq = feature_map->forward(q, true, ctx).to(dt), pk = feature_map->forward(k, false, ctx).to(dt);
+    return hybrid_attention_step_rows(states, q, k, v, pq, pk, hm.window_weight(dt), hm.linear_weight(dt));
+  }
+  const auto row = [](const Tensor& x, int64_t r) { return x.defined() ? slice(x, 0, r, r + 1) : x; };
+  std::vector<Tensor> y(caches.size());
+  parallel_rows(N, [&](int64_t r) {
+    y[static_cast<size_t>(r)] = step(row(q, r), row(k, r), row(v, r), *caches[static_cast<size_t>(r)],
+                                     GateInput{row(gate.x, r), row(gate.k, r)});
+  });
+  return cat(y, 0);
+}
+
 Attention::Attention(const AttentionConfig& c, Init init) : cfg(c) {
   HH_CHECK(c.dim > 0 && c.heads > 0 && c.head_dim > 0, "Attention: dim, heads, head_dim must be positive, got ", c.dim,
            ", ", c.heads, ", ", c.head_dim);

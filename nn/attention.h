@@ -178,6 +178,13 @@ class AttentionMixer {
   // One token per call (causal only): q, k, v (B,H,1,D) -> (B,H,1,Dv); the cache grows by one.
   Tensor step(const Tensor& q, const Tensor& k, const Tensor& v, DecodeCache& cache,
               const GateInput& gate = GateInput()) const;
+  // One token for each of N sequences, each on its own cache (its own position): q, k, v
+  // (N,H,1,D), gate's tensors (N,...) -> (N,H,1,Dv), row r what step on row r and *caches[r] gives
+  // (hybrid: up to rounding; the same whatever the other rows). A hybrid mixer whose feature map
+  // does not read positions maps every row at once and steps them in one kernel
+  // (hybrid_attention_step_rows); the others step row by row (parallel_rows).
+  Tensor step_rows(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<DecodeCache*>& caches,
+                   const GateInput& gate = GateInput()) const;
   // The linear recurrent step alone (what nn::Attention::step uses).
   Tensor linear_step(const Tensor& q, const Tensor& k, const Tensor& v, RecurrentState& state,
                      const GateInput& gate = GateInput()) const;

@@ -104,6 +104,7 @@ class Taylor : public FeatureMap {
 class CosFormer : public FeatureMap {
  public:
   CosFormer(int64_t D, int64_t M) : FeatureMap("cosformer"), D_(D), M_(M) {}
+  bool reads_position() const override { return true; }
   Tensor forward(const Tensor& x, bool, const FeatureContext& ctx) override {
     int64_t L = x.size(2);
     Tensor r = relu(x);

@@ -54,7 +54,9 @@ class FeatureMap : public Module {
   virtual int64_t feature_dim() const = 0;
   // Called once per optimizer step in training (performer redraws its projection here).
   virtual void on_step() {}
-  // True when the linear form needs a causal state that is NOT a plain prefix sum of φ(k) (none do).
+  // True when φ of a token depends on its position (FeatureContext::pos_offset: cosformer), so
+  // tokens at different positions cannot share one call.
+  virtual bool reads_position() const { return false; }
   const std::string& name() const { return name_; }
   bool trainable() const { return num_parameters() > 0; }
 
@@ -78,6 +80,7 @@ class HybridFeatureMap : public FeatureMap {
   }
   int64_t feature_dim() const override { return map->feature_dim(); }
   void on_step() override { map->on_step(); }
+  bool reads_position() const override { return map->reads_position(); }
   // wf = sigmoid(window_factor) (init 0: wf = 0.5, as LoLCATs) and lf = 1 (or 1 − wf when
   // affine), (H) each, as `dtype`.
   Tensor window_weight(DType dtype) const;

@@ -13,12 +13,14 @@
 #include "autograd/node.h"
 #include "autograd/ops.h"
 #include "core/backend.h"
+#include "core/kernels/hybrid_attention.h"
 
 namespace hh {
 
 static const OpName reg_hybrid_attention_quadratic("hybrid_attention_quadratic");
 static const OpName reg_hybrid_attention_chunked("hybrid_attention_chunked");
 static const OpName reg_hybrid_attention_step("hybrid_attention_step");
+static const OpName reg_hybrid_attention_step_rows("hybrid_attention_step_rows");
 static const OpName reg_hybrid_window_attention("hybrid_window_attention");
 
 namespace {
@@ -177,6 +179,29 @@ std::pair<Tensor, Tensor> chunked_parts(const Tensor& q, const Tensor& k, const 
 }
 
 
+// Whether autograd would record a graph through any of `xs`.
+bool needs_grad(const std::vector<Tensor>& xs) {
+  if (!GradMode::is_enabled()) return false;
+  for (const Tensor& x : xs)
+    if (x.requires_grad()) return true;
+  return false;
+}
+
+// The chunked form without gradient on the CPU (a prefill): the window kernel, then the linear
+// part and the combination in one kernel (kernels::hybrid_linear_combine), no (B,H,L,.)
+// temporaries beyond the window's num and den. Equals chunked_parts' result to rounding.
+Tensor linear_combined(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pq, const Tensor& pk,
+                       const Tensor& wf, const Tensor& lf, int64_t window, double s, int64_t chunk) {
+  const int64_t B = q.size(0), H = q.size(1), L = q.size(2), Dv = v.size(3), F = pq.size(3), G = B * H;
+  const int64_t W = std::min(window, L);
+  std::vector<Tensor> win = hybrid_window_attention(q, k, v, W, s);
+  const auto flat = [&](const Tensor& x, int64_t last) { return contiguous(x).reshape({G, L, last}); };
+  Tensor y = empty({G, L, Dv}, {q.dtype(), q.device()});
+  kernels::hybrid_linear_combine(q.device(), flat(pq, F), flat(pk, F), flat(v, Dv), flat(win[0], Dv),
+                                 contiguous(win[1]).reshape({G, L}), contiguous(wf), contiguous(lf), H, W, chunk, y);
+  return y.reshape({B, H, L, Dv});
+}
+
 // A started state's ring in token order (B,H,min(W,tokens),C): token t sits in slot t mod W.
 Tensor ring_in_order(const Tensor& ring, int64_t tokens, int64_t W) {
   if (tokens <= W) return slice(ring, 2, 0, tokens);
@@ -204,6 +229,8 @@ Tensor hybrid_attention_chunked(const Tensor& q, const Tensor& k, const Tensor& 
   const int64_t B = q.size(0), H = q.size(1), L = q.size(2), Dv = v.size(3);
   if (L == 0) return zeros({B, H, 0, Dv}, {q.dtype(), q.device()});
   if (!initial || initial->tokens == 0) {
+    if (q.device().is_cpu() && !key_mask.defined() && !needs_grad({q, k, v, pq, pk, wf, lf}))
+      return linear_combined(q, k, v, pq, pk, wf, lf, window, s, chunk);
     auto [num, den] = chunked_parts(q, k, v, pq, pk, wf, lf, window, s, key_mask, chunk);
     return div(num, safe_den(den));  // (B,H,L,Dv)
   }
@@ -273,16 +300,13 @@ std::vector<Tensor> hybrid_window_attention(const Tensor& q, const Tensor& k, co
                         });
 }
 
-Tensor hybrid_attention_step(HybridDecodeState& st, const Tensor& q_t, const Tensor& k_t, const Tensor& v_t,
-                             const Tensor& pq_t, const Tensor& pk_t, const Tensor& wf, const Tensor& lf, double scale) {
-  const char* op = "hybrid_attention_step";
-  const double s = check_inputs(op, q_t, k_t, v_t, pq_t, pk_t, wf, lf, st.window, scale, Tensor());
-  HH_CHECK(q_t.size(2) == 1, op, ": expected one token, q_t (B,H,1,D), got ", q_t.shape());
-  NoGradGuard no_grad;
+namespace {
+// Makes `st` ready for token st.tokens of q_t (B,H,1,D), v_t (B,H,1,Dv), pq_t (B,H,1,F): its
+// buffers allocated at the first token, the ring grown when that token needs a slot it lacks
+// (slots keep their tokens: nothing has wrapped yet). Checks the state matches the token.
+void ready_for_token(const char* op, HybridDecodeState& st, const Tensor& q_t, const Tensor& v_t, const Tensor& pq_t) {
   const int64_t B = q_t.size(0), H = q_t.size(1), D = q_t.size(3), Dv = v_t.size(3), F = pq_t.size(3);
-  const DType dt = q_t.dtype();
-  const Device dev = q_t.device();
-  const Options o{dt, dev};
+  const Options o{q_t.dtype(), q_t.device()};
   const int64_t W = st.window;
   if (!st.k.defined()) {
     const int64_t cap = ring_capacity(W, 1);
@@ -294,19 +318,28 @@ Tensor hybrid_attention_step(HybridDecodeState& st, const Tensor& q_t, const Ten
     st.tokens = 0;
   }
   HH_CHECK(st.k.size(0) == B && st.k.size(1) == H && st.k.size(3) == D && st.v.size(3) == Dv &&
-               st.pk.size(3) == F && st.k.dtype() == dt && st.k.device() == dev,
+               st.pk.size(3) == F && st.k.dtype() == q_t.dtype() && st.k.device() == q_t.device(),
            op, ": token shapes q_t ", q_t.shape(), ", v_t ", v_t.shape(), ", pq_t ", pq_t.shape(),
            " do not match the state's ring k ", st.k.shape(), ", v ", st.v.shape(), ", pk ", st.pk.shape(), " (",
            st.k.dtype(), ")");
-  const int64_t t = st.tokens;
-  int64_t cap = st.k.size(2);
-  if (t >= cap && cap < W) {  // grow the ring (slots keep their tokens: nothing has wrapped yet)
+  const int64_t t = st.tokens, cap = st.k.size(2);
+  if (t >= cap && cap < W) {
     const int64_t grown = ring_capacity(W, t + 1);
     st.k = pad_rows(st.k, 0, grown - cap);
     st.v = pad_rows(st.v, 0, grown - cap);
     st.pk = pad_rows(st.pk, 0, grown - cap);
-    cap = grown;
   }
+}
+}  // namespace
+
+Tensor hybrid_attention_step(HybridDecodeState& st, const Tensor& q_t, const Tensor& k_t, const Tensor& v_t,
+                             const Tensor& pq_t, const Tensor& pk_t, const Tensor& wf, const Tensor& lf, double scale) {
+  const char* op = "hybrid_attention_step";
+  const double s = check_inputs(op, q_t, k_t, v_t, pq_t, pk_t, wf, lf, st.window, scale, Tensor());
+  HH_CHECK(q_t.size(2) == 1, op, ": expected one token, q_t (B,H,1,D), got ", q_t.shape());
+  NoGradGuard no_grad;
+  ready_for_token(op, st, q_t, v_t, pq_t);
+  const int64_t W = st.window, t = st.tokens;
   const int64_t slot = t % W;
   if (t >= W) {  // key t-W leaves the window: into the linear state
     Tensor pk_old = slice(st.pk, 2, slot, slot + 1), v_old = slice(st.v, 2, slot, slot + 1);  // (B,H,1,F), (B,H,1,Dv)
@@ -325,6 +358,54 @@ Tensor hybrid_attention_step(HybridDecodeState& st, const Tensor& q_t, const Ten
   Tensor num = add(matmul(aw, vw), mul(matmul(pq_t, st.S), lf4));                     // (B,H,1,Dv)
   Tensor den = add(sum(aw, {-1}, true), mul(matmul(pq_t, st.z), lf4));               // (B,H,1,1)
   return div(num, safe_den(den));
+}
+
+Tensor hybrid_attention_step_rows(const std::vector<HybridDecodeState*>& states, const Tensor& q_t, const Tensor& k_t,
+                                  const Tensor& v_t, const Tensor& pq_t, const Tensor& pk_t, const Tensor& wf,
+                                  const Tensor& lf, double scale) {
+  const char* op = "hybrid_attention_step_rows";
+  const int64_t N = q_t.dim() == 4 ? q_t.size(0) : -1;
+  HH_CHECK(N == static_cast<int64_t>(states.size()) && q_t.size(2) == 1, op, ": expected one token per state, q_t (",
+           states.size(), ",H,1,D), got ", q_t.shape());
+  HH_CHECK(N > 0, op, ": no rows");
+  for (const HybridDecodeState* st : states) HH_CHECK(st != nullptr, op, ": a null state");
+  const int64_t W = states[0]->window;
+  for (const HybridDecodeState* st : states)
+    HH_CHECK(st->window == W, op, ": the states' windows differ (", W, " and ", st->window, ")");
+  const double s = check_inputs(op, q_t, k_t, v_t, pq_t, pk_t, wf, lf, W, scale, Tensor());
+  NoGradGuard no_grad;
+  const auto row = [](const Tensor& x, int64_t r) { return slice(x, 0, r, r + 1); };
+  if (!q_t.device().is_cpu()) {  // no kernel beyond the CPU's: each row's composed step
+    std::vector<Tensor> y;
+    for (int64_t r = 0; r < N; ++r)
+      y.push_back(hybrid_attention_step(*states[static_cast<size_t>(r)], row(q_t, r), row(k_t, r), row(v_t, r),
+                                        row(pq_t, r), row(pk_t, r), wf, lf, s));
+    return cat(y, 0);
+  }
+  const int64_t H = q_t.size(1), D = q_t.size(3), Dv = v_t.size(3), F = pq_t.size(3);
+  kernels::HybridRows rows;
+  for (int64_t r = 0; r < N; ++r) {
+    HybridDecodeState& st = *states[static_cast<size_t>(r)];
+    ready_for_token(op, st, row(q_t, r), row(v_t, r), row(pq_t, r));
+    HH_CHECK(st.k.size(0) == 1, op, ": state ", r, " holds ", st.k.size(0), " sequences, not one");
+    // The kernel writes the buffers in place: each a contiguous buffer of its own.
+    for (Tensor* b : {&st.k, &st.v, &st.pk, &st.S, &st.z})
+      if (!b->is_contiguous()) *b = contiguous(*b);
+    const int64_t cap = st.k.size(2);
+    rows.k.push_back(st.k.reshape({H, cap, D}));
+    rows.v.push_back(st.v.reshape({H, cap, Dv}));
+    rows.pk.push_back(st.pk.reshape({H, cap, F}));
+    rows.S.push_back(st.S.reshape({H, F, Dv}));
+    rows.z.push_back(st.z.reshape({H, F}));
+    rows.tokens.push_back(st.tokens);
+  }
+  const auto flat = [](const Tensor& x) { return contiguous(x.reshape({x.size(0), x.size(1), x.size(3)})); };
+  const Tensor wfc = contiguous(wf), lfc = contiguous(lf);
+  Tensor y = empty({N, H, Dv}, {q_t.dtype(), q_t.device()});
+  kernels::hybrid_attention_step_rows(q_t.device(), flat(q_t), flat(k_t), flat(v_t), flat(pq_t), flat(pk_t), wfc, lfc,
+                                      W, s, rows, y);
+  for (HybridDecodeState* st : states) ++st->tokens;
+  return y.reshape({N, H, 1, Dv});
 }
 
 HybridDecodeState hybrid_decode_state(const Tensor& k_in, const Tensor& v_in, const Tensor& pk_in, int64_t window,

@@ -68,6 +68,16 @@ struct HybridDecodeState {
   Tensor S, z;            // (B,H,F,Dv), (B,H,F,1)
 };
 
+// One token for each of N sequences, each with its own state (B = 1): q_t, k_t (N,H,1,D), v_t
+// (N,H,1,Dv), pq_t, pk_t (N,H,1,F) -> (N,H,1,Dv); row r is what hybrid_attention_step on
+// *states[r] and row r's operands gives, up to rounding, and every state advances one token. On
+// the CPU one kernel (kernels::hybrid_attention_step_rows) does every row and head, each on its own
+// in a fixed order: a row's bits do not depend on the others (hh_serve's batched decoding); on other
+// devices each row's step in turn. The states' windows must agree. No gradient.
+Tensor hybrid_attention_step_rows(const std::vector<HybridDecodeState*>& states, const Tensor& q_t, const Tensor& k_t,
+                                  const Tensor& v_t, const Tensor& pq_t, const Tensor& pk_t, const Tensor& wf,
+                                  const Tensor& lf, double scale = -1);
+
 // The state that steps over k, v (B,H,L,D/Dv), pk (B,H,L,F) from a fresh HybridDecodeState(window)
 // leave (a prefill): the ring of the last min(W, L) tokens, each in its slot and at the capacity
 // the steps grow it to, and S, z of the keys before them (one matmul). No gradient.

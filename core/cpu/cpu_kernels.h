@@ -19,6 +19,7 @@
 #include "core/kernels/delta_rule.h"
 #include "core/kernels/feature_maps.h"
 #include "core/kernels/gated_linear.h"
+#include "core/kernels/hybrid_attention.h"
 
 namespace hh {
 

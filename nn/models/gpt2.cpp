@@ -104,13 +104,7 @@ Tensor GPT2Attention::step(const Tensor& x, DecodeCache& cache) const {
 Tensor GPT2Attention::step_rows(const Tensor& x, const std::vector<DecodeCache*>& caches) const {
   Tensor q, k, v;
   split_heads(x, q, k, v);  // (N,H,1,D) each: the projection for every row at once
-  std::vector<Tensor> y(caches.size());
-  parallel_rows(static_cast<int64_t>(caches.size()), [&](int64_t r) {
-    const Tensor ki = slice(k, 0, r, r + 1);
-    y[static_cast<size_t>(r)] = mixer.step(slice(q, 0, r, r + 1), ki, slice(v, 0, r, r + 1),
-                                           *caches[static_cast<size_t>(r)], GateInput{slice(x, 0, r, r + 1), ki});
-  });
-  return merge_heads(cat(y, 0));
+  return merge_heads(mixer.step_rows(q, k, v, caches, GateInput{x, k}));
 }
 
 Tensor GPT2Attention::prefill(const Tensor& x, DecodeCache& cache) const {

@@ -292,18 +292,18 @@ Tensor LlamaAttention::step(const Tensor& x, DecodeCache& cache) const {
 }
 
 Tensor LlamaAttention::step_rows(const Tensor& x, const std::vector<DecodeCache*>& caches) const {
-  // The projections for every row at once, then each row rotated at its own position and stepped
-  // on its own cache.
+  // The projections for every row at once, then each row rotated at its own position, then every
+  // row stepped on its own cache.
   const Tensor qp = q_proj->forward(x), kp = k_proj->forward(x), vp = v_proj->forward(x);
-  std::vector<Tensor> y(caches.size());
-  parallel_rows(static_cast<int64_t>(caches.size()), [&](int64_t r) {
+  const int64_t N = static_cast<int64_t>(caches.size());
+  std::vector<Tensor> qs(caches.size()), ks(caches.size()), vs(caches.size()), raws(caches.size());
+  for (int64_t r = 0; r < N; ++r) {
     const auto row = [&](const Tensor& t) { return slice(t, 0, r, r + 1); };
-    DecodeCache& cache = *caches[static_cast<size_t>(r)];
-    Tensor q, k, v, k_raw;
-    rotate(row(qp), row(kp), row(vp), cache.pos(), q, k, v, gated() ? &k_raw : nullptr);
-    y[static_cast<size_t>(r)] = mixer.step(q, k, v, cache, GateInput{row(x), k_raw});
-  });
-  return merge(cat(y, 0));
+    const size_t i = static_cast<size_t>(r);
+    rotate(row(qp), row(kp), row(vp), caches[i]->pos(), qs[i], ks[i], vs[i], gated() ? &raws[i] : nullptr);
+  }
+  return merge(mixer.step_rows(cat(qs, 0), cat(ks, 0), cat(vs, 0), caches,
+                               GateInput{x, gated() ? cat(raws, 0) : Tensor()}));
 }
 
 Tensor LlamaAttention::prefill(const Tensor& x, DecodeCache& cache) const {

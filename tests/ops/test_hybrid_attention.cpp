@@ -2,7 +2,8 @@
 // recurrent forms and the window kernel (hybrid_window_attention) against plain loops over (i, j),
 // the chunked form's values and gradients and the
 // recurrent step's values against the quadratic reference over windows, chunk sizes and key
-// masks, W >= L as plain causal softmax attention, and the chunked form's memory at long L.
+// masks, the rows kernel (hybrid_attention_step_rows) against the step and itself alone, W >= L
+// as plain causal softmax attention, and the chunked form's memory at long L.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -209,6 +210,47 @@ OpSpec step_spec(const std::string& variant, Shape dims, int64_t W) {
   return s;
 }
 
+// The rows kernel over a whole sequence: each batch row a sequence with its own state (B = 1),
+// all rows stepped together by hybrid_attention_step_rows, one token at a time.
+Tensor run_step_rows(const std::vector<Tensor>& x, int64_t W) {
+  const int64_t B = x[0].size(0);
+  std::vector<HybridDecodeState> st(static_cast<size_t>(B), HybridDecodeState(W));
+  std::vector<HybridDecodeState*> rows;
+  for (auto& s : st) rows.push_back(&s);
+  std::vector<Tensor> ys;
+  for (int64_t t = 0; t < x[0].size(2); ++t) {
+    auto tok = [&](const Tensor& a) { return slice(a, 2, t, t + 1); };
+    ys.push_back(hybrid_attention_step_rows(rows, tok(x[0]), tok(x[1]), tok(x[2]), tok(x[3]), tok(x[4]), x[5], x[6]));
+  }
+  return cat(ys, 2);
+}
+
+OpSpec step_rows_spec(const std::string& variant, Shape dims, int64_t W) {
+  OpSpec s = base_spec("hybrid_attention_step_rows", variant, dims, W, false, -1);
+  s.fn = [=](const std::vector<Tensor>& x) { return run_step_rows(x, W); };
+  s.differentiable = false;
+  s.no_grad_reason = "decoding: runs under NoGradGuard (the chunked and quadratic forms train)";
+  s.errors = [] {
+    const char* op = "hybrid_attention_step_rows";
+    Generator g(4);
+    std::vector<Tensor> x = hybrid_inputs(g, DType::f32, 2, 2, 1, 3, 2, 5);
+    HybridDecodeState a(2), b(2), c(3);
+    check_throws([&] { hybrid_attention_step_rows({&a}, x[0], x[1], x[2], x[3], x[4], x[5], x[6]); },
+                 {op, "one token per state", "(2, 2, 1, 3)"});
+    check_throws([&] { hybrid_attention_step_rows({&a, &c}, x[0], x[1], x[2], x[3], x[4], x[5], x[6]); },
+                 {op, "windows differ"});
+    check_throws([&] { hybrid_attention_step_rows({&a, nullptr}, x[0], x[1], x[2], x[3], x[4], x[5], x[6]); },
+                 {op, "null state"});
+    check_throws([&] { hybrid_attention_step_rows({&a, &b}, x[0], x[3], x[2], x[3], x[4], x[5], x[6]); },
+                 {op, "does not match q"});
+    HybridDecodeState two(2);  // a state of two sequences is not a row
+    hybrid_attention_step(two, x[0], x[1], x[2], x[3], x[4], x[5], x[6]);
+    check_throws([&] { hybrid_attention_step_rows({&two, &b}, x[0], x[1], x[2], x[3], x[4], x[5], x[6]); },
+                 {op, "ring"});
+  };
+  return s;
+}
+
 OpSpec window_spec(const std::string& variant, Shape dims, int64_t W, bool masked, double scale = -1) {
   OpSpec s;
   s.op = "hybrid_window_attention";
@@ -259,6 +301,9 @@ const bool reg = add_specs({
     step_spec("W = 3, L = 8", {2, 2, 8, 3, 2, 4}, 3),
     step_spec("W = 1", {1, 2, 5, 2, 3, 3}, 1),
     step_spec("W = 20 > L: ring grows, no linear key", {1, 1, 19, 2, 2, 2}, 20),
+    step_rows_spec("W = 3, L = 8, two rows", {2, 2, 8, 3, 2, 4}, 3),
+    step_rows_spec("W = 1", {3, 2, 5, 2, 3, 3}, 1),
+    step_rows_spec("W = 20 > L: rings grow, no linear key", {2, 1, 19, 2, 2, 2}, 20),
 });
 
 }  // namespace
@@ -308,6 +353,80 @@ TEST_CASE("hybrid attention: chunked and recurrent equal the quadratic reference
   MESSAGE("worst relative error against the quadratic form: chunked values ", worst_chunked, ", recurrent values ",
           worst_step, ", chunked gradients of q, k, v, pq, pk, wf, lf ", worst_grad[0], " ", worst_grad[1], " ",
           worst_grad[2], " ", worst_grad[3], " ", worst_grad[4], " ", worst_grad[5], " ", worst_grad[6]);
+}
+
+TEST_CASE("hybrid attention: without gradient the chunked form is one kernel (a prefill), equal to the graph's") {
+  // hybrid_attention_chunked under NoGradGuard on the CPU takes kernels::hybrid_linear_combine;
+  // with gradient it composes ops. Both against the quadratic reference, f64 and f32, windows below,
+  // at and past L, chunks that divide neither L nor W.
+  const int64_t B = 2, H = 3, D = 4, Dv = 5, F = 6;
+  double worst64 = 0, worst32 = 0;
+  for (DType t : {DType::f64, DType::f32})
+    for (int64_t L : {int64_t{1}, int64_t{37}, int64_t{64}})
+      for (int64_t W : {int64_t{1}, int64_t{3}, int64_t{16}, int64_t{64}, int64_t{100}})
+        for (int64_t chunk : {int64_t{1}, int64_t{5}, int64_t{16}, int64_t{64}}) {
+          Generator g(static_cast<uint64_t>(7 * L + W + 1000 * chunk));
+          const std::vector<Tensor> x = hybrid_inputs(g, t, B, H, L, D, Dv, F);
+          const Tensor ref = hybrid_attention_quadratic(x[0], x[1], x[2], x[3], x[4], x[5], x[6], W);
+          Tensor fast;
+          {
+            NoGradGuard ng;
+            fast = hybrid_attention_chunked(x[0], x[1], x[2], x[3], x[4], x[5], x[6], W, -1, Tensor(), chunk);
+          }
+          INFO(dtype_name(t) << ", L = " << L << ", W = " << W << ", chunk = " << chunk);
+          const double e = rel_err(fast, ref);
+          CHECK(e <= (t == DType::f64 ? 1e-12 : 2e-6));
+          (t == DType::f64 ? worst64 : worst32) = std::max(t == DType::f64 ? worst64 : worst32, e);
+        }
+  MESSAGE("worst relative error of the no-gradient kernel against the quadratic form: f64 ", worst64, ", f32 ",
+          worst32);
+}
+
+TEST_CASE("hybrid attention: the rows kernel is each row's own step, at any position and among any rows") {
+  // Rows join at different tokens (so they sit at different positions, rings of different
+  // sizes, some past the window): each row's output is bit for bit the row stepped alone through
+  // the rows kernel, and equals the composed step (hybrid_attention_step) to rounding.
+  for (DType t : {DType::f64, DType::f32}) {
+    const int64_t R = 5, H = 2, L = 40, D = 4, Dv = 3, F = 6, W = 17;
+    Generator g(11);
+    const std::vector<Tensor> x = hybrid_inputs(g, t, R, H, L, D, Dv, F);
+    const std::vector<int64_t> start{0, 3, 16, 17, 30};  // row r's first token is token start[r] of the run
+    std::vector<HybridDecodeState> together(R, HybridDecodeState(W)), alone(R, HybridDecodeState(W)),
+        composed(R, HybridDecodeState(W));
+    double worst = 0;
+    for (int64_t step = 0; step < L; ++step) {
+      std::vector<int64_t> live;
+      for (int64_t r = 0; r < R; ++r)
+        if (step >= start[static_cast<size_t>(r)]) live.push_back(r);
+      // Row r's token: its own sequence's token (step - start[r]).
+      auto tok = [&](size_t i, int64_t r) {
+        const int64_t j = step - start[static_cast<size_t>(r)];
+        return slice(slice(x[i], 0, r, r + 1), 2, j, j + 1);
+      };
+      std::vector<HybridDecodeState*> states;
+      std::vector<Tensor> in[5];
+      for (int64_t r : live) {
+        states.push_back(&together[static_cast<size_t>(r)]);
+        for (size_t i = 0; i < 5; ++i) in[i].push_back(tok(i, r));
+      }
+      const Tensor y = hybrid_attention_step_rows(states, cat(in[0], 0), cat(in[1], 0), cat(in[2], 0), cat(in[3], 0),
+                                                  cat(in[4], 0), x[5], x[6]);
+      for (size_t n = 0; n < live.size(); ++n) {
+        const int64_t r = live[n];
+        const Tensor y1 = hybrid_attention_step_rows({&alone[static_cast<size_t>(r)]}, tok(0, r), tok(1, r), tok(2, r),
+                                                     tok(3, r), tok(4, r), x[5], x[6]);
+        const Tensor yc = hybrid_attention_step(composed[static_cast<size_t>(r)], tok(0, r), tok(1, r), tok(2, r),
+                                                tok(3, r), tok(4, r), x[5], x[6]);
+        const Tensor yr = slice(y, 0, static_cast<int64_t>(n), static_cast<int64_t>(n) + 1);
+        INFO(dtype_name(t) << ", token " << step << ", row " << r);
+        CHECK(to_vector<double>(yr) == to_vector<double>(y1));
+        const double e = rel_err(yr, yc);
+        CHECK(e <= (t == DType::f64 ? 1e-12 : 1e-5));
+        worst = std::max(worst, e);
+      }
+    }
+    MESSAGE(dtype_name(t), ": worst relative difference to the composed step ", worst);
+  }
 }
 
 TEST_CASE("hybrid attention: W >= L is causal softmax attention, whatever wf and the features") {
