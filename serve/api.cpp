@@ -240,8 +240,12 @@ CompletionRequest parse_chat_request(const std::string& body, const Limits& limi
   if (!absent(j, "max_tokens") && !absent(j, "max_completion_tokens"))
     throw bad("max_completion_tokens", "give 'max_completion_tokens' or 'max_tokens', not both");
   read_generation_fields(j, r, limits, absent(j, "max_completion_tokens") ? "max_tokens" : "max_completion_tokens");
-  if (boolean(j, "logprobs", false)) throw bad("logprobs", "'logprobs' is not supported yet for chat completions");
-  only_neutral(j, "top_logprobs", nullptr, "logprobs are not supported yet for chat completions");
+  // logprobs: true returns the chosen tokens' log-probabilities, top_logprobs (0-20) the most likely
+  // ones beside each; top_logprobs needs logprobs, as OpenAI's API says.
+  const bool want = boolean(j, "logprobs", false);
+  const int64_t top = integer(j, "top_logprobs", 0, 0, 20);
+  if (!want && !absent(j, "top_logprobs")) throw bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+  r.logprobs = want ? top : -1;
   only_neutral(j, "tools", nullptr, "tool calls are not supported");
   only_neutral(j, "tool_choice", "none", "tool calls are not supported");
   only_neutral(j, "response_format", json{{"type", "text"}}, "only {\"type\": \"text\"}");
@@ -323,6 +327,21 @@ json logprobs_json(const std::vector<TokenLogprob>& lps, size_t offset0) {
   return {{"tokens", tokens}, {"token_logprobs", token_lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
 }
 
+json chat_logprobs_json(const std::vector<TokenLogprob>& lps) {
+  const auto bytes = [](const std::string& text) {
+    json b = json::array();
+    for (unsigned char ch : text) b.push_back(static_cast<int>(ch));
+    return b;
+  };
+  json content = json::array();
+  for (const TokenLogprob& t : lps) {
+    json top = json::array();
+    for (const auto& [text, lp] : t.top) top.push_back({{"token", text}, {"logprob", lp}, {"bytes", bytes(text)}});
+    content.push_back({{"token", t.token}, {"logprob", t.logprob}, {"bytes", bytes(t.token)}, {"top_logprobs", top}});
+  }
+  return {{"content", content}};
+}
+
 json usage_json(int64_t prompt_tokens, int64_t completion_tokens) {
   return {{"prompt_tokens", prompt_tokens},
           {"completion_tokens", completion_tokens},
@@ -358,7 +377,7 @@ json completion_chunk(const std::string& id, int64_t created, const std::string&
 json chat_response(const std::string& id, int64_t created, const std::string& model, const Completion& c) {
   json choice = {{"index", 0},
                  {"message", {{"role", "assistant"}, {"content", c.text}}},
-                 {"logprobs", nullptr},
+                 {"logprobs", c.want_logprobs ? chat_logprobs_json(c.logprobs) : json(nullptr)},
                  {"finish_reason", c.finish_reason}};
   return {{"id", id},
           {"object", "chat.completion"},
@@ -369,10 +388,10 @@ json chat_response(const std::string& id, int64_t created, const std::string& mo
 }
 
 json chat_chunk(const std::string& id, int64_t created, const std::string& model, const json& delta,
-                const std::string& finish_reason) {
+                const std::string& finish_reason, const json& logprobs) {
   json choice = {{"index", 0},
                  {"delta", delta},
-                 {"logprobs", nullptr},
+                 {"logprobs", logprobs},
                  {"finish_reason", finish_reason.empty() ? json(nullptr) : json(finish_reason)}};
   return {{"id", id},
           {"object", "chat.completion.chunk"},

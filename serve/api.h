@@ -86,6 +86,9 @@ TokenLogprob token_logprob(const std::vector<double>& logits, int64_t chosen, in
                            const std::function<std::string(int64_t)>& token_text);
 // {"tokens", "token_logprobs", "top_logprobs", "text_offset"}; offsets count from `offset0`.
 json logprobs_json(const std::vector<TokenLogprob>& lps, size_t offset0);
+// Chat's form: {"content": [{"token", "logprob", "bytes", "top_logprobs": [{"token", "logprob",
+// "bytes"}, ...]}, ...]}, bytes the UTF-8 bytes of the token's text.
+json chat_logprobs_json(const std::vector<TokenLogprob>& lps);
 
 // The end of a generation, as the response says it.
 struct Completion {
@@ -106,9 +109,9 @@ json completion_chunk(const std::string& id, int64_t created, const std::string&
 // The "chat.completion" object of a whole chat response (the completion as the assistant's message).
 json chat_response(const std::string& id, int64_t created, const std::string& model, const Completion& c);
 // One "chat.completion.chunk": its delta ({"role": "assistant", "content": ""} first, then
-// {"content": text}, {} with the finish_reason last).
+// {"content": text}, {} with the finish_reason last), with its tokens' logprobs (chat's form) or null.
 json chat_chunk(const std::string& id, int64_t created, const std::string& model, const json& delta,
-                const std::string& finish_reason);
+                const std::string& finish_reason, const json& logprobs = nullptr);
 // A server-sent event carrying `data` ("data: ...\n\n").
 std::string sse_event(const std::string& data);
 json models_response(const std::string& model, int64_t created);

@@ -212,7 +212,8 @@ Completion Engine::complete(const Prepared& p, const Slot& slot, const OnText& o
     json lp = nullptr;
     if (want) {
       j->logprobs.push_back(token_logprob(j->last_logits, id, r.logprobs, token_text));
-      lp = logprobs_json({j->logprobs.back()}, offset + j->text.text().size());
+      lp = r.chat ? chat_logprobs_json({j->logprobs.back()})
+                  : logprobs_json({j->logprobs.back()}, offset + j->text.text().size());
     }
     std::string piece = j->text.push(id);
     {

@@ -225,7 +225,7 @@ class HttpServer {
             };
             // A piece of the completion (and its logprobs) as the endpoint's chunk.
             const auto piece = [&](const std::string& text, const json& lp) {
-              return send(chat ? chat_chunk(id, created_, model, {{"content", text}}, "")
+              return send(chat ? chat_chunk(id, created_, model, {{"content", text}}, "", lp)
                                : completion_chunk(id, created_, model, text, "", lp));
             };
             CompletionStats st;

@@ -100,6 +100,22 @@ def main():
                                                               temperature=0, stream=True) if c.choices)
             check("streamed chat equals the whole one", streamed == whole.choices[0].message.content,
                   f"{streamed!r} vs {whole.choices[0].message.content!r}")
+            # logprobs in chat's form: one entry per token, the greedy token the best of its top list,
+            # the tokens' texts making up the message, streamed the same as whole.
+            lp = client.chat.completions.create(model="llama-chat", messages=messages, max_tokens=8, temperature=0,
+                                                logprobs=True, top_logprobs=3)
+            content = lp.choices[0].logprobs.content
+            check("chat logprobs: one per token", len(content) == lp.usage.completion_tokens, str(len(content)))
+            check("chat logprobs: greedy tokens are their top lists' first",
+                  all(len(t.top_logprobs) == 3 and abs(t.logprob - t.top_logprobs[0].logprob) < 1e-9 and t.logprob <= 0
+                      for t in content))
+            check("chat logprobs: the tokens spell the message",
+                  "".join(t.token for t in content) == lp.choices[0].message.content)
+            streamed_lp = [t for c in client.chat.completions.create(
+                model="llama-chat", messages=messages, max_tokens=8, temperature=0, logprobs=True, top_logprobs=3,
+                stream=True) if c.choices and c.choices[0].logprobs for t in c.choices[0].logprobs.content]
+            check("streamed chat logprobs equal the whole ones",
+                  [(t.token, t.logprob) for t in streamed_lp] == [(t.token, t.logprob) for t in content])
         finally:
             server.send_signal(signal.SIGTERM)
             check("the chat server exits 0 on SIGTERM", server.wait(timeout=30) == 0)

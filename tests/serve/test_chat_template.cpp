@@ -193,7 +193,10 @@ TEST_CASE("serve api: bad chat requests are 400s naming the field") {
   refused(R"({"messages":[{"role":"user","content":[{"type":"image_url","image_url":{}}]}]})",
           "messages[0].content[0]", "only text parts");
   refused(R"({"messages":[{"role":"user","content":"hi","tool_calls":[]}]})", "messages[0].tool_calls", "not supported");
-  refused(R"({"messages":[{"role":"user","content":"hi"}],"logprobs":true})", "logprobs", "not supported yet");
+  refused(R"({"messages":[{"role":"user","content":"hi"}],"top_logprobs":2})", "top_logprobs", "needs 'logprobs'");
+  refused(R"({"messages":[{"role":"user","content":"hi"}],"logprobs":true,"top_logprobs":21})", "top_logprobs",
+          "must be in [0, 20]");
+  refused(R"({"messages":[{"role":"user","content":"hi"}],"logprobs":1})", "logprobs", "must be true or false");
   refused(R"({"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function"}]})", "tools", "not supported");
   refused(R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":1,"max_completion_tokens":1})",
           "max_completion_tokens", "not both");

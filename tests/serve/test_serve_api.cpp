@@ -165,6 +165,19 @@ TEST_CASE("serve api: response, chunk, error and embedding JSON have OpenAI's sh
   const json lj = serve::logprobs_json({lp, lp}, 4);
   CHECK(lj["text_offset"] == json{4, 6});
   CHECK(lj["tokens"] == json{"t0", "t0"});
+  // Chat's form: a content list, each token with its bytes and its top list.
+  const json cj = serve::chat_logprobs_json({lp});
+  REQUIRE(cj["content"].size() == 1);
+  CHECK(cj["content"][0]["token"] == "t0");
+  CHECK(cj["content"][0]["bytes"] == json{116, 48});
+  CHECK(cj["content"][0]["logprob"].get<double>() == doctest::Approx(std::log(0.25)));
+  CHECK(cj["content"][0]["top_logprobs"][0]["token"] == "t1");
+  CHECK(cj["content"][0]["top_logprobs"][1]["logprob"].get<double>() == doctest::Approx(std::log(0.25)));
+  serve::Completion cc;
+  cc.want_logprobs = true;
+  cc.logprobs = {lp, lp};
+  CHECK(serve::chat_response("id", 1, "m", cc)["choices"][0]["logprobs"]["content"].size() == 2);
+  CHECK(serve::chat_chunk("id", 1, "m", {{"content", "x"}}, "", cj)["choices"][0]["logprobs"] == cj);
 }
 
 TEST_CASE("serve text stream: a run of byte-fallback tokens is released only once it ends") {
