@@ -39,22 +39,38 @@ const char* kCopied[] = {"tokenizer.json", "tokenizer_config.json", "special_tok
 constexpr const char* kModelingFile = "modeling_hedgehog.py";
 constexpr const char* kModelTypePrefix = "hedgehog_";  // "hedgehog_llama": a converted folder's model_type
 
-// The transformers family whose classes modeling_hedgehog.py subclasses for this config ("llama",
-// "gpt2"), by model_type (a converted folder's "hedgehog_<family>" too); "" for the others (BERT,
-// ViT, ...), whose converted folders load in the engine only.
-std::string export_family(const nlohmann::json& config) {
+// The families modeling_hedgehog.py subclasses: model_type and the module's config and model classes.
+struct ExportClasses {
+  const char* family;
+  const char* config_class;
+  const char* model_class;
+};
+constexpr ExportClasses kExportClasses[] = {
+    {"llama", "HedgehogLlamaConfig", "HedgehogLlamaForCausalLM"},
+    {"mistral", "HedgehogMistralConfig", "HedgehogMistralForCausalLM"},
+    {"qwen2", "HedgehogQwen2Config", "HedgehogQwen2ForCausalLM"},
+    {"qwen3", "HedgehogQwen3Config", "HedgehogQwen3ForCausalLM"},
+    {"gpt2", "HedgehogGPT2Config", "HedgehogGPT2LMHeadModel"},
+};
+
+// The transformers family whose classes modeling_hedgehog.py subclasses for this config (one of
+// kExportClasses), by model_type (a converted folder's "hedgehog_<family>" too); null for the
+// others (BERT, ViT, ...), whose converted folders load in the engine only.
+const ExportClasses* export_family(const nlohmann::json& config) {
   const auto it = config.find("model_type");
-  if (it == config.end() || !it->is_string()) return "";
+  if (it == config.end() || !it->is_string()) return nullptr;
   std::string type = it->get<std::string>();
   if (type.rfind(kModelTypePrefix, 0) == 0) type = type.substr(std::string(kModelTypePrefix).size());
-  return type == "llama" || type == "gpt2" ? type : "";
+  for (const ExportClasses& c : kExportClasses)
+    if (type == c.family) return &c;
+  return nullptr;
 }
 
 // config.json of a converted folder as transformers needs it to find modeling_hedgehog.py, or
 // without those keys (a softmax model saved from a converted folder's config). A gated folder
 // (module = false) keeps its "hedgehog_<family>" model_type but gets no auto_map:
 // modeling_hedgehog.py has no gates, so transformers refuses the folder rather than run it ungated.
-void set_remote_code_keys(nlohmann::json& config, const std::string& family, bool linear, bool module_file) {
+void set_remote_code_keys(nlohmann::json& config, const ExportClasses* family, bool linear, bool module_file) {
   const std::string type = config.value("model_type", std::string());
   if (type.rfind(kModelTypePrefix, 0) == 0) config["model_type"] = type.substr(std::string(kModelTypePrefix).size());
   const std::string module = std::string(kModelingFile).substr(0, std::string(kModelingFile).find('.'));
@@ -65,20 +81,11 @@ void set_remote_code_keys(nlohmann::json& config, const std::string& family, boo
         map.erase(key);
     if (map.empty()) config.erase("auto_map");
   }
-  if (!linear) return;
-  if (family.empty()) {
-    // Decoders transformers has but modeling_hedgehog.py does not subclass: an unknown model_type
-    // makes transformers refuse the folder, where the stock class would run it as softmax.
-    const std::string stock = config.value("model_type", std::string());
-    if (stock == "mistral" || stock == "qwen2" || stock == "qwen3") config["model_type"] = kModelTypePrefix + stock;
-    return;
-  }
-  const bool llama = family == "llama";
-  config["model_type"] = kModelTypePrefix + family;
+  if (!linear || !family) return;
+  config["model_type"] = std::string(kModelTypePrefix) + family->family;
   if (!module_file) return;
-  config["auto_map"]["AutoConfig"] = module + (llama ? ".HedgehogLlamaConfig" : ".HedgehogGPT2Config");
-  config["auto_map"]["AutoModelForCausalLM"] =
-      module + (llama ? ".HedgehogLlamaForCausalLM" : ".HedgehogGPT2LMHeadModel");
+  config["auto_map"]["AutoConfig"] = module + "." + family->config_class;
+  config["auto_map"]["AutoModelForCausalLM"] = module + "." + family->model_class;
 }
 
 struct ExportConfig {
@@ -96,8 +103,8 @@ ExportConfig export_config(const std::string& config_json, const std::string& co
     config.erase("id2label");
     config.erase("label2id");
   }
-  const std::string family = export_family(config);
-  const bool python = o.mixer.is_linear() && !family.empty() && o.gate == Gate::none;  // no gates in the module
+  const ExportClasses* family = export_family(config);
+  const bool python = o.mixer.is_linear() && family && o.gate == Gate::none;  // no gates in the module
   if (python) {
     const std::vector<std::string> maps = internal::exported_feature_maps(internal::kModelingHedgehogPy);
     HH_CHECK(std::find(maps.begin(), maps.end(), o.mixer.feature_map()) != maps.end(), "save_hf_model: mixer '",

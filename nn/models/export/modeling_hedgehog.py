@@ -1,12 +1,13 @@
 # modeling_hedgehog.py: the attention of a hedgehog-converted model for transformers.
 #
-# A folder written by the hedgehog engine's save_hf_model for a Llama or GPT-2 model whose attention
-# was swapped for linear attention (a feature map) or the hybrid sliding window + linear attention
-# carries this file and, in config.json, "model_type": "hedgehog_llama" / "hedgehog_gpt2", an
-# "auto_map" naming the classes below and a "hedgehog" section (mixer, eps, window, feature-map
-# settings). Then
+# A folder written by the hedgehog engine's save_hf_model for a Llama, Mistral, Qwen2, Qwen3 or
+# GPT-2 model whose attention was swapped for linear attention (a feature map) or the hybrid sliding
+# window + linear attention carries this file and, in config.json, "model_type": "hedgehog_llama"
+# (hedgehog_mistral, hedgehog_qwen2, hedgehog_qwen3, hedgehog_gpt2), an "auto_map" naming the classes
+# below and a "hedgehog" section (mixer, eps, window, feature-map settings). Then
 #     transformers.AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)
-# builds transformers' own LlamaForCausalLM / GPT2LMHeadModel with only the attention replaced,
+# builds transformers' own LlamaForCausalLM (MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM,
+# GPT2LMHeadModel) with only the attention replaced,
 # loads model.safetensors (the feature maps under "<attention>.feature_map.") and computes the
 # engine's logits. The maps and mixers follow the engine (nn/feature_maps.cpp, nn/attention.cpp,
 # autograd/ops/hybrid_attention.cpp), in the quadratic masked form: exact, O(L^2) memory.
@@ -22,6 +23,12 @@ from transformers.models.gpt2.configuration_gpt2 import GPT2Config
 from transformers.models.gpt2.modeling_gpt2 import GPT2Attention, GPT2LMHeadModel
 from transformers.models.llama.configuration_llama import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaAttention, LlamaForCausalLM, apply_rotary_pos_emb
+from transformers.models.mistral.configuration_mistral import MistralConfig
+from transformers.models.mistral.modeling_mistral import MistralAttention, MistralForCausalLM
+from transformers.models.qwen2.configuration_qwen2 import Qwen2Config
+from transformers.models.qwen2.modeling_qwen2 import Qwen2Attention, Qwen2ForCausalLM
+from transformers.models.qwen3.configuration_qwen3 import Qwen3Config
+from transformers.models.qwen3.modeling_qwen3 import Qwen3Attention, Qwen3ForCausalLM
 
 # The maps this file implements: the engine refuses to export any other (nn/models/hf_save.cpp).
 FEATURE_MAPS = ("elu", "relu", "performer", "cosformer", "exp", "taylor", "t2r", "t2r-hh", "hedgehog",
@@ -155,16 +162,19 @@ def _visible(Lq, Lk, device):
     return i, j, j <= i
 
 
-def _check_mask(attention_mask, Lq, Lk):
-    # transformers passes the causal mask (4D, additive or bool); padding would change the result.
+def _check_mask(attention_mask, Lq, Lk, window=None):
+    # transformers passes the causal mask (4D, additive or bool), or for Mistral / Qwen2 the
+    # sliding-window one (the converted layers read every earlier key, as the engine's); padding
+    # would change the result.
     if not isinstance(attention_mask, torch.Tensor) or attention_mask.dim() != 4 or attention_mask.shape[-1] < Lk:
         return
     m = attention_mask[..., -Lq:, :Lk]
-    _, _, causal = _visible(Lq, Lk, m.device)
+    i, j, causal = _visible(Lq, Lk, m.device)
     blocked = (m == 0) if m.dtype == torch.bool else (m < -1.0)
     if blocked.dtype != torch.bool:
         blocked = blocked.bool()
-    if bool((blocked != ~causal).any()):
+    allowed = [~causal] + ([~(causal & (i - j < window))] if window else [])
+    if not any(bool((blocked == a).all()) for a in allowed):
         raise ValueError("hedgehog: padded batches are not supported (the attention mask must be causal only)")
 
 
@@ -212,11 +222,27 @@ class HedgehogLlamaConfig(LlamaConfig):
     model_type = "hedgehog_llama"
 
 
+class HedgehogMistralConfig(MistralConfig):
+    model_type = "hedgehog_mistral"
+
+
+class HedgehogQwen2Config(Qwen2Config):
+    model_type = "hedgehog_qwen2"
+
+
+class HedgehogQwen3Config(Qwen3Config):
+    model_type = "hedgehog_qwen3"
+
+
 class HedgehogGPT2Config(GPT2Config):
     model_type = "hedgehog_gpt2"
 
 
-class HedgehogLlamaAttention(LlamaAttention):
+class _HedgehogDecoderAttention:
+    """The Llama-family attention (Llama, Mistral, Qwen2, Qwen3) with the engine's mixer: the stock
+    projections (Qwen2's biases included), Qwen3's per-head q_norm / k_norm before RoPE, the stock
+    rotary embedding (every rope_type), then the feature maps per query head."""
+
     def __init__(self, config, layer_idx):
         super().__init__(config, layer_idx)
         self.feature_map = make_feature_map(config, config.num_attention_heads, self.head_dim)
@@ -225,18 +251,45 @@ class HedgehogLlamaAttention(LlamaAttention):
                 past_key_values=None, past_key_value=None, **kwargs):
         cache = next((c for c in (cache, past_key_values, past_key_value) if c is not None), None)
         shape = (*hidden_states.shape[:-1], -1, self.head_dim)
-        q = self.q_proj(hidden_states).view(shape).transpose(1, 2)
-        k = self.k_proj(hidden_states).view(shape).transpose(1, 2)
+        q = self.q_proj(hidden_states).view(shape)
+        k = self.k_proj(hidden_states).view(shape)
+        if getattr(self, "q_norm", None) is not None:  # Qwen3
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
         v = self.v_proj(hidden_states).view(shape).transpose(1, 2)
         cos, sin = position_embeddings
         q, k = apply_rotary_pos_emb(q, k, cos, sin)
         if cache is not None:
             k, v = cache.update(k, v, self.layer_idx)
-        _check_mask(attention_mask, q.shape[2], k.shape[2])
+        _check_mask(attention_mask, q.shape[2], k.shape[2], getattr(self.config, "sliding_window", None))
         rep = self.num_key_value_groups  # the maps are per query head, after repeat_kv (as the engine)
         y = hedgehog_mixer(self, q, _repeat_kv(k, rep), _repeat_kv(v, rep))
         y = y.transpose(1, 2).reshape(*hidden_states.shape[:-1], -1).contiguous()
         return self.o_proj(y), None
+
+
+class HedgehogLlamaAttention(_HedgehogDecoderAttention, LlamaAttention):
+    pass
+
+
+class HedgehogMistralAttention(_HedgehogDecoderAttention, MistralAttention):
+    pass
+
+
+class HedgehogQwen2Attention(_HedgehogDecoderAttention, Qwen2Attention):
+    pass
+
+
+class HedgehogQwen3Attention(_HedgehogDecoderAttention, Qwen3Attention):
+    pass
+
+
+def _swap_decoder_attention(model, config, attention):
+    kept = _softmax_layers(config)
+    for i, layer in enumerate(model.model.layers):
+        if i not in kept:
+            layer.self_attn = attention(config, i)
+    model.post_init()
 
 
 class HedgehogGPT2Attention(GPT2Attention):
@@ -264,11 +317,31 @@ class HedgehogLlamaForCausalLM(LlamaForCausalLM):
 
     def __init__(self, config):
         super().__init__(config)
-        kept = _softmax_layers(config)
-        for i, layer in enumerate(self.model.layers):
-            if i not in kept:
-                layer.self_attn = HedgehogLlamaAttention(config, i)
-        self.post_init()
+        _swap_decoder_attention(self, config, HedgehogLlamaAttention)
+
+
+class HedgehogMistralForCausalLM(MistralForCausalLM):
+    config_class = HedgehogMistralConfig
+
+    def __init__(self, config):
+        super().__init__(config)
+        _swap_decoder_attention(self, config, HedgehogMistralAttention)
+
+
+class HedgehogQwen2ForCausalLM(Qwen2ForCausalLM):
+    config_class = HedgehogQwen2Config
+
+    def __init__(self, config):
+        super().__init__(config)
+        _swap_decoder_attention(self, config, HedgehogQwen2Attention)
+
+
+class HedgehogQwen3ForCausalLM(Qwen3ForCausalLM):
+    config_class = HedgehogQwen3Config
+
+    def __init__(self, config):
+        super().__init__(config)
+        _swap_decoder_attention(self, config, HedgehogQwen3Attention)
 
 
 class HedgehogGPT2LMHeadModel(GPT2LMHeadModel):
