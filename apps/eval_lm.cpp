@@ -4,8 +4,10 @@
 //                   acc_norm, acc_bytes) on a JSONL file of {context, choices, gold[, id]};
 //   --task passkey  passkey retrieval (Mohtashami & Jaggi 2023), generated from --seed;
 //   --task needle   needle in a haystack, generated from --seed;
+//   --task niah_multikey, niah_multivalue, vt  RULER's multi-key and multi-value needles and
+//                   variable tracking, generated from --seed, scored as RULER scores them;
 //   --task perplexity  of a text file on strided windows (experiments/lm's evaluate_lm);
-// passkey and needle by context length x depth, decoded greedily through the model's decode path.
+// the retrieval tasks by context length x depth, decoded greedily through the model's decode path.
 // Results go to stdout and, with --out, to results.json, choice_scores.jsonl or table.md and
 // heatmap.svg, and index.html (train/run_dir: a failed run keeps the previous result).
 #include <algorithm>
@@ -73,12 +75,18 @@ std::vector<double> parse_depths(const std::string& s) {
 
 enum class Task { choice, retrieval, perplexity };
 
+std::string task_names() { return "choice, " + train::retrieval_task_names() + " or perplexity"; }
+
 Task parse_task(const std::string& s) {
-  HH_CHECK(!s.empty(), "--task is required: choice, passkey, needle or perplexity");
+  HH_CHECK(!s.empty(), "--task is required: ", task_names());
   if (s == "choice") return Task::choice;
-  if (s == "passkey" || s == "needle") return Task::retrieval;
   if (s == "perplexity") return Task::perplexity;
-  fail(str("--task: unknown '", s, "' (choice, passkey, needle or perplexity)"));
+  try {
+    train::parse_retrieval_task(s);
+    return Task::retrieval;
+  } catch (const Error&) {
+    fail(str("--task: unknown '", s, "' (", task_names(), ")"));
+  }
 }
 
 // The flags that only some tasks take: given to another task, an error naming the flag.
@@ -91,9 +99,9 @@ void check_task_flags(const apps::Flags& f, Task task) {
   const std::vector<Only> only = {
       {"data", {Task::choice, Task::perplexity}, "choice or perplexity"},
       {"target-delimiter", {Task::choice}, "choice"},
-      {"lengths", {Task::retrieval}, "passkey or needle"},
-      {"depths", {Task::retrieval}, "passkey or needle"},
-      {"trials", {Task::retrieval}, "passkey or needle"},
+      {"lengths", {Task::retrieval}, "passkey, needle, niah_multikey, niah_multivalue or vt"},
+      {"depths", {Task::retrieval}, "passkey, needle, niah_multikey, niah_multivalue or vt"},
+      {"trials", {Task::retrieval}, "passkey, needle, niah_multikey, niah_multivalue or vt"},
       {"context", {Task::perplexity}, "perplexity"},
       {"stride", {Task::perplexity}, "perplexity"},
       {"batch", {Task::perplexity}, "perplexity"},
@@ -143,19 +151,19 @@ int run(int argc, char** argv) {
   apps::Flags f("eval_lm",
                 "eval_lm: evaluates a causal LM folder (GPT-2, Llama; HF or converted): multiple choice by\n"
                 "log-likelihood as lm-evaluation-harness scores it, passkey retrieval, needle in a haystack,\n"
-                "perplexity of a text.");
+                "RULER's multi-key and multi-value needles and variable tracking, perplexity of a text.");
   f.add("model", "", "the model folder (config.json + weights; a converted folder runs its own attention)");
   f.add("tokenizer", "", "folder with the tokenizer files (default: the model folder)");
-  f.add("task", "", "choice, passkey, needle or perplexity");
+  f.add("task", "", "choice, passkey, needle, niah_multikey, niah_multivalue, vt or perplexity");
   f.add("data", "",
         "choice: a JSONL file, one {\"context\", \"choices\", \"gold\", \"id\"?} per line;\n"
         "                       perplexity: a UTF-8 text file");
   f.add("target-delimiter", "",
         "choice: text put before every choice (lm-eval's tasks use \" \" with choices\n"
         "                       stored without it); \"\" scores the choices as given");
-  f.add("lengths", "512,1024,2048", "passkey/needle: context lengths in tokens (prompt + the answer's decode budget)");
-  f.add("depths", "0,0.25,0.5,0.75,1", "passkey/needle: where the key goes, fractions of the filler in [0, 1]");
-  f.add("trials", "5", "passkey/needle: trials per (length, depth), each its own key");
+  f.add("lengths", "512,1024,2048", "retrieval: context lengths in tokens (prompt + the answer's decode budget)");
+  f.add("depths", "0,0.25,0.5,0.75,1", "retrieval: where the (first) key goes, fractions of the filler in [0, 1]");
+  f.add("trials", "5", "retrieval: trials per (length, depth), each its own keys");
   f.add("context", "0", "perplexity: tokens the model reads per window (0 = the model's positions)");
   f.add("stride", "0",
         "perplexity: windows every N tokens, each token scored once (HF's strided perplexity);\n"
@@ -167,7 +175,7 @@ int run(int argc, char** argv) {
   f.add("form", "chunked", "linear mixers: chunked, quadratic or recurrent");
   f.add("window", "64", "hybrid-<map> mixers: the sliding window size");
   apps::CommonFlagSpec common;
-  common.seed_help = "passkey/needle: the seed the keys and haystacks are drawn from";
+  common.seed_help = "retrieval: the seed the keys and haystacks are drawn from";
   common.out = true;
   common.out_help = "folder for results.json, the table, heat map and index.html (optional)";
   apps::add_common_flags(f, common);

@@ -18,6 +18,14 @@ add_test(NAME eval_lm_passkey
                  sh $<TARGET_FILE:eval_lm>)
 set_tests_properties(eval_lm_passkey PROPERTIES PASS_REGULAR_EXPRESSION
                      "passkey: 12 trials in [^\n]*\n\\| length \\\\ depth \\| 0 \\| 0\\.5 \\| 1 \\|\n\\|---\\|---\\|---\\|---\\|\n\\| 128 \\|[^\n]*\n\\| 256 \\|.*PASSKEY_FILES_OK")
+# RULER's tasks write the same files; a hybrid student decodes each (scores from 0 to 1 per trial).
+foreach(task niah_multikey niah_multivalue vt)
+  add_test(NAME eval_lm_${task}
+           COMMAND sh -c "d=$(mktemp -d) && \"$1\" --model '${EVAL}/gpt2-tok' --task $2 --lengths 320 --depths 0,1 --trials 1 --mixer hybrid-hedgehog --window 16 --out \"$d/out\" && grep -q '^<svg' \"$d/out/heatmap.svg\" && test $(grep -c '^| ' \"$d/out/table.md\") -eq 2 && grep -q '\"score\"' \"$d/out/results.json\" && echo RULER_FILES_OK; rc=$?; rm -rf \"$d\"; exit $rc"
+                   sh $<TARGET_FILE:eval_lm> ${task})
+  set_tests_properties(eval_lm_${task} PROPERTIES PASS_REGULAR_EXPRESSION
+                       "${task}: 2 trials in [^\n]*\n\\| length \\\\ depth \\| 0 \\| 1 \\|\n.*RULER_FILES_OK")
+endforeach()
 # A hybrid student (sliding window of 16 + hedgehog linear attention) decodes the needle task.
 add_test(NAME eval_lm_needle_hybrid COMMAND eval_lm --model ${EVAL}/gpt2-tok --task needle --lengths 200
          --depths 0.25,0.75 --trials 1 --mixer hybrid-hedgehog --window 16)
@@ -51,12 +59,14 @@ set(EVAL_LM_BAD
     "--model /nonexistent/hh --task perplexity --data ${EVAL}/text.txt --context 8 --stride 9" "--stride 9 is more than --context 8"
     "--model ${EVAL}/gpt2-tok --task perplexity --data ${EVAL}/text.txt --context 600" "--context 600 is more than the model's 512 positions"
     "--model /nonexistent/hh --task choice" "--task choice needs --data"
-    "--model /nonexistent/hh --task choice --data ${EVAL}/choice.jsonl --lengths 128" "--lengths is for --task passkey or needle"
+    "--model /nonexistent/hh --task choice --data ${EVAL}/choice.jsonl --lengths 128" "--lengths is for --task passkey, needle, niah_multikey, niah_multivalue or vt"
     "--model /nonexistent/hh --task choice --data /nonexistent/x.jsonl" "/nonexistent/x.jsonl"
     "--model /nonexistent/hh --task choice --data ${CMAKE_CURRENT_SOURCE_DIR}/CMakeLists.txt" "CMakeLists.txt:1: not JSON"
     "--model /nonexistent/hh --task passkey --out /" "--out /"
     "--model ${EVAL}/llama-tok --task passkey --lengths 600 --depths 0.5" "600 tokens is more than the model's 512 positions"
-    "--model ${EVAL}/llama-tok --task passkey --lengths 30 --depths 0.5" "length 30 is too short for the passkey prompt")
+    "--model ${EVAL}/llama-tok --task passkey --lengths 30 --depths 0.5" "length 30 is too short for the passkey prompt"
+    "--model ${EVAL}/llama-tok --task vt --lengths 200 --depths 0.5" "length 200 is too short for the vt prompt: it needs 238 tokens"
+    "--model /nonexistent/hh --task niah" "--task: unknown 'niah' (choice, passkey, needle, niah_multikey, niah_multivalue, vt or perplexity)")
 list(LENGTH EVAL_LM_BAD n)
 math(EXPR last "${n} / 2 - 1")
 foreach(i RANGE ${last})

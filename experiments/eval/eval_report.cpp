@@ -140,7 +140,7 @@ std::string retrieval_results_json(const EvalRunInfo& info, const RetrievalOptio
   j["depths"] = o.depths;
   j["trials_per_cell"] = o.trials;
   j["seed"] = o.seed;
-  j["accuracy"] = r.accuracy;
+  j["accuracy"] = r.accuracy;  // the mean score (RULER's string_match_all for its tasks)
   j["correct"] = r.correct;
   j["count"] = r.count;
   json cells = json::array();
@@ -159,7 +159,9 @@ std::string retrieval_results_json(const EvalRunInfo& info, const RetrievalOptio
                       {"trial", t.trial},
                       {"prompt_tokens", t.prompt_tokens},
                       {"answer", t.answer},
+                      {"answers", t.answers},
                       {"completion", t.completion},
+                      {"score", t.score},
                       {"correct", t.correct}});
   j["trials"] = trials;
   j["table_file"] = "table.md";

@@ -421,3 +421,120 @@ TEST_CASE("eval perplexity: evaluate_lm on strided windows and blocks equals tra
     }
   }
 }
+
+TEST_CASE("eval retrieval: RULER's multi-key, multi-value and variable-tracking prompts") {
+  auto tok = data::load_tokenizer(kEval + "/llama-tok");
+  using train::RetrievalTask;
+  const auto count = [](const std::string& s, const std::string& what) {
+    int64_t n = 0;
+    for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) ++n;
+    return n;
+  };
+  for (RetrievalTask task : {RetrievalTask::multikey, RetrievalTask::multivalue, RetrievalTask::vt}) {
+    CAPTURE(std::string(train::retrieval_task_name(task)));
+    CHECK(train::parse_retrieval_task(train::retrieval_task_name(task)) == task);
+    for (int64_t L : {260, 400})
+      for (double depth : {0.0, 0.5, 1.0}) {
+        const train::RetrievalPrompt p = train::make_retrieval_prompt(*tok, task, L, depth, 7, 0);
+        CHECK(static_cast<int64_t>(p.ids.size()) + p.max_new_tokens <= L);
+        CHECK(static_cast<int64_t>(p.ids.size()) + p.max_new_tokens > L - 40);
+        CHECK(p.ids == tok->encode(p.text, true));
+        CHECK(train::make_retrieval_prompt(*tok, task, L, depth, 7, 0).text == p.text);
+        CHECK(train::make_retrieval_prompt(*tok, task, L, depth, 7, 1).answer != p.answer);
+        CHECK(p.sentences > 0);
+        for (const std::string& a : p.answers) CHECK(p.text.find(a) != std::string::npos);
+        if (task == RetrievalTask::multikey) {
+          // 4 needles, each its own word; the asked one's number is the answer, and it sits at the depth.
+          REQUIRE(p.answers.size() == 1);
+          CHECK(count(p.text, "One of the special magic numbers for ") == 4);
+          const size_t q = p.text.find("What is the special magic number for ");
+          REQUIRE(q != std::string::npos);
+          const std::string word = p.text.substr(q + 37, p.text.find(' ', q + 37) - (q + 37));
+          CHECK(p.text.find("One of the special magic numbers for " + word + " is: " + p.answers[0] + ".") !=
+                std::string::npos);
+          CHECK(count(p.text, "for " + word + " ") == 3);  // its needle and the question's two mentions
+        } else if (task == RetrievalTask::multivalue) {
+          REQUIRE(p.answers.size() == 4);
+          CHECK(count(p.text, "One of the special magic numbers for ") == 4);
+          CHECK(p.text.find("What are all the special magic numbers for ") != std::string::npos);
+          CHECK(p.answer == p.answers[0] + ", " + p.answers[1] + ", " + p.answers[2] + ", " + p.answers[3]);
+        } else {
+          // A chain of 5 variables in order: VAR A = value, VAR B = VAR A, ...; the question names the value.
+          REQUIRE(p.answers.size() == 5);
+          size_t at = 0;
+          for (size_t k = 0; k < 5; ++k) {
+            const size_t line = p.text.find("VAR " + p.answers[k] + " = ", at);
+            REQUIRE(line != std::string::npos);
+            const std::string expect = "VAR " + p.answers[k] + " = VAR " + (k > 0 ? p.answers[k - 1] : "") + ".";
+            if (k > 0) CHECK(p.text.compare(line, expect.size(), expect) == 0);
+            at = line + 1;
+          }
+          const std::string value = train::first_number(p.text.substr(p.text.find("VAR " + p.answers[0] + " = ")));
+          CHECK(value.size() == 5);
+          CHECK(p.text.find("Question: Find all variables that are assigned the value " + value + " in the text above.") !=
+                std::string::npos);
+          CHECK(p.text.size() > p.text.rfind("they are:") + 8);  // nothing after the question
+          CHECK(p.text.substr(p.text.size() - 9) == "they are:");
+        }
+      }
+    // Too short for the template: an error naming the task and the shortest length.
+    const std::string msg = error_of([&] { train::make_retrieval_prompt(*tok, task, 60, 0.5, 0, 0); });
+    CHECK(msg.find(std::string("length 60 is too short for the ") + train::retrieval_task_name(task) + " prompt") !=
+          std::string::npos);
+  }
+  // The same prompts on every run and machine: fixed seeds give these texts (FNV-1a 64 of the bytes).
+  const auto fnv = [](const std::string& s) {
+    uint64_t h = 1469598103934665603ull;
+    for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+    return h;
+  };
+  const std::vector<std::pair<RetrievalTask, uint64_t>> golden{{RetrievalTask::passkey, 11579423425146148653ull},
+                                                                {RetrievalTask::needle, 8454255846295895800ull},
+                                                                {RetrievalTask::multikey, 17543726993738847928ull},
+                                                                {RetrievalTask::multivalue, 3013591631782985662ull},
+                                                                {RetrievalTask::vt, 2864488606046046442ull}};
+  for (const auto& [task, hash] : golden) {
+    CAPTURE(std::string(train::retrieval_task_name(task)));
+    CHECK(fnv(train::make_retrieval_prompt(*tok, task, 300, 0.25, 5, 2).text) == hash);
+  }
+  CHECK(error_of([&] { train::parse_retrieval_task("niah"); }).find("passkey, needle, niah_multikey, niah_multivalue, vt") !=
+        std::string::npos);
+}
+
+TEST_CASE("eval retrieval: RULER's string_match_all scores right, partly right and wrong completions") {
+  using train::RetrievalTask;
+  const std::vector<std::string> values{"1234567", "2345678", "3456789", "4567890"};
+  CHECK(train::retrieval_score(RetrievalTask::multivalue, values, " 1234567, 2345678, 3456789 and 4567890.") == 1.0);
+  CHECK(train::retrieval_score(RetrievalTask::multivalue, values, " 4567890, 1234567") == 0.5);
+  CHECK(train::retrieval_score(RetrievalTask::multivalue, values, " 123456, 99") == 0.0);
+  const std::vector<std::string> vars{"ABCDE", "FGHIJ", "KLMNO", "PQRST", "UVWXY"};
+  CHECK(train::retrieval_score(RetrievalTask::vt, vars, " abcde fghij KLMNO PQRST UVWXY") == 1.0);  // case insensitive
+  CHECK(train::retrieval_score(RetrievalTask::vt, vars, " ABCDE KLMNO") == doctest::Approx(0.4));
+  CHECK(train::retrieval_score(RetrievalTask::multikey, {"7654321"}, " the number is 7654321.") == 1.0);
+  CHECK(train::retrieval_score(RetrievalTask::multikey, {"7654321"}, " 765432") == 0.0);
+  // passkey and needle keep their rule: the first number decides.
+  CHECK(train::retrieval_score(RetrievalTask::needle, {"7654321"}, " 1 then 7654321") == 0.0);
+  CHECK(train::retrieval_score(RetrievalTask::passkey, {"12345"}, " 12345.") == 1.0);
+  // Through run_retrieval: a model that says half the values scores 0.5 and is not correct.
+  auto tok = data::load_tokenizer(kEval + "/llama-tok");
+  const train::RetrievalPrompt p = train::make_retrieval_prompt(*tok, RetrievalTask::multivalue, 300, 0.5, 4, 0);
+  train::RetrievalOptions o;
+  o.task = RetrievalTask::multivalue;
+  o.lengths = {300};
+  o.depths = {0.5};
+  o.seed = 4;
+  for (const auto& [said, score] : std::vector<std::pair<std::string, double>>{
+           {p.answer, 1.0}, {p.answers[2] + ", " + p.answers[0], 0.5}, {"none", 0.0}}) {
+    CAPTURE(said);
+    ScriptedLM lm(tok->vocab_size(), static_cast<int64_t>(p.ids.size()), tok->encode(" " + said, false));
+    const train::RetrievalResult r = train::run_retrieval(lm, *tok, o);
+    REQUIRE(r.trials.size() == 1);
+    CHECK(r.trials[0].score == score);
+    CHECK(r.trials[0].correct == (score == 1.0));
+    CHECK(r.cells[0].accuracy == score);
+    CHECK(r.accuracy == score);
+    const nlohmann::json j = nlohmann::json::parse(train::retrieval_results_json({}, o, r));
+    CHECK(j["trials"][0]["score"] == score);
+    CHECK(j["trials"][0]["answers"].size() == 4);
+  }
+}
