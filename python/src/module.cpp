@@ -1,0 +1,12 @@
+// hedgehog._hedgehog: the engine from Python (nanobind). The engine's errors (hh::Error) arrive
+// as hedgehog.Error, a RuntimeError carrying the engine's message; long calls release the GIL.
+#include "core/error.h"
+#include "python/src/bind.h"
+
+NB_MODULE(_hedgehog, m) {
+  m.doc() = "hedgehog: tensors, autograd, attention ops and HF models of the hedgehog engine";
+  nanobind::exception<hh::Error>(m, "Error", PyExc_RuntimeError);
+  hh::py::bind_tensor(m);
+  hh::py::bind_ops(m);
+  hh::py::bind_models(m);
+}

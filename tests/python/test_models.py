@@ -1,0 +1,79 @@
+"""hedgehog.load / Tokenizer: the committed tiny fixtures against transformers and
+sentence-transformers; a closed model and bad ids raise."""
+import numpy as np
+import pytest
+
+IDS = [[3, 14, 15, 9, 2, 6, 5, 35]]
+
+
+@pytest.mark.parametrize("name", ["gpt2-tiny", "llama-tiny", "mistral-tiny", "qwen2-tiny", "qwen3-tiny"])
+def test_logits_match_transformers(hh, fixture_dir, name):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    model = hh.load(fixture_dir(name))
+    ours = model.logits(np.array(IDS, dtype=np.int64))
+    ref = transformers.AutoModelForCausalLM.from_pretrained(fixture_dir(name)).eval()
+    with torch.no_grad():
+        theirs = ref(torch.tensor(IDS)).logits.numpy()
+    assert ours.shape == theirs.shape
+    np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-5)
+    assert np.array_equal(model.logits(IDS[0]), ours)  # a flat list is one row
+
+
+def test_generate_is_greedy_argmax_and_text_round_trips(hh, fixture_dir):
+    model = hh.load(fixture_dir("llama-tiny-tok"))
+    ids = model.generate([1, 5, 9], max_new_tokens=6, stop_at_eos=False)
+    assert len(ids) == 6
+    seq = [1, 5, 9]
+    for token in ids:  # each greedy token is the argmax of the logits of everything before it
+        assert token == int(np.argmax(model.logits(seq)[0, -1]))
+        seq.append(token)
+    text = model.generate("The hedgehog", max_new_tokens=4)
+    assert isinstance(text, str)
+    tok = hh.Tokenizer(fixture_dir("llama-tiny-tok"))
+    assert tok.decode(tok.encode("The hedgehog"), skip_special_tokens=True) == "The hedgehog"
+
+
+def test_tokenizer_matches_transformers(hh, fixture_dir):
+    transformers = pytest.importorskip("transformers")
+    ours = hh.Tokenizer(fixture_dir("llama-tiny-tok"))
+    theirs = transformers.AutoTokenizer.from_pretrained(fixture_dir("llama-tiny-tok"))
+    for text in ["The hedgehog is a small mammal.", "naïve café, 12 345!", "  spaces  "]:
+        assert ours.encode(text) == theirs(text)["input_ids"]
+
+
+def test_embed_matches_sentence_transformers(hh, fixture_dir):
+    st = pytest.importorskip("sentence_transformers")
+    texts = ["a hedgehog in the garden", "linear attention", "the same sentence twice", "x"]
+    ours = hh.load(fixture_dir("st-tiny-mean")).embed(texts, batch=3)
+    theirs = st.SentenceTransformer(fixture_dir("st-tiny-mean"), device="cpu").encode(texts)
+    assert ours.shape == theirs.shape
+    np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-5)
+
+
+def test_a_converted_mixer_and_choice_scores(hh, fixture_dir):
+    soft = hh.load(fixture_dir("llama-tiny-tok"))
+    hyb = hh.load(fixture_dir("llama-tiny-tok"), mixer="hybrid-hedgehog", window=4)
+    assert hyb.logits(IDS).shape == soft.logits(IDS).shape
+    assert not np.allclose(hyb.logits(IDS), soft.logits(IDS))  # the attention was swapped
+    scores = soft.score_choices("The hedgehog is", [" small", " a mammal"])
+    assert len(scores) == 2 and all(s < 0 for s in scores)
+
+
+def test_hostile_calls_raise(hh, fixture_dir):
+    with pytest.raises(hh.Error, match="config.json"):
+        hh.load(fixture_dir("no-such-folder"))
+    with pytest.raises(hh.Error, match="unknown"):
+        hh.load(fixture_dir("gpt2-tiny"), mixer="nope")
+    model = hh.load(fixture_dir("gpt2-tiny"))
+    with pytest.raises(hh.Error, match="rows of different lengths"):
+        model.logits([[1, 2], [3]])
+    with pytest.raises(hh.Error, match="integer array"):
+        model.logits(np.ones((1, 3), dtype=np.float32))
+    with pytest.raises(hh.Error, match="out of range"):
+        model.logits([[10**6]])
+    with pytest.raises(hh.Error, match="decoder|encoder"):
+        model.embed(["text"])
+    model.close()
+    with pytest.raises(hh.Error, match="closed"):
+        model.logits(IDS)
