@@ -2,8 +2,9 @@
 """Mean and spread over seeds of a results.csv table: one CSV per seed (the same rows, keyed by a
 column), e.g. what `scripts/seeds` leaves in OUT/seed_N/.../results.csv. Prints a Markdown table:
 per row, for each asked column, "mean ± sd (min-max)" over the seeds (sd: the sample standard
-deviation), and the number of seeds. A row missing from a seed's file, or a non-numeric cell in an
-asked column, is an error naming the file.
+deviation), and the number of seeds ("-" where every seed left the cell empty, as a teacher's
+"swapped"). A row missing from a seed's file, or a non-numeric cell in an asked column, is an error
+naming the file.
 
     python3 tools/seed_spread.py --key model --columns test,recover,kl_mean --percent test,recover \\
         out/seeds/convert_demo/seed_*/ar/results.csv
@@ -55,21 +56,23 @@ def main():
             if c not in next(iter(table.values())):
                 sys.exit(f"error: {path}: no column '{c}'")
         tables.append((path, table))
-    print(f"| {a.key} | " + " | ".join(columns) + " | seeds |")
-    print("|---" * (len(columns) + 2) + "|")
+    lines = [f"| {a.key} | " + " | ".join(columns) + " | seeds |", "|---" * (len(columns) + 2) + "|"]
     for k in order:
         cells = []
         for c in columns:
+            texts = [(path, table[k][c]) for path, table in tables]
+            if all(t == "" for _, t in texts):  # a column the row has no value in (a teacher's "swapped")
+                cells.append("-")
+                continue
             vals = []
-            for path, table in tables:
-                text = table[k][c]
+            for path, text in texts:
                 try:
                     vals.append(float(text))
                 except ValueError:
                     sys.exit(f"error: {path}: row '{k}', column '{c}': '{text}' is not a number")
             cells.append(cell(vals, c in percent, a.digits))
-        print(f"| {k} | " + " | ".join(cells) + f" | {len(tables)} |")
-
+        lines.append(f"| {k} | " + " | ".join(cells) + f" | {len(tables)} |")
+    print("\n".join(lines))
 
 if __name__ == "__main__":
     main()

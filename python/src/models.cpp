@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "data/tokenizer.h"
 #include "experiments/eval/choice_eval.h"
+#include "experiments/eval/retrieval_eval.h"
 #include "nn/mixer.h"
 #include "nn/models/embedding.h"
 #include "nn/models/generate.h"
@@ -153,6 +154,41 @@ class PyModel {
     return train::score_choices(lm(), tok(), {e}).examples.at(0).loglikelihoods;
   }
 
+  // eval_lm's retrieval tasks (passkey, needle, RULER's niah_multikey, niah_multivalue, vt) -> a
+  // dict: accuracy (the mean score), and per (length, depth) cell its trials, correct and accuracy.
+  nb::dict retrieval(const std::string& task, const std::vector<int64_t>& lengths, const std::vector<double>& depths,
+                     int64_t trials, uint64_t seed) const {
+    train::RetrievalOptions o;
+    o.task = train::parse_retrieval_task(task);
+    o.lengths = lengths;
+    o.depths = depths;
+    o.trials = trials;
+    o.seed = seed;
+    train::check_retrieval_options(o);
+    train::RetrievalResult r;
+    {
+      nb::gil_scoped_release release;
+      r = train::run_retrieval(lm(), tok(), o);
+    }
+    nb::list cells;
+    for (const train::RetrievalCell& c : r.cells) {
+      nb::dict d;
+      d["length"] = c.length;
+      d["depth"] = c.depth;
+      d["trials"] = c.trials;
+      d["correct"] = c.correct;
+      d["accuracy"] = c.accuracy;
+      cells.append(d);
+    }
+    nb::dict out;
+    out["task"] = task;
+    out["accuracy"] = r.accuracy;
+    out["correct"] = r.correct;
+    out["count"] = r.count;
+    out["cells"] = cells;
+    return out;
+  }
+
   void close() {
     model_.reset();
     lm_.reset();
@@ -190,6 +226,9 @@ void bind_models(nb::module_& m) {
            "Sentence embeddings (N,C), pooled as the folder's sentence-transformers files say")
       .def("score_choices", &PyModel::score_choices, nb::arg("context"), nb::arg("choices"),
            "Each choice's log-likelihood after the context, as lm-evaluation-harness scores it")
+      .def("retrieval", &PyModel::retrieval, nb::arg("task"), nb::arg("lengths"),
+           nb::arg("depths") = std::vector<double>{0.0, 0.25, 0.5, 0.75, 1.0}, nb::arg("trials") = 5, nb::arg("seed") = 0,
+           "eval_lm's retrieval tasks (passkey, needle, niah_multikey, niah_multivalue, vt), decoded greedily")
       .def("close", &PyModel::close, "Frees the weights; later calls raise")
       .def_prop_ro("folder", &PyModel::folder)
       .def("__repr__", &PyModel::repr);

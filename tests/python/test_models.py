@@ -77,3 +77,14 @@ def test_hostile_calls_raise(hh, fixture_dir):
     model.close()
     with pytest.raises(hh.Error, match="closed"):
         model.logits(IDS)
+
+
+def test_retrieval_tasks_as_eval_lm_runs_them(hh, fixture_dir):
+    model = hh.load(fixture_dir("../eval/llama-tok"))  # 512 positions
+    r = model.retrieval("vt", lengths=[300], depths=[0.0, 1.0], trials=1, seed=3)
+    assert r["task"] == "vt" and r["count"] == 2 and len(r["cells"]) == 2
+    assert 0.0 <= r["accuracy"] <= 1.0
+    with pytest.raises(hh.Error, match="too short for the vt prompt"):
+        model.retrieval("vt", lengths=[100])
+    with pytest.raises(hh.Error, match="unknown retrieval task"):
+        model.retrieval("haystack", lengths=[300])
