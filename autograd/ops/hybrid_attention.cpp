@@ -229,7 +229,8 @@ Tensor hybrid_attention_chunked(const Tensor& q, const Tensor& k, const Tensor& 
   const int64_t B = q.size(0), H = q.size(1), L = q.size(2), Dv = v.size(3);
   if (L == 0) return zeros({B, H, 0, Dv}, {q.dtype(), q.device()});
   if (!initial || initial->tokens == 0) {
-    if (q.device().is_cpu() && !key_mask.defined() && !needs_grad({q, k, v, pq, pk, wf, lf}))
+    const bool kernel_dtype = q.dtype() == DType::f32 || q.dtype() == DType::f64;
+    if (q.device().is_cpu() && kernel_dtype && !key_mask.defined() && !needs_grad({q, k, v, pq, pk, wf, lf}))
       return linear_combined(q, k, v, pq, pk, wf, lf, window, s, chunk);
     auto [num, den] = chunked_parts(q, k, v, pq, pk, wf, lf, window, s, key_mask, chunk);
     return div(num, safe_den(den));  // (B,H,L,Dv)
@@ -375,7 +376,8 @@ Tensor hybrid_attention_step_rows(const std::vector<HybridDecodeState*>& states,
   const double s = check_inputs(op, q_t, k_t, v_t, pq_t, pk_t, wf, lf, W, scale, Tensor());
   NoGradGuard no_grad;
   const auto row = [](const Tensor& x, int64_t r) { return slice(x, 0, r, r + 1); };
-  if (!q_t.device().is_cpu()) {  // no kernel beyond the CPU's: each row's composed step
+  // No kernel beyond the CPU's f32 and f64: each row's composed step.
+  if (!q_t.device().is_cpu() || (q_t.dtype() != DType::f32 && q_t.dtype() != DType::f64)) {
     std::vector<Tensor> y;
     for (int64_t r = 0; r < N; ++r)
       y.push_back(hybrid_attention_step(*states[static_cast<size_t>(r)], row(q_t, r), row(k_t, r), row(v_t, r),

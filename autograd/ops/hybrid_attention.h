@@ -73,7 +73,7 @@ struct HybridDecodeState {
 // *states[r] and row r's operands gives, up to rounding, and every state advances one token. On
 // the CPU one kernel (kernels::hybrid_attention_step_rows) does every row and head, each on its own
 // in a fixed order: a row's bits do not depend on the others (hh_serve's batched decoding); on other
-// devices each row's step in turn. The states' windows must agree. No gradient.
+// devices and in other dtypes (bf16) each row's step in turn. The states' windows must agree. No gradient.
 Tensor hybrid_attention_step_rows(const std::vector<HybridDecodeState*>& states, const Tensor& q_t, const Tensor& k_t,
                                   const Tensor& v_t, const Tensor& pq_t, const Tensor& pk_t, const Tensor& wf,
                                   const Tensor& lf, double scale = -1);
