@@ -12,98 +12,23 @@ Exit 77 (CTest's skip) with "skipped: no chromium" when no Chromium is installed
 
     python3 tests/report/report_pages_test.py BUILD_DIR SOURCE_DIR
 """
-import base64
 import glob
 import json
 import os
-import shutil
 import signal
-import socket
-import struct
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.parse
 import urllib.request
 
-CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None)
-if CHROMIUM is None:
-    print("skipped: no chromium (scripts/setup installs Debian's chromium)")
-    sys.exit(77)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from devtools import new_tab, require_chromium, start_chromium  # noqa: E402
+
+require_chromium()
 
 WINDOW_WIDTH = 1024  # px: a page must fit this wide a window (a laptop's half screen)
 SLACK = 0.5          # px: sub-pixel rounding of text boxes
-
-
-class WebSocket:
-    """A minimal DevTools client (RFC 6455): masked text frames out, text frames in."""
-
-    def __init__(self, url):
-        u = urllib.parse.urlparse(url)
-        self.s = socket.create_connection((u.hostname, u.port), timeout=60)
-        key = base64.b64encode(os.urandom(16)).decode()
-        self.s.sendall((f"GET {u.path} HTTP/1.1\r\nHost: {u.hostname}:{u.port}\r\nUpgrade: websocket\r\n"
-                        f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n").encode())
-        head = b""
-        while b"\r\n\r\n" not in head:
-            head += self.s.recv(1)
-        assert head.startswith(b"HTTP/1.1 101"), head
-        self.next_id = 0
-
-    def _read(self, n):
-        b = b""
-        while len(b) < n:
-            chunk = self.s.recv(n - len(b))
-            if not chunk:
-                raise ConnectionError("websocket closed")
-            b += chunk
-        return b
-
-    def send(self, text):
-        data = text.encode()
-        n = len(data)
-        head = bytes([0x81]) + (bytes([0x80 | n]) if n < 126 else bytes([0x80 | 126]) + struct.pack(">H", n)
-                                if n < 65536 else bytes([0x80 | 127]) + struct.pack(">Q", n))
-        mask = os.urandom(4)
-        self.s.sendall(head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(data)))
-
-    def recv(self):
-        message = b""
-        while True:
-            b0, b1 = self._read(2)
-            n = b1 & 0x7F
-            if n == 126:
-                n = struct.unpack(">H", self._read(2))[0]
-            elif n == 127:
-                n = struct.unpack(">Q", self._read(8))[0]
-            message += self._read(n)
-            if b0 & 0x80:
-                return message.decode()
-
-    def call(self, method, **params):
-        self.next_id += 1
-        self.send(json.dumps({"id": self.next_id, "method": method, "params": params}))
-        while True:
-            r = json.loads(self.recv())
-            if r.get("id") == self.next_id:
-                if "error" in r:
-                    raise RuntimeError(f"{method}: {r['error']}")
-                return r["result"]
-
-    def eval(self, expression):
-        r = self.call("Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True)
-        if "exceptionDetails" in r:
-            raise RuntimeError(f"{expression}: {r['exceptionDetails']}")
-        return r["result"].get("value")
-
-    def open(self, path):
-        self.call("Page.navigate", url="file://" + os.path.abspath(path))
-        t0 = time.time()
-        while self.eval("document.readyState") != "complete" or self.eval("document.URL").endswith("about:blank"):
-            if time.time() - t0 > 30:
-                raise SystemExit(f"{path} did not load in 30 s")
-            time.sleep(0.05)
 
 
 # Every <text> of the figure whose box leaves the figure's: [text, [x0, y0, x1, y1], the figure's size].
@@ -180,23 +105,9 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         pages = write_reports(build, source, os.path.join(tmp, "reports"))
         check("the apps wrote report pages", len(pages) >= 5, str(pages))
-        browser = subprocess.Popen([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                                    "--hide-scrollbars", f"--window-size={WINDOW_WIDTH},800", "--remote-debugging-port=0",
-                                    f"--user-data-dir={tmp}/profile", "about:blank"],
-                                   stdout=subprocess.DEVNULL, stderr=open(f"{tmp}/chromium.log", "w"),
-                                   start_new_session=True)  # its own group: its helpers end with it
+        browser, devtools = start_chromium(tmp, "--hide-scrollbars", f"--window-size={WINDOW_WIDTH},800")
         try:
-            t0 = time.time()
-            devtools = None
-            while devtools is None and time.time() - t0 < 60:
-                text = open(f"{tmp}/chromium.log").read()
-                if "DevTools listening on ws://127.0.0.1:" in text:
-                    devtools = int(text.split("DevTools listening on ws://127.0.0.1:")[1].split("/")[0])
-                time.sleep(0.05)
-            if devtools is None:
-                raise SystemExit("chromium did not start its DevTools endpoint in 60 s:\n" + open(f"{tmp}/chromium.log").read())
-            req = urllib.request.Request(f"http://127.0.0.1:{devtools}/json/new?about:blank", method="PUT")
-            ws = WebSocket(json.load(urllib.request.urlopen(req, timeout=30))["webSocketDebuggerUrl"])
+            ws = new_tab(devtools)
             ws.call("Page.enable")
             # The checks catch what they look for: a title wider than its figure, a page wider than
             # the window (an unbreakable line of ids), each written here.

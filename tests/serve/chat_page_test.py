@@ -10,90 +10,22 @@ Exit 77 (CTest's skip) with "skipped: no chromium" when no Chromium is installed
 
     python3 tests/serve/chat_page_test.py BUILD_DIR FIXTURES_DIR
 """
-import base64
 import json
 import os
 import shutil
 import signal
-import socket
-import struct
-import subprocess
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from serve_process import start_server  # noqa: E402
-import urllib.parse
 import urllib.request
 
-CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None)
-if CHROMIUM is None:
-    print("skipped: no chromium (scripts/setup installs Debian's chromium)")
-    sys.exit(77)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from devtools import new_tab, require_chromium, start_chromium  # noqa: E402
 
-
-class WebSocket:
-    """A minimal client (RFC 6455): text frames out (masked), text frames in."""
-
-    def __init__(self, url):
-        u = urllib.parse.urlparse(url)
-        self.s = socket.create_connection((u.hostname, u.port), timeout=60)
-        key = base64.b64encode(os.urandom(16)).decode()
-        self.s.sendall((f"GET {u.path} HTTP/1.1\r\nHost: {u.hostname}:{u.port}\r\nUpgrade: websocket\r\n"
-                        f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n").encode())
-        head = b""
-        while b"\r\n\r\n" not in head:
-            head += self.s.recv(1)
-        assert head.startswith(b"HTTP/1.1 101"), head
-        self.next_id = 0
-
-    def _read(self, n):
-        b = b""
-        while len(b) < n:
-            chunk = self.s.recv(n - len(b))
-            if not chunk:
-                raise ConnectionError("websocket closed")
-            b += chunk
-        return b
-
-    def send(self, text):
-        data = text.encode()
-        head = bytes([0x81])
-        n = len(data)
-        head += bytes([0x80 | n]) if n < 126 else bytes([0x80 | 126]) + struct.pack(">H", n) if n < 65536 else \
-            bytes([0x80 | 127]) + struct.pack(">Q", n)
-        mask = os.urandom(4)
-        self.s.sendall(head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(data)))
-
-    def recv(self):
-        message = b""
-        while True:
-            b0, b1 = self._read(2)
-            n = b1 & 0x7F
-            if n == 126:
-                n = struct.unpack(">H", self._read(2))[0]
-            elif n == 127:
-                n = struct.unpack(">Q", self._read(8))[0]
-            message += self._read(n)
-            if b0 & 0x80:
-                return message.decode()
-
-    def call(self, method, **params):
-        self.next_id += 1
-        self.send(json.dumps({"id": self.next_id, "method": method, "params": params}))
-        while True:
-            r = json.loads(self.recv())
-            if r.get("id") == self.next_id:
-                if "error" in r:
-                    raise RuntimeError(f"{method}: {r['error']}")
-                return r["result"]
-
-    def eval(self, expression):
-        r = self.call("Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True)
-        if "exceptionDetails" in r:
-            raise RuntimeError(f"{expression}: {r['exceptionDetails']}")
-        return r["result"].get("value")
+require_chromium()
 
 
 def post(port, path, body):
@@ -105,10 +37,7 @@ def post(port, path, body):
 def drive_page(devtools_port, url, message, max_tokens):
     """Opens `url` in a new tab, sends `message` through the page's own input and button, returns
     (final state, user text shown, assistant text shown, mode label)."""
-    req = urllib.request.Request(f"http://127.0.0.1:{devtools_port}/json/new?{urllib.parse.quote(url, safe='')}",
-                                 method="PUT")
-    target = json.load(urllib.request.urlopen(req, timeout=30))
-    ws = WebSocket(target["webSocketDebuggerUrl"])
+    ws = new_tab(devtools_port, url)
     t0 = time.time()
     # Loaded, and /health read (the page names its mode then).
     while not ws.eval("(document.getElementById('mode') || {}).textContent || ''"):
@@ -141,20 +70,8 @@ def main():
             failures.append(what)
 
     with tempfile.TemporaryDirectory() as tmp:
-        browser = subprocess.Popen([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                                    "--remote-debugging-port=0", f"--user-data-dir={tmp}/profile", "about:blank"],
-                                   stdout=subprocess.DEVNULL, stderr=open(f"{tmp}/chromium.log", "w"))
+        browser, devtools = start_chromium(tmp)
         try:
-            t0 = time.time()
-            devtools = None
-            while devtools is None and time.time() - t0 < 60:
-                text = open(f"{tmp}/chromium.log").read()
-                if "DevTools listening on ws://127.0.0.1:" in text:
-                    devtools = int(text.split("DevTools listening on ws://127.0.0.1:")[1].split("/")[0])
-                time.sleep(0.05)
-            if devtools is None:
-                raise SystemExit("chromium did not start its DevTools endpoint in 60 s:\n" + open(f"{tmp}/chromium.log").read())
-
             plain = os.path.join(fixtures, "llama-tiny-tok")
             chat = os.path.join(tmp, "llama-chat")
             shutil.copytree(plain, chat)
@@ -183,7 +100,7 @@ def main():
                     server.send_signal(signal.SIGTERM)
                     server.wait(timeout=30)
         finally:
-            browser.kill()
+            os.killpg(browser.pid, signal.SIGKILL)
             browser.wait()
     print(f"{len(failures)} failed" if failures else "all passed")
     return 1 if failures else 0
