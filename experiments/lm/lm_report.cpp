@@ -120,11 +120,13 @@ void write_lm_report(const std::string& dir, const std::vector<LmRunSummary>& ru
   PlotOptions lo;
   lo.title = "training loss (mean of the last 20 steps)";
   lo.x.label = "step";
+  lo.x.integer = true;
   lo.y.label = "cross-entropy (nats/token)";
   save_svg(at("loss.svg"), line_plot(loss_lines, lo));
   PlotOptions po;
   po.title = "validation perplexity";
   po.x.label = "step";
+  po.x.integer = true;
   po.y.label = "perplexity";
   po.y.log = true;
   save_svg(at("ppl.svg"), line_plot(ppl_lines, po));

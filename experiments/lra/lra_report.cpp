@@ -225,6 +225,7 @@ void write_lra_report(const std::string& dir, const std::vector<LraRunResult>& r
   PlotOptions po;
   po.title = "Long Range Arena: validation accuracy";
   po.x.label = "step";
+  po.x.integer = true;  // steps are whole numbers
   po.y.label = "validation accuracy (%)";
   po.y.min = 0;
   po.y.max = 100;

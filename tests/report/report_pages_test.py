@@ -11,7 +11,9 @@ measures them through the DevTools protocol:
 Exit 77 (CTest's skip) with "skipped: no chromium" when no Chromium is installed.
 
     python3 tests/report/report_pages_test.py BUILD_DIR SOURCE_DIR
+    HH_REPORT_SCREENSHOTS=DIR python3 tests/report/report_pages_test.py ...   # also saves each page as a PNG
 """
+import base64
 import glob
 import json
 import os
@@ -102,6 +104,9 @@ def main():
         if not ok:
             failures.append(what)
 
+    shots = os.environ.get("HH_REPORT_SCREENSHOTS", "")  # a folder: each page saved there as a PNG
+    if shots:
+        os.makedirs(shots, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         pages = write_reports(build, source, os.path.join(tmp, "reports"))
         check("the apps wrote report pages", len(pages) >= 5, str(pages))
@@ -127,6 +132,12 @@ def main():
                 folder = os.path.dirname(page)
                 name = os.path.relpath(folder, os.path.join(tmp, "reports"))
                 ws.open(page)
+                if shots:  # the page as the browser lays it out, whole, for a person to look at
+                    ws.call("Emulation.setDeviceMetricsOverride", width=WINDOW_WIDTH, height=800, deviceScaleFactor=1,
+                            mobile=False)
+                    png = ws.call("Page.captureScreenshot", format="png", captureBeyondViewport=True)["data"]
+                    with open(os.path.join(shots, name.replace("/", "_") + ".png"), "wb") as f:
+                        f.write(base64.b64decode(png))
                 over, widest = ws.eval(PAGE_OVERFLOW)
                 check(f"{name}/{os.path.basename(page)} fits a {WINDOW_WIDTH} px window", over <= 0,
                       f"{over} px wider; widest: {widest}")
