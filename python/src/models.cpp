@@ -22,10 +22,13 @@
 #include "nn/models/generate.h"
 #include "nn/models/hf_model.h"
 #include "python/src/bind.h"
+#include "python/src/interrupt.h"
 
 namespace hh::py {
 
 namespace {
+
+struct Interrupted {};  // thrown by a callback to end a long run at Ctrl-C
 
 struct PyTokenizer {
   std::shared_ptr<data::Tokenizer> tok;
@@ -104,12 +107,15 @@ class PyModel {
     if (stop_at_eos)
       go.eos = nn::stop_ids(nn::read_generation_config(folder_), tok_ ? tok_->eos_id() : -1, lm().config());
     go.keep_eos = false;
+    go.should_stop = [] { return InterruptScope::requested(); };  // Ctrl-C ends the generation
     nn::Generation g;
+    InterruptScope interrupt;
     {
       nb::gil_scoped_release release;
       nn::Sampler sampler(nn::SamplingOptions{temperature, top_k, top_p, seed});
       g = nn::generate(lm(), ids, sampler, go);
     }
+    interrupt.finish();
     if (!text) return nb::cast(g.ids);
     return nb::cast(tok().decode(std::vector<int32_t>(g.ids.begin(), g.ids.end()), true));
   }
@@ -165,11 +171,17 @@ class PyModel {
     o.trials = trials;
     o.seed = seed;
     train::check_retrieval_options(o);
+    o.on_trial = [](int64_t, int64_t) {  // Ctrl-C ends the run after the trial at hand
+      if (InterruptScope::requested()) throw Interrupted();
+    };
     train::RetrievalResult r;
-    {
+    InterruptScope interrupt;
+    try {
       nb::gil_scoped_release release;
       r = train::run_retrieval(lm(), tok(), o);
+    } catch (const Interrupted&) {
     }
+    interrupt.finish();
     nb::list cells;
     for (const train::RetrievalCell& c : r.cells) {
       nb::dict d;

@@ -88,3 +88,39 @@ def test_retrieval_tasks_as_eval_lm_runs_them(hh, fixture_dir):
         model.retrieval("vt", lengths=[100])
     with pytest.raises(hh.Error, match="unknown retrieval task"):
         model.retrieval("haystack", lengths=[300])
+
+
+def test_ctrl_c_interrupts_a_long_generation(hh, fixture_dir, tmp_path):
+    # A child process generates 200,000 tokens; SIGINT after a second must end it with
+    # KeyboardInterrupt (caught there), not a crash and not after the whole generation.
+    import json
+    import os
+    import shutil
+    import signal
+    import subprocess
+    import sys
+    import time
+    folder = tmp_path / "llama-long"  # RoPE has no position table: lift the limit so the run is long
+    shutil.copytree(fixture_dir("../eval/llama-tok"), folder)
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg["max_position_embeddings"] = 1 << 20
+    (folder / "config.json").write_text(json.dumps(cfg))
+    code = (
+        "import sys, hedgehog as hh\n"
+        f"m = hh.load({str(folder)!r})\n"
+        "print('ready', flush=True)\n"
+        "try:\n"
+        "    m.generate([1, 5, 9], max_new_tokens=200000, stop_at_eos=False)\n"
+        "    print('finished')\n"
+        "except KeyboardInterrupt:\n"
+        "    print('interrupted')\n"
+        "print(len(m.generate([1, 5, 9], max_new_tokens=3, stop_at_eos=False)))\n")
+    env = dict(os.environ)
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env)
+    assert p.stdout.readline().strip() == "ready"
+    time.sleep(1.0)
+    t0 = time.time()
+    p.send_signal(signal.SIGINT)
+    out, _ = p.communicate(timeout=60)
+    assert out.split() == ["interrupted", "3"], out
+    assert time.time() - t0 < 10
