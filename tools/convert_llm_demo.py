@@ -203,6 +203,12 @@ def table(args):
     print(md, end="")
     with open(os.path.join(args.out, "results.md"), "w") as f:
         f.write(md)
+    with open(os.path.join(args.out, "results.csv"), "w") as f:  # one row per recipe (tools/seed_spread.py)
+        f.write("key,recipe,test_perplexity,gap_to_teacher\n")
+        num = lambda x: "" if x is None else format(x, ".6f")  # noqa: E731
+        for r in rows:
+            gap = "" if r["key"] == "teacher" else num(r["gap_to_teacher"])
+            f.write(f"{r['key']},\"{r['recipe']}\",{num(r['test_perplexity'])},{gap}\n")
     with open(os.path.join(args.out, "results.json"), "w") as f:
         json.dump({"window": w, "passkey_lengths": lengths, "decode_context": args.decode_context,
                    "short_context": args.short_context, "rows": rows},
