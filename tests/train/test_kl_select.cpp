@@ -169,8 +169,11 @@ TEST_CASE("kl select: with a short logit stage per candidate, the weights are pu
   // Every weight outside the feature maps is still the teacher's.
   std::map<std::string, Tensor> want;
   for (const auto& [name, t] : teacher->state_dict()) want[name] = t;
-  for (const auto& [name, t] : task->model().state_dict())
-    if (!train::is_feature_map_param(name)) CHECK_MESSAGE(to_vector<float>(t) == to_vector<float>(want.at(name)), name);
+  for (const auto& entry : task->model().state_dict()) {  // no structured binding: clang 14 and CHECK_MESSAGE
+    const std::string& name = entry.first;
+    if (!train::is_feature_map_param(name))
+      CHECK_MESSAGE(to_vector<float>(entry.second) == to_vector<float>(want.at(name)), name);
+  }
   // A candidate trained: its KL after the steps is below the untrained one's.
   auto plain = make_task(teacher);
   cfg.distill.kl_select_finetune = 0;
