@@ -148,6 +148,39 @@ Tensor token_ids(const nb::handle& ids) {
   return from_vector(flat, {static_cast<int64_t>(rows.size()), static_cast<int64_t>(rows[0].size())});
 }
 
+// t[index]: ints (negative from the end) and slices (positive steps) per leading dim, as numpy
+// and torch read them; autograd flows through (select and slice views).
+Tensor index_tensor(const Tensor& t, const nb::handle& index) {
+  std::vector<nb::handle> parts;
+  if (nb::isinstance<nb::tuple>(index)) {
+    for (nb::handle h : nb::borrow<nb::tuple>(index)) parts.push_back(h);
+  } else {
+    parts.push_back(index);
+  }
+  HH_CHECK(static_cast<int64_t>(parts.size()) <= t.dim(), "hedgehog.Tensor: ", parts.size(),
+           " indices for a tensor of ", t.dim(), " dims");
+  Tensor out = t;
+  int64_t dim = 0;  // the dim of `out` the next index applies to
+  for (nb::handle h : parts) {
+    if (PySlice_Check(h.ptr())) {
+      Py_ssize_t start, stop, step;
+      if (PySlice_Unpack(h.ptr(), &start, &stop, &step) < 0) throw nb::python_error();
+      HH_CHECK(step > 0, "hedgehog.Tensor: a slice step must be positive, got ", step);
+      const Py_ssize_t len = PySlice_AdjustIndices(static_cast<Py_ssize_t>(out.size(dim)), &start, &stop, step);
+      out = slice(out, dim, start, len > 0 ? stop : start, step);
+      ++dim;
+    } else if (nb::isinstance<nb::int_>(h)) {
+      int64_t i = nb::cast<int64_t>(h);
+      const int64_t n = out.size(dim);
+      HH_CHECK(i >= -n && i < n, "hedgehog.Tensor: index ", i, " is out of range for dim ", dim, " of size ", n);
+      out = select(out, dim, i < 0 ? i + n : i);
+    } else {
+      throw nb::type_error("hedgehog.Tensor: indices are ints and slices (or a tuple of them)");
+    }
+  }
+  return out;
+}
+
 void bind_tensor(nb::module_& m) {
   nb::class_<Tensor>(m, "Tensor", "An n-dimensional array of the engine, with autograd (hedgehog.tensor makes one)")
       .def_prop_ro("shape", [](const Tensor& t) { return std::vector<int64_t>(t.shape().begin(), t.shape().end()); })
@@ -194,6 +227,7 @@ void bind_tensor(nb::module_& m) {
       .def("transpose", [](const Tensor& t, int64_t a, int64_t b) { return transpose(t, a, b); })
       .def("sum", [](const Tensor& t) { return sum(t); })
       .def("mean", [](const Tensor& t) { return mean(t); })
+      .def("__getitem__", &index_tensor, nb::arg("index"))
       .def("__repr__", &Tensor::str)
       .def("__neg__", [](const Tensor& a) { return neg(a); })
       .def("__add__", [](const Tensor& a, nb::handle b) { return add(a, other(b, a)); })

@@ -84,3 +84,23 @@ def test_hostile_input_raises(hh):
         hh.softmax_attention(a, a, a)  # not (B,H,L,D)
     with pytest.raises(hh.Error, match="unknown"):
         hh.feature_map("nope", heads=1, head_dim=4)
+
+
+def test_indexing_as_numpy_with_gradients(hh):
+    a = np.arange(60, dtype=np.float64).reshape(3, 4, 5)
+    t = hh.tensor(a, requires_grad=True)
+    for index in (1, -1, (0, 2), slice(1, None), (slice(None), slice(1, 3)), (2, slice(0, 4, 2), -2),
+                  (slice(None, None, 2), 1), slice(5, 9)):
+        np.testing.assert_array_equal(t[index].numpy(), a[index])
+    t[1, 1:3].sum().backward()
+    expected = np.zeros_like(a)
+    expected[1, 1:3] = 1
+    np.testing.assert_array_equal(t.grad.numpy(), expected)
+    with pytest.raises(hh.Error, match="out of range"):
+        t[3]
+    with pytest.raises(hh.Error, match="4 indices"):
+        t[0, 0, 0, 0]
+    with pytest.raises(hh.Error, match="step must be positive"):
+        t[::-1]
+    with pytest.raises(TypeError):
+        t["x"]
