@@ -1,8 +1,10 @@
 // hedgehog.Tensor: the engine's tensor with numpy, DLPack and autograd.
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -181,6 +183,19 @@ Tensor index_tensor(const Tensor& t, const nb::handle& index) {
   return out;
 }
 
+// A dtype by its engine name ("f32", "f64", "bf16", "f16", "i32", "i64", "u8", "bool") or numpy's
+// spelling of the same ("float32", "int64", ...).
+DType dtype_arg(const std::string& name) {
+  static const std::pair<const char*, DType> numpy_names[] = {
+      {"float32", DType::f32}, {"float64", DType::f64}, {"bfloat16", DType::bf16}, {"float16", DType::f16},
+      {"int32", DType::i32},   {"int64", DType::i64},   {"uint8", DType::u8},      {"bool", DType::boolean}};
+  for (const auto& [n, d] : numpy_names)
+    if (name == n) return d;
+  for (DType d : {DType::f32, DType::f64, DType::bf16, DType::f16, DType::i32, DType::i64, DType::u8, DType::boolean})
+    if (name == dtype_name(d)) return d;
+  fail(str("hedgehog: unknown dtype '", name, "' (f32, f64, bf16, f16, i32, i64, u8, bool or numpy's names)"));
+}
+
 void bind_tensor(nb::module_& m) {
   nb::class_<Tensor>(m, "Tensor", "An n-dimensional array of the engine, with autograd (hedgehog.tensor makes one)")
       .def_prop_ro("shape", [](const Tensor& t) { return std::vector<int64_t>(t.shape().begin(), t.shape().end()); })
@@ -263,6 +278,39 @@ void bind_tensor(nb::module_& m) {
   m.def(
       "from_dlpack", [](nb::ndarray<nb::ro> a) { return tensor_from_array(a); }, nb::arg("array"),
       "A tensor holding a copy of a DLPack-capable array (e.g. a torch.Tensor on the CPU)");
+  // Creation, as torch's: a shape (a list), a dtype name, a device, requires_grad.
+  const auto options = [](const std::string& dtype, const std::string& device) {
+    return Options{dtype_arg(dtype), parse_device(device)};
+  };
+  const auto made = [](Tensor t, bool requires_grad) { return requires_grad ? t.requires_grad_(true) : t; };
+  m.def(
+      "zeros",
+      [=](const std::vector<int64_t>& shape, const std::string& dtype, const std::string& device, bool rg) {
+        return made(zeros(shape_arg(shape), options(dtype, device)), rg);
+      },
+      nb::arg("shape"), nb::arg("dtype") = "f32", nb::arg("device") = "cpu", nb::arg("requires_grad") = false);
+  m.def(
+      "ones",
+      [=](const std::vector<int64_t>& shape, const std::string& dtype, const std::string& device, bool rg) {
+        return made(ones(shape_arg(shape), options(dtype, device)), rg);
+      },
+      nb::arg("shape"), nb::arg("dtype") = "f32", nb::arg("device") = "cpu", nb::arg("requires_grad") = false);
+  m.def(
+      "randn",
+      [=](const std::vector<int64_t>& shape, uint64_t seed, const std::string& dtype, const std::string& device,
+          bool rg) {
+        Generator g(seed);
+        return made(randn(shape_arg(shape), g, options(dtype, device)), rg);
+      },
+      nb::arg("shape"), nb::arg("seed") = 0, nb::arg("dtype") = "f32", nb::arg("device") = "cpu",
+      nb::arg("requires_grad") = false, "N(0, 1) draws from the engine's generator seeded with `seed`");
+  m.def(
+      "arange",
+      [=](double start, std::optional<double> end, double step, const std::string& dtype, const std::string& device) {
+        return end ? arange(start, *end, step, options(dtype, device)) : arange(0.0, start, step, options(dtype, device));
+      },
+      nb::arg("start"), nb::arg("end") = nb::none(), nb::arg("step") = 1.0, nb::arg("dtype") = "f32",
+      nb::arg("device") = "cpu", "arange(n) or arange(start, end, step), as torch.arange");
   m.def("_grad_enabled", []() { return GradMode::is_enabled(); });
   m.def("_set_grad_enabled", [](bool on) { GradMode::set_enabled(on); });
 }

@@ -104,3 +104,15 @@ def test_indexing_as_numpy_with_gradients(hh):
         t[::-1]
     with pytest.raises(TypeError):
         t["x"]
+
+
+def test_creation_functions(hh):
+    assert hh.zeros([2, 3]).numpy().sum() == 0 and hh.zeros([2, 3]).dtype == "f32"
+    np.testing.assert_array_equal(hh.ones([2], dtype="int64").numpy(), np.ones(2, dtype=np.int64))
+    np.testing.assert_array_equal(hh.arange(4, dtype="i64").numpy(), np.arange(4))
+    np.testing.assert_allclose(hh.arange(1, 2, 0.25).numpy(), np.arange(1, 2, 0.25))
+    a, b = hh.randn([1000], seed=3), hh.randn([1000], seed=3)
+    assert np.array_equal(a.numpy(), b.numpy()) and abs(a.numpy().mean()) < 0.1
+    assert hh.randn([2], requires_grad=True).requires_grad
+    with pytest.raises(hh.Error, match="unknown dtype"):
+        hh.zeros([2], dtype="complex64")
