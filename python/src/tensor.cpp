@@ -198,7 +198,11 @@ DType dtype_arg(const std::string& name) {
 
 void bind_tensor(nb::module_& m) {
   nb::class_<Tensor>(m, "Tensor", "An n-dimensional array of the engine, with autograd (hedgehog.tensor makes one)")
-      .def_prop_ro("shape", [](const Tensor& t) { return std::vector<int64_t>(t.shape().begin(), t.shape().end()); })
+      .def_prop_ro("shape",
+                   [](const Tensor& t) {  // a tuple, as torch.Size and numpy's shape compare
+                     const nb::object dims = nb::cast(std::vector<int64_t>(t.shape().begin(), t.shape().end()));
+                     return nb::steal<nb::tuple>(PyList_AsTuple(dims.ptr()));
+                   })
       .def_prop_ro("dtype", [](const Tensor& t) { return std::string(dtype_name(t.dtype())); })
       .def_prop_ro("device", [](const Tensor& t) { return t.device().str(); })
       .def_prop_ro("ndim", &Tensor::dim)

@@ -7,7 +7,7 @@ import pytest
 def test_numpy_round_trip_every_dtype(hh, dtype):
     a = (np.arange(24).reshape(2, 3, 4) % 5).astype(dtype)
     t = hh.tensor(a)
-    assert t.shape == [2, 3, 4]
+    assert t.shape == (2, 3, 4)
     b = t.numpy()
     assert b.dtype == a.dtype and b.shape == a.shape
     np.testing.assert_array_equal(b, a)
@@ -62,11 +62,11 @@ def test_linear_attention_with_a_trainable_feature_map(hh):
     phi = hh.feature_map("hedgehog", heads=2, head_dim=4)
     q = hh.tensor(rng.standard_normal((1, 2, 7, 4)).astype(np.float32), requires_grad=True)
     y = hh.linear_attention(phi(q), phi(q, is_query=False), q)
-    assert y.shape == [1, 2, 7, 4]
+    assert y.shape == (1, 2, 7, 4)
     y.sum().backward()
     params = phi.parameters()
     assert params and all(p.grad is not None for p in params)
-    assert q.grad.shape == [1, 2, 7, 4]
+    assert q.grad.shape == (1, 2, 7, 4)
     with hh.no_grad():
         z = hh.linear_attention(phi(q), phi(q, is_query=False), q)
     assert not z.requires_grad
