@@ -1,8 +1,10 @@
 """Headless Chromium driven through the DevTools protocol, standard library only: the browser
 tests' shared client (tests/serve/chat_page_test.py, tests/report/report_pages_test.py)."""
 import base64
+import contextlib
 import json
 import os
+import signal
 import shutil
 import socket
 import struct
@@ -22,21 +24,28 @@ def require_chromium():
         sys.exit(77)
 
 
-def start_chromium(tmp, *args):
-    """Headless Chromium with a fresh profile under `tmp`, in its own process group (its helpers end
-    with it): (the process, its DevTools port)."""
+@contextlib.contextmanager
+def chromium(tmp, *args):
+    """Headless Chromium with a fresh profile under `tmp`, in its own process group, killed whole
+    (its helpers too) when the block ends: yields its DevTools port."""
     log = f"{tmp}/chromium.log"
     browser = subprocess.Popen([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", *args,
                                 "--remote-debugging-port=0", f"--user-data-dir={tmp}/profile", "about:blank"],
                                stdout=subprocess.DEVNULL, stderr=open(log, "w"), start_new_session=True)
-    t0 = time.time()
-    while time.time() - t0 < 60:
-        text = open(log).read()
-        if "DevTools listening on ws://127.0.0.1:" in text:
-            return browser, int(text.split("DevTools listening on ws://127.0.0.1:")[1].split("/")[0])
-        time.sleep(0.05)
-    browser.kill()
-    raise SystemExit("chromium did not start its DevTools endpoint in 60 s:\n" + open(log).read())
+    try:
+        t0 = time.time()
+        port = None
+        while port is None and time.time() - t0 < 60:
+            text = open(log).read()
+            if "DevTools listening on ws://127.0.0.1:" in text:
+                port = int(text.split("DevTools listening on ws://127.0.0.1:")[1].split("/")[0])
+            time.sleep(0.05)
+        if port is None:
+            raise SystemExit("chromium did not start its DevTools endpoint in 60 s:\n" + open(log).read())
+        yield port
+    finally:
+        os.killpg(browser.pid, signal.SIGKILL)
+        browser.wait()
 
 
 def new_tab(devtools_port, url="about:blank"):

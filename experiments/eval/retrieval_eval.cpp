@@ -110,6 +110,12 @@ std::string needle_line(const std::string& word, const std::string& number) {
   return "One of the special magic numbers for " + word + " is: " + number + ".";
 }
 
+// The question of the single- and multi-key needles (RULER's template).
+std::string needle_question(const std::string& word) {
+  return "What is the special magic number for " + word + " mentioned in the provided text? " +
+         "The special magic number for " + word + " mentioned in the provided text is";
+}
+
 Parts trial_parts(RetrievalTask task, std::mt19937_64& rng, double depth) {
   Parts p;
   p.sep = " ";
@@ -132,10 +138,7 @@ Parts trial_parts(RetrievalTask task, std::mt19937_64& rng, double depth) {
       p.answers = {number};
       p.head = kNeedleHead;
       p.inserts = {{depth, needle_line(word, number)}};
-      p.question = "What is the special magic number for " + word +
-                   " mentioned in the provided text? "
-                   "The special magic number for " +
-                   word + " mentioned in the provided text is";
+      p.question = needle_question(word);
       p.filler = shuffled(haystack_sentences(), rng);
       break;
     }
@@ -147,10 +150,7 @@ Parts trial_parts(RetrievalTask task, std::mt19937_64& rng, double depth) {
         p.inserts.push_back({spread(depth, k, words.size()), needle_line(words[k], number)});
       }
       p.head = kNeedleHead;
-      p.question = "What is the special magic number for " + words[0] +
-                   " mentioned in the provided text? "
-                   "The special magic number for " +
-                   words[0] + " mentioned in the provided text is";
+      p.question = needle_question(words[0]);
       p.filler = shuffled(haystack_sentences(), rng);
       break;
     }

@@ -17,7 +17,6 @@ import base64
 import glob
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -25,7 +24,7 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from devtools import new_tab, require_chromium, start_chromium  # noqa: E402
+from devtools import chromium, new_tab, require_chromium  # noqa: E402
 
 require_chromium()
 
@@ -110,8 +109,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         pages = write_reports(build, source, os.path.join(tmp, "reports"))
         check("the apps wrote report pages", len(pages) >= 5, str(pages))
-        browser, devtools = start_chromium(tmp, "--hide-scrollbars", f"--window-size={WINDOW_WIDTH},800")
-        try:
+        with chromium(tmp, "--hide-scrollbars", f"--window-size={WINDOW_WIDTH},800") as devtools:
             ws = new_tab(devtools)
             ws.call("Page.enable")
             # The checks catch what they look for: a title wider than its figure, a page wider than
@@ -149,9 +147,6 @@ def main():
                           "; ".join(f"{t!r} at {b} in {wh}" for t, b, wh in outside[:4]))
             check("figures were measured", figures >= 10, str(figures))
             ws.s.close()
-        finally:
-            os.killpg(browser.pid, signal.SIGKILL)
-            browser.wait()
     print(f"{len(failures)} failed" if failures else "all passed")
     return 1 if failures else 0
 

@@ -23,7 +23,7 @@ from serve_process import start_server  # noqa: E402
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from devtools import new_tab, require_chromium, start_chromium  # noqa: E402
+from devtools import chromium, new_tab, require_chromium  # noqa: E402
 
 require_chromium()
 
@@ -70,8 +70,7 @@ def main():
             failures.append(what)
 
     with tempfile.TemporaryDirectory() as tmp:
-        browser, devtools = start_chromium(tmp)
-        try:
+        with chromium(tmp) as devtools:
             plain = os.path.join(fixtures, "llama-tiny-tok")
             chat = os.path.join(tmp, "llama-chat")
             shutil.copytree(plain, chat)
@@ -99,9 +98,6 @@ def main():
                 finally:
                     server.send_signal(signal.SIGTERM)
                     server.wait(timeout=30)
-        finally:
-            os.killpg(browser.pid, signal.SIGKILL)
-            browser.wait()
     print(f"{len(failures)} failed" if failures else "all passed")
     return 1 if failures else 0
 
