@@ -59,8 +59,8 @@ class PyModel {
       lm_ = std::dynamic_pointer_cast<nn::CausalLM>(model_);
       try {
         tok_ = data::load_tokenizer(folder);
-      } catch (const Error&) {  // a folder without tokenizer files: ids only
-        tok_ = nullptr;
+      } catch (const Error& e) {  // token ids still work; text says why it cannot be read
+        tok_error_ = e.what();
       }
     }
   }
@@ -76,7 +76,7 @@ class PyModel {
   }
   const data::Tokenizer& tok() const {
     model();
-    HH_CHECK(tok_, folder_, " has no tokenizer files: pass token ids");
+    HH_CHECK(tok_, folder_, ": no tokenizer (", tok_error_, "); pass token ids instead of text");
     return *tok_;
   }
 
@@ -216,6 +216,7 @@ class PyModel {
   std::shared_ptr<nn::HFModel> model_;
   std::shared_ptr<nn::CausalLM> lm_;
   std::shared_ptr<data::Tokenizer> tok_;
+  std::string tok_error_;  // why the folder's tokenizer could not be loaded
 };
 
 }  // namespace

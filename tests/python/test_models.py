@@ -124,3 +124,10 @@ def test_ctrl_c_interrupts_a_long_generation(hh, fixture_dir, tmp_path):
     out, _ = p.communicate(timeout=60)
     assert out.split() == ["interrupted", "3"], out
     assert time.time() - t0 < 10
+
+
+def test_text_without_a_tokenizer_says_why(hh, fixture_dir):
+    model = hh.load(fixture_dir("gpt2-tiny"))  # weights only: ids work, text names the cause
+    assert len(model.generate([1, 2], max_new_tokens=2, stop_at_eos=False)) == 2
+    with pytest.raises(hh.Error, match="no tokenizer .*pass token ids"):
+        model.generate("text")
