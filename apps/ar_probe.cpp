@@ -14,8 +14,8 @@
 
 #include <omp.h>
 
-#include "apps/kit/app.h"
-#include "apps/kit/flags.h"
+#include "cli/app.h"
+#include "cli/flags.h"
 #include "core/atomic_file.h"
 #include "core/backend.h"
 #include "core/parallel.h"
@@ -49,7 +49,7 @@ std::vector<MapSpec> parse_maps(const std::string& arg, double temperature, cons
                      : arg == "paper" ? kPaperMaps
                                       : arg;
   std::vector<MapSpec> out;
-  for (const std::string& item : apps::Flags::split_list(list)) {
+  for (const std::string& item : cli::Flags::split_list(list)) {
     std::string name = item;
     double t = temperature;
     size_t colon = item.find(':');
@@ -171,7 +171,7 @@ std::string gib(double bytes) {
 }
 
 int run(int argc, char** argv) {
-  apps::Flags f("ar_probe", "Associative recall probe (Hedgehog paper §3.2): accuracy, entropy, monotonicity per feature map.");
+  cli::Flags f("ar_probe", "Associative recall probe (Hedgehog paper §3.2): accuracy, entropy, monotonicity per feature map.");
   f.add("feature-map", "paper", "a name, a comma list of distinct maps (exp:T sets exp's temperature; no other map\n"
         "                       takes a parameter), 'paper' or 'all'");
   f.add("preset", "small", "small (minutes on a CPU) or paper (REFERENCE.md §4 sizes)");
@@ -215,7 +215,7 @@ int run(int argc, char** argv) {
   f.add("gate-output", "normalizer",
         "output of the gated maps: normalizer (y = qS / (qz + eps); delta: y = S^T q) or groupnorm (no\n"
         "                       normalizer, then an RMSNorm per head, as GLA and Gated DeltaNet; needs --gate)");
-  apps::CommonFlagSpec common;
+  cli::CommonFlagSpec common;
   common.seed_help = "seed for data and initialization";
   common.threads_default = "";
   common.threads_help = "CPU threads per run (default: 1 for the small preset, where the model is too small to\n"
@@ -227,7 +227,7 @@ int run(int argc, char** argv) {
   common.out_default = "out/ar_probe";
   common.out_help = "output folder for results.json/csv, figures and index.html; each map's\n"
                     "                       result and checkpoint go to <out>/<map>/. Checked writable before training";
-  apps::add_common_flags(f, common);
+  cli::add_common_flags(f, common);
   f.add("jobs", "", "runs (maps x sweep configs) trained at once, each on --threads threads (default: as many\n"
         "                       as the cores allow for the small preset, 1 for the paper preset); results do not\n"
         "                       depend on it");
@@ -238,7 +238,7 @@ int run(int argc, char** argv) {
   f.add("stop-after-steps", "0", "testing --resume: stop each run after N steps with a checkpoint (0 = off)");
   f.add("quiet", "false", "plain progress lines instead of a bar", true);
   if (!f.parse(argc, argv)) return 0;
-  const apps::CommonFlags c = apps::read_common_flags(f, common);
+  const cli::CommonFlags c = cli::read_common_flags(f, common);
 
   const std::string preset = f.str("preset");
   HH_CHECK(preset == "small" || preset == "paper", "--preset: expected small or paper, got '", preset, "'");
@@ -312,7 +312,7 @@ int run(int argc, char** argv) {
            ": concurrent runs are CPU-only for now (runs on their own CUDA streams are built but have not been "
            "tested on a GPU); use --jobs 1");
   set_num_threads(static_cast<int>(threads));
-  const std::vector<nn::Gate> gates = nn::parse_gate_list(apps::Flags::split_list(f.str("gate")), "--gate");
+  const std::vector<nn::Gate> gates = nn::parse_gate_list(cli::Flags::split_list(f.str("gate")), "--gate");
   const nn::GateOutput gate_output = nn::parse_gate_output(f.str("gate-output"), gates, "--gate-output");
   auto maps = parse_maps(f.str("feature-map"), f.number("temperature", 1e-6, 1e6), gates);
 
@@ -557,4 +557,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) { return hh::apps::run_main(argc, argv, run); }
+int main(int argc, char** argv) { return hh::cli::run_main(argc, argv, run); }

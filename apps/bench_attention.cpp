@@ -66,9 +66,9 @@
 #include <string>
 #include <vector>
 
-#include "apps/kit/app.h"
+#include "cli/app.h"
 #include "apps/kit/bench_stats.h"
-#include "apps/kit/flags.h"
+#include "cli/flags.h"
 #include "autograd/ops.h"
 #include "core/backend.h"
 #include "core/memory.h"
@@ -123,7 +123,7 @@ Measure measure(Device dev, int reps, int warmup, const std::function<void()>& p
 
 std::vector<int64_t> parse_int_list(const std::string& flag, const std::string& text, int64_t lo, int64_t hi) {
   std::vector<int64_t> out;
-  for (const std::string& item : apps::Flags::split_list(text)) {
+  for (const std::string& item : cli::Flags::split_list(text)) {
     size_t pos = 0;
     int64_t x = 0;
     try {
@@ -140,7 +140,7 @@ std::vector<int64_t> parse_int_list(const std::string& flag, const std::string& 
 }
 
 std::vector<std::string> parse_name_list(const std::string& flag, const std::string& text) {
-  std::vector<std::string> out = apps::Flags::split_list(text);
+  std::vector<std::string> out = cli::Flags::split_list(text);
   HH_CHECK(!out.empty(), "--", flag, ": expected a comma-separated list, got '", text, "'");
   return out;
 }
@@ -379,7 +379,7 @@ int64_t crossover(const std::vector<Row>& rows, const nn::Mixer& map, nn::Gate g
   return from;
 }
 
-int run_attention(const apps::Flags& f, Device device, json& out) {
+int run_attention(const cli::Flags& f, Device device, json& out) {
   Settings s;
   s.device = device;
   s.batch = f.integer("batch", 1, 1 << 20);
@@ -485,7 +485,7 @@ int run_attention(const apps::Flags& f, Device device, json& out) {
 
 // ---------------------------------------------------------------- AR training step
 
-int run_ar_step(const apps::Flags& f, Device device, json& out) {
+int run_ar_step(const cli::Flags& f, Device device, json& out) {
   const bool distill = f.boolean("distill-step");
   const int64_t batch = f.integer("ar-batch", 1, 1 << 20), len = f.integer("ar-len", 2, 1 << 20);
   const int reps = static_cast<int>(f.integer("reps", 1, 1000));
@@ -566,12 +566,12 @@ int run_ar_step(const apps::Flags& f, Device device, json& out) {
 }
 
 int run(int argc, char** argv) {
-  apps::Flags f("bench_attention",
+  cli::Flags f("bench_attention",
                 "Softmax vs linear (and hybrid window + linear) attention: time, memory and tokens/s per sequence length (fwd and fwd+bwd), "
                 "or (--ar-step) the AR model's training-step throughput.");
-  apps::CommonFlagSpec common;
+  cli::CommonFlagSpec common;
   common.seed = false;
-  apps::add_common_flags(f, common);
+  cli::add_common_flags(f, common);
   f.add("lengths", "256,512,1024,2048,4096,8192", "sequence lengths L");
   f.add("batch", "1", "batch size B");
   f.add("heads", "0", "heads H (0 = 4 on cpu, 12 on cuda)");
@@ -597,7 +597,7 @@ int run(int argc, char** argv) {
   f.add("ar-len", "128", "--ar-step: sequence length");
   if (!f.parse(argc, argv)) return 0;
 
-  const apps::CommonFlags common_flags = apps::read_common_flags(f, common);
+  const cli::CommonFlags common_flags = cli::read_common_flags(f, common);
   const Device device = common_flags.device;
   const Precision precision = common_flags.precision;
   PrecisionGuard autocast(precision);  // every timed forward (backward runs outside autocast)
@@ -624,4 +624,4 @@ int run(int argc, char** argv) {
 }  // namespace
 }  // namespace hh
 
-int main(int argc, char** argv) { return hh::apps::run_main(argc, argv, hh::run); }
+int main(int argc, char** argv) { return hh::cli::run_main(argc, argv, hh::run); }

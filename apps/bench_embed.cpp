@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "apps/kit/app.h"
+#include "cli/app.h"
 #include "apps/kit/bench_stats.h"
-#include "apps/kit/flags.h"
+#include "cli/flags.h"
 #include "core/atomic_file.h"
 #include "core/parallel.h"
 #include "core/safetensors.h"
@@ -67,7 +67,7 @@ void write_minilm_shaped(const std::string& dir) {
 }
 
 int run(int argc, char** argv) {
-  apps::Flags f("bench_embed",
+  cli::Flags f("bench_embed",
                 "bench_embed: sentence-embedding throughput (sentences/s) of a BERT-family folder, mean pooling");
   f.add("model", "", "an HF BERT-family folder (default: the generated MiniLM-shaped folder in --dir)");
   f.add("dir", "/tmp/hh_minilm_shaped", "where the MiniLM-shaped folder is generated (when it has no config.json)");
@@ -126,4 +126,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) { return hh::apps::run_main(argc, argv, run); }
+int main(int argc, char** argv) { return hh::cli::run_main(argc, argv, run); }

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "apps/kit/app.h"
+#include "cli/app.h"
 #include "apps/kit/bench_stats.h"
-#include "apps/kit/flags.h"
+#include "cli/flags.h"
 #include "core/atomic_file.h"
 #include "core/backend.h"
 #include "core/parallel.h"
@@ -63,23 +63,23 @@ void write_gpt2_small(const std::string& dir, int64_t layers) {
 }
 
 int run(int argc, char** argv) {
-  apps::Flags f("bench_models", "bench_models: load time and forward tokens/s of a generated GPT-2 small (124M) HF folder");
+  cli::Flags f("bench_models", "bench_models: load time and forward tokens/s of a generated GPT-2 small (124M) HF folder");
   f.add("dir", "/tmp/hh_gpt2_124m", "the generated folder (written when it has no config.json)");
   f.add("layers", "12", "layers (12 = GPT-2 small)");
   f.add("batch", "1", "sequences per forward");
   f.add("seq", "256", "tokens per sequence");
   f.add("reps", "5", "timed repetitions (median reported)");
   f.add("loads", "3", "timed loads (median reported; the first run also counts the page cache filling)");
-  apps::CommonFlagSpec common;
+  cli::CommonFlagSpec common;
   common.seed = false;
-  apps::add_common_flags(f, common);
+  cli::add_common_flags(f, common);
   f.add("json", "", "also write the figures to this JSON file");
   if (!f.parse(argc, argv)) return 0;
   const std::string dir = f.str("dir");
   const int64_t B = f.integer("batch", 1, 1024), L = f.integer("seq", 1, 1024), reps = f.integer("reps", 1, 1000);
   const int64_t loads = f.integer("loads", 1, 100);
   nn::HFModelOptions opt;
-  const apps::CommonFlags common_flags = apps::read_common_flags(f, common);
+  const cli::CommonFlags common_flags = cli::read_common_flags(f, common);
   opt.device = common_flags.device;
   const Precision precision = common_flags.precision;
   PrecisionGuard autocast(precision);
@@ -128,4 +128,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) { return hh::apps::run_main(argc, argv, run); }
+int main(int argc, char** argv) { return hh::cli::run_main(argc, argv, run); }

@@ -31,9 +31,9 @@
 #include <string>
 #include <vector>
 
-#include "apps/kit/app.h"
+#include "cli/app.h"
 #include "apps/kit/bench_stats.h"
-#include "apps/kit/flags.h"
+#include "cli/flags.h"
 #include "autograd/ops.h"
 #include "core/backend.h"
 #include "core/cpu_isa.h"
@@ -209,7 +209,7 @@ struct Flags {
 
 // Returns false when --help was given (printed).
 bool parse_flags(int argc, char** argv, Flags& out) {
-  hh::apps::Flags f("bench_ops", "bench_ops: the engine's op table (GEMM, elementwise, reductions, softmax, norms) timed "
+  hh::cli::Flags f("bench_ops", "bench_ops: the engine's op table (GEMM, elementwise, reductions, softmax, norms) timed "
                                  "at each thread count, medians of --reps runs; tools/bench_torch_cpu.py is its PyTorch twin.");
   f.add("threads", "1,2", "CPU thread counts to time, a comma list");
   f.add("reps", "7", "timed repetitions per op (the median is reported)");
@@ -224,7 +224,7 @@ bool parse_flags(int argc, char** argv, Flags& out) {
   HH_CHECK(!f.given("json") || !out.json.empty(), "flag --json needs a file name");
   out.device = f.str("device");
   out.gemm_dtypes.clear();
-  for (const std::string& name : hh::apps::Flags::split_list(f.str("gemm-dtypes"))) {
+  for (const std::string& name : hh::cli::Flags::split_list(f.str("gemm-dtypes"))) {
     HH_CHECK(name == "f32" || name == "bf16", "flag --gemm-dtypes: expects f32 and/or bf16, got '", name, "'");
     out.gemm_dtypes.push_back(name == "f32" ? hh::DType::f32 : hh::DType::bf16);
   }
@@ -341,4 +341,4 @@ int run_cli(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) { return hh::apps::run_main(argc, argv, run_cli); }
+int main(int argc, char** argv) { return hh::cli::run_main(argc, argv, run_cli); }

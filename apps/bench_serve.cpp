@@ -22,9 +22,9 @@
 #include <thread>
 #include <vector>
 
-#include "apps/kit/app.h"
+#include "cli/app.h"
 #include "apps/kit/bench_stats.h"
-#include "apps/kit/flags.h"
+#include "cli/flags.h"
 #include "core/atomic_file.h"
 
 using namespace hh;
@@ -210,7 +210,7 @@ int64_t vocab_of(const std::string& folder) {
 }
 
 int run(int argc, char** argv) {
-  apps::Flags f("bench_serve",
+  cli::Flags f("bench_serve",
                 "bench_serve: hh_serve under concurrent streamed completions: tokens/s, time to first token and\n"
                 "memory per request for each folder and concurrency (the server is started here).");
   f.add("model", "", "HF model folders served in turn, a comma list");
@@ -221,7 +221,7 @@ int run(int argc, char** argv) {
   f.add("seed", "0", "seed of the prompts");
   f.add("json", "", "also write the results here");
   if (!f.parse(argc, argv)) return 0;
-  const std::vector<std::string> folders = apps::Flags::split_list(f.str("model"));
+  const std::vector<std::string> folders = cli::Flags::split_list(f.str("model"));
   HH_CHECK(!folders.empty(), "--model is required: one or more folders");
   const std::vector<int64_t> levels = f.integers("concurrency", 1, 1024);
   const int64_t prompt_tokens = f.integer("prompt-tokens", 1, 1 << 20), new_tokens = f.integer("new-tokens", 1, 1 << 20);
@@ -270,4 +270,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) { return apps::run_main(argc, argv, run); }
+int main(int argc, char** argv) { return cli::run_main(argc, argv, run); }

@@ -25,9 +25,9 @@
 #include <string>
 #include <vector>
 
-#include "apps/kit/app.h"
+#include "cli/app.h"
 #include "apps/kit/bench_stats.h"
-#include "apps/kit/flags.h"
+#include "cli/flags.h"
 #include "core/error.h"
 #include "core/regular_file.h"
 #include "data/tokenizer.h"
@@ -71,7 +71,7 @@ std::string generate(const std::string& kind, size_t size, const std::string& fi
 }
 
 int run(int argc, char** argv) {
-  hh::apps::Flags flags("bench_tokenizer", "Encode throughput of a tokenizer folder over a text file (one thread).");
+  hh::cli::Flags flags("bench_tokenizer", "Encode throughput of a tokenizer folder over a text file (one thread).");
   flags.add("tokenizer", "tests/fixtures/tokenizers/gpt2",
             "an HF tokenizer folder (tokenizer.json, vocab.json + merges.txt, or vocab.txt)");
   flags.add("file", "tests/fixtures/tokenizers/corpus.txt",
@@ -130,4 +130,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) { return hh::apps::run_main(argc, argv, run); }
+int main(int argc, char** argv) { return hh::cli::run_main(argc, argv, run); }

@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
-#include "apps/kit/app.h"
+#include "cli/app.h"
 #include "apps/kit/bench_stats.h"
-#include "apps/kit/flags.h"
+#include "cli/flags.h"
 #include "core/atomic_file.h"
 #include "core/generator.h"
 #include "core/memory.h"
@@ -39,7 +39,7 @@ double peak_rss_mib() {
 }
 
 int run(int argc, char** argv) {
-  apps::Flags f("bench_train_lm", "Training tokens/s and memory of train_lm's GPT per attention.");
+  cli::Flags f("bench_train_lm", "Training tokens/s and memory of train_lm's GPT per attention.");
   f.add("preset", "small", "model sizes: small, tiny or paper (experiments/lm/lm_model.h)");
   f.add("attentions", "softmax,hedgehog", "comma-separated attentions");
   f.add("vocab", "257", "vocabulary (257 = the byte tokenizer of the demonstration)");
@@ -47,13 +47,13 @@ int run(int argc, char** argv) {
   f.add("context", "256", "tokens per sequence");
   f.add("steps", "12", "steps timed (after --warmup)");
   f.add("warmup", "3", "untimed steps first");
-  apps::CommonFlagSpec common;
+  cli::CommonFlagSpec common;
   common.seed = false;
-  apps::add_common_flags(f, common);
+  cli::add_common_flags(f, common);
   f.add("json", "", "write the results here (atomically)");
   f.add("compare", "", "a JSON written by tools/bench_train_lm_torch.py: print torch / hedgehog time ratios");
   if (!f.parse(argc, argv)) return 0;
-  const apps::CommonFlags common_flags = apps::read_common_flags(f, common);
+  const cli::CommonFlags common_flags = cli::read_common_flags(f, common);
   const Precision precision = common_flags.precision;
   const Device device = common_flags.device;
   if (common_flags.threads > 0) set_num_threads(static_cast<int>(common_flags.threads));
@@ -127,4 +127,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) { return hh::apps::run_main(argc, argv, run); }
+int main(int argc, char** argv) { return hh::cli::run_main(argc, argv, run); }

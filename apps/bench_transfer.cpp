@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "apps/kit/app.h"
-#include "apps/kit/flags.h"
+#include "cli/app.h"
+#include "cli/flags.h"
 #include "core/atomic_file.h"
 #include "core/backend.h"
 #include "core/memory.h"
@@ -29,7 +29,7 @@ double since(std::chrono::steady_clock::time_point t0) {
 double gib(double bytes) { return bytes / (1024.0 * 1024.0 * 1024.0); }
 
 int run(int argc, char** argv) {
-  apps::Flags f("bench_transfer",
+  cli::Flags f("bench_transfer",
                 "bench_transfer: block-wise attention transfer (LoLCATs) on a random-initialized Llama: memory and speed");
   f.add("layers", "32", "decoder layers built (Llama 3 8B: 32)");
   f.add("hidden", "4096", "hidden size");
@@ -45,11 +45,11 @@ int run(int argc, char** argv) {
   f.add("seq", "1024", "tokens per sequence");
   f.add("steps", "4", "batches (optimizer steps per block; the first is a warm-up)");
   f.add("timed-blocks", "1", "blocks run (0 = every block; time per block is reported)");
-  apps::CommonFlagSpec common;
-  apps::add_common_flags(f, common);
+  cli::CommonFlagSpec common;
+  cli::add_common_flags(f, common);
   f.add("json", "", "also write the figures to this JSON file");
   if (!f.parse(argc, argv)) return 0;
-  const apps::CommonFlags cf = apps::read_common_flags(f, common);
+  const cli::CommonFlags cf = cli::read_common_flags(f, common);
   if (cf.threads > 0) set_num_threads(static_cast<int>(cf.threads));
   const int64_t layers = f.integer("layers", 1, 1024), B = f.integer("batch", 1, 1 << 16),
                 L = f.integer("seq", 2, 1 << 20), steps = f.integer("steps", 2, 1 << 20),
@@ -121,4 +121,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) { return hh::apps::run_main(argc, argv, run); }
+int main(int argc, char** argv) { return hh::cli::run_main(argc, argv, run); }

@@ -14,9 +14,9 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
-#include "apps/kit/app.h"
+#include "cli/app.h"
 #include "train/run_dir.h"
-#include "apps/kit/flags.h"
+#include "cli/flags.h"
 #include "core/atomic_file.h"
 #include "core/parallel.h"
 #include "data/associative_recall.h"
@@ -202,7 +202,7 @@ train::ConversionReport run_text(const Common& c, const std::vector<std::string>
 }
 
 int run(int argc, char** argv) {
-  apps::Flags f("convert_demo",
+  cli::Flags f("convert_demo",
                 "Offline demonstration of Hedgehog conversion: trains softmax teachers, converts them by attention\n"
                 "distillation, prints the paper's table (teacher; swap + finetune; distilled T2R-HH and Hedgehog).");
   f.add("part", "ar,text", "which demonstrations: ar (associative recall), text (word-order encoder), or ar,text");
@@ -220,7 +220,7 @@ int run(int argc, char** argv) {
   f.add("distill-epochs", "2", "stage 1: maximum epochs of attention distillation");
   f.add("finetune-epochs", "2", "stage 2: maximum epochs of finetuning");
   f.add("jobs", "", "parts trained at once (default: 2 when the machine has 2 cores, else 1)");
-  apps::CommonFlagSpec common;
+  cli::CommonFlagSpec common;
   common.device = false;  // the demo runs on the CPU
   common.seed_help = "seed for data, initialization and batch order";
   common.threads_default = "1";
@@ -228,10 +228,10 @@ int run(int argc, char** argv) {
   common.out = true;
   common.out_default = "out/convert_demo";
   common.out_help = "output folder: <out>/<part>/{results.json,results.csv,report.html,*.svg}";
-  apps::add_common_flags(f, common);
+  cli::add_common_flags(f, common);
   f.add("quiet", "false", "plain progress lines instead of a bar", true);
   if (!f.parse(argc, argv)) return 0;
-  const apps::CommonFlags flags = apps::read_common_flags(f, common);
+  const cli::CommonFlags flags = cli::read_common_flags(f, common);
   Common c;
   c.out = flags.out;
   c.rows = train::parse_conversion_rows(f.str("feature-map"));
@@ -298,4 +298,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) { return hh::apps::run_main(argc, argv, run); }
+int main(int argc, char** argv) { return hh::cli::run_main(argc, argv, run); }

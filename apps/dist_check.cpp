@@ -16,8 +16,8 @@
 #include <memory>
 #include <string>
 
-#include "apps/kit/app.h"
-#include "apps/kit/flags.h"
+#include "cli/app.h"
+#include "cli/flags.h"
 #include "autograd/ops.h"
 #include "core/atomic_file.h"
 #include "core/safetensors.h"
@@ -53,7 +53,7 @@ int compare(const std::string& mine, const std::string& other, double tol) {
   return 0;
 }
 
-int run_training(const apps::Flags& f, const std::shared_ptr<Communicator>& comm_ptr) {
+int run_training(const cli::Flags& f, const std::shared_ptr<Communicator>& comm_ptr) {
   Communicator& comm = *comm_ptr;
   const int64_t steps = f.integer("steps", 1, 100000);
   const int64_t global = f.integer("global-batch", 1, 1 << 20);
@@ -148,7 +148,7 @@ std::shared_ptr<hh::Communicator> process_comm;
 
 int run(int argc, char** argv) {
   try {
-    hh::apps::Flags f("dist_check", "Data-parallel training check: trains a tiny LM on 1 or N ranks (mpirun), "
+    hh::cli::Flags f("dist_check", "Data-parallel training check: trains a tiny LM on 1 or N ranks (mpirun), "
                                     "or compares two weight files.");
     f.add("backend", "auto", "communicator: auto, none, mpi, nccl");
     f.add("steps", "5", "optimizer steps");
@@ -178,4 +178,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) { return hh::apps::run_main(argc, argv, run); }
+int main(int argc, char** argv) { return hh::cli::run_main(argc, argv, run); }

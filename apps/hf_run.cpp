@@ -26,9 +26,9 @@
 #include <string>
 #include <vector>
 
-#include "apps/kit/flags.h"
+#include "cli/flags.h"
 #include "apps/hf_run_report.h"
-#include "apps/kit/app.h"
+#include "cli/app.h"
 #include "train/run_dir.h"
 #include "core/atomic_file.h"
 #include "core/backend.h"
@@ -57,7 +57,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 std::vector<int64_t> parse_ids(const std::string& s, const std::string& flag) {
   std::vector<int64_t> ids;
-  for (const std::string& item : apps::Flags::split_list(s)) {
+  for (const std::string& item : cli::Flags::split_list(s)) {
     size_t pos = 0;
     long long v = 0;
     try {
@@ -131,7 +131,7 @@ int64_t vit_image_size(const nn::HFModel& m) {
 
 // Sentence (or image) embeddings: the folder's sentence-transformers configuration unless
 // --pooling / --normalize say otherwise.
-json run_embed(const nn::HFModel& m, const apps::Flags& f, const Inputs& in, Device device) {
+json run_embed(const nn::HFModel& m, const cli::Flags& f, const Inputs& in, Device device) {
   nn::EmbeddingConfig ec = nn::read_embedding_config(in.model_dir);
   const bool image = vit_image_size(m) > 0;
   if (image && !ec.from_folder) ec.pooling = nn::Pooling::cls;  // ViT: the class token, as ViTModel's pooler reads
@@ -221,7 +221,7 @@ std::vector<int64_t> decoder_prompt(const nn::CausalLM& lm, const Inputs& in, st
   return prompt;
 }
 
-json run_decoder(nn::CausalLM& lm, const apps::Flags& f, const Inputs& in) {
+json run_decoder(nn::CausalLM& lm, const cli::Flags& f, const Inputs& in) {
   std::unique_ptr<data::Tokenizer> tok;
   std::vector<int64_t> prompt = decoder_prompt(lm, in, tok);
   if (!tok && f.given("tokenizer")) tok = data::load_tokenizer(in.tokenizer_dir);
@@ -316,7 +316,7 @@ json report_logits(const Tensor& logits, const nn::HFModel& m) {
 struct BertInputs {
   Tensor ids, types, mask;
 };
-BertInputs bert_inputs(const apps::Flags& f, const Inputs& in) {
+BertInputs bert_inputs(const cli::Flags& f, const Inputs& in) {
   BertInputs b;
   if (!in.ids.empty()) {
     std::vector<int64_t> v = parse_ids(in.ids, "ids");
@@ -340,7 +340,7 @@ BertInputs bert_inputs(const apps::Flags& f, const Inputs& in) {
   return b;
 }
 
-json run_bert(nn::BertForSequenceClassification& bert, const apps::Flags& f, const Inputs& in, Device device) {
+json run_bert(nn::BertForSequenceClassification& bert, const cli::Flags& f, const Inputs& in, Device device) {
   const BertInputs b = bert_inputs(f, in);
   NoGradGuard ng;
   auto t0 = std::chrono::steady_clock::now();
@@ -355,7 +355,7 @@ json run_bert(nn::BertForSequenceClassification& bert, const apps::Flags& f, con
 // --hidden-states: the last hidden state (1,L,C) of the one input (a decoder's prompt, BERT's
 // text or ids, ViT's image), as transformers' hidden_states[-1] (decoders: after the final norm),
 // and a decoder's logits (1,L,V) of every prompt position.
-json run_hidden(nn::HFModel& m, const apps::Flags& f, const Inputs& in, Device device) {
+json run_hidden(nn::HFModel& m, const cli::Flags& f, const Inputs& in, Device device) {
   NoGradGuard ng;
   Tensor h, logits;
   if (auto* lm = dynamic_cast<nn::CausalLM*>(&m)) {
@@ -395,7 +395,7 @@ json run_vit(nn::ViTForImageClassification& vit, const Inputs& in, Device device
 }
 
 int run(int argc, char** argv) {
-  apps::Flags f("hf_run",
+  cli::Flags f("hf_run",
                 "hf_run: runs an HF model folder (config.json + safetensors or pytorch_model.bin).\n"
                 "Families: GPT-2, Llama, Mistral, Qwen2, Qwen3 (decoders), BERT-family encoders, ViT.\n"
                 "Tasks (--task): generate (decoders: text from --prompt or --ids), classify (BERT: class logits\n"
@@ -429,11 +429,11 @@ int run(int argc, char** argv) {
         "                       hybrid-<map> (sliding softmax window + linear attention, causal models)");
   f.add("form", "chunked", "linear mixers: chunked, quadratic, noncausal or recurrent");
   f.add("window", "64", "hybrid-<map> mixers: the sliding window size");
-  apps::CommonFlagSpec common;
+  cli::CommonFlagSpec common;
   common.seed_help = "decoders: sampling seed";
   common.out = true;
   common.out_help = "folder for results.json and report.html (optional)";
-  apps::add_common_flags(f, common);
+  cli::add_common_flags(f, common);
   if (!f.parse(argc, argv)) return 0;
 
   // Everything checkable is checked before the model is read.
@@ -450,7 +450,7 @@ int run(int argc, char** argv) {
   opt.mixer = nn::parse_mixer(f.str("mixer"), "--mixer");
   opt.form = nn::parse_linear_form(f.str("form"));
   opt.window = f.integer("window", 1, 1 << 30);
-  const apps::CommonFlags c = apps::read_common_flags(f, common);
+  const cli::CommonFlags c = cli::read_common_flags(f, common);
   opt.device = c.device;
   const Precision precision = c.precision;
   if (c.threads > 0) set_num_threads(static_cast<int>(c.threads));
@@ -523,4 +523,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) { return hh::apps::run_main(argc, argv, run); }
+int main(int argc, char** argv) { return hh::cli::run_main(argc, argv, run); }

@@ -4,8 +4,8 @@
 #include <cstdlib>
 #include <string>
 
-#include "apps/kit/app.h"
-#include "apps/kit/flags.h"
+#include "cli/app.h"
+#include "cli/flags.h"
 #include "serve/server.h"
 
 using namespace hh;
@@ -13,7 +13,7 @@ using namespace hh;
 namespace {
 
 // "1048576", "512MiB", "2GiB", "1.5G" -> bytes; an error names the flag.
-int64_t parse_bytes(const apps::Flags& f, const std::string& flag) {
+int64_t parse_bytes(const cli::Flags& f, const std::string& flag) {
   const std::string text = f.str(flag);
   size_t used = 0;
   double x = 0;
@@ -34,7 +34,7 @@ int64_t parse_bytes(const apps::Flags& f, const std::string& flag) {
 }
 
 int run(int argc, char** argv) {
-  apps::Flags f("hh_serve",
+  cli::Flags f("hh_serve",
                 "hh_serve: serves an HF model folder over HTTP with OpenAI's API: POST /v1/completions (decoders;\n"
                 "\"stream\": true for server-sent events), POST /v1/embeddings (sentence-transformers encoders),\n"
                 "GET /v1/models, GET /health. SIGINT or SIGTERM stop it (exit 0).");
@@ -53,11 +53,11 @@ int run(int argc, char** argv) {
   f.add("prefix-chunk", "256", "tokens between the prefix cache's saved states");
   f.add("timeout", "600", "seconds a request may generate (then it ends, finish_reason length); a client that\n"
         "                       stalls while sending a request is dropped after min(this, 30) s");
-  apps::CommonFlagSpec common;
+  cli::CommonFlagSpec common;
   common.precision = false;
   common.seed = false;
   common.threads_help = "CPU threads of each forward (0 = all cores)";
-  apps::add_common_flags(f, common);
+  cli::add_common_flags(f, common);
   if (!f.parse(argc, argv)) return 0;
 
   serve::ServeOptions o;
@@ -77,13 +77,13 @@ int run(int argc, char** argv) {
   e.max_memory = parse_bytes(f, "max-memory");
   e.prefix_cache_bytes = parse_bytes(f, "prefix-cache");
   e.prefix_chunk = f.integer("prefix-chunk", 1, 1 << 20);
-  const apps::CommonFlags c = apps::read_common_flags(f, common);
+  const cli::CommonFlags c = cli::read_common_flags(f, common);
   e.device = c.device;
-  e.threads = apps::apply_threads(c.threads);
+  e.threads = cli::apply_threads(c.threads);
   if (const char* d = std::getenv("HH_SERVE_TEST_TOKEN_DELAY_MS")) e.token_delay_ms = std::atoll(d);
   return serve::serve(o);
 }
 
 }  // namespace
 
-int main(int argc, char** argv) { return hh::apps::run_main(argc, argv, run); }
+int main(int argc, char** argv) { return hh::cli::run_main(argc, argv, run); }

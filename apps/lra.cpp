@@ -17,8 +17,8 @@
 
 #include <omp.h>
 
-#include "apps/kit/app.h"
-#include "apps/kit/flags.h"
+#include "cli/app.h"
+#include "cli/flags.h"
 #include "core/atomic_file.h"
 #include "core/backend.h"
 #include "core/memory.h"
@@ -37,7 +37,7 @@ namespace {
 
 std::vector<data::LraTask> parse_tasks(const std::string& arg) {
   std::vector<data::LraTask> out;
-  for (const std::string& name : apps::Flags::split_list(arg)) {
+  for (const std::string& name : cli::Flags::split_list(arg)) {
     data::LraTask t;
     try {
       t = data::parse_lra_task(name);
@@ -53,7 +53,7 @@ std::vector<data::LraTask> parse_tasks(const std::string& arg) {
 
 std::vector<nn::Mixer> parse_attentions(const std::string& arg) {
   std::vector<nn::Mixer> out;
-  for (const std::string& name : apps::Flags::split_list(arg)) {
+  for (const std::string& name : cli::Flags::split_list(arg)) {
     const nn::Mixer m = nn::parse_mixer(name, "--attentions");
     HH_CHECK(std::find(out.begin(), out.end(), m) == out.end(), "--attentions: '", name, "' is listed twice");
     out.push_back(m);
@@ -114,7 +114,7 @@ void bench(const train::LraRunConfig& c, int64_t steps) {
 }
 
 int run(int argc, char** argv) {
-  apps::Flags f("lra", "Long Range Arena (Hedgehog paper Table 6): train each attention from scratch on each task.");
+  cli::Flags f("lra", "Long Range Arena (Hedgehog paper Table 6): train each attention from scratch on each task.");
   f.add("tasks", "listops,pathfinder", "comma list of listops, text, retrieval, image, pathfinder");
   f.add("attentions", "softmax,hedgehog,elu", "comma list: softmax or feature maps of REFERENCE.md §2 (non-causal linear form)");
   f.add("gate", "none", "gates of the linear maps' state, a comma list: none, decay (RetNet), gla, liger,\n"
@@ -150,28 +150,28 @@ int run(int argc, char** argv) {
   f.add("listops-depth", "", "--generate: ListOps maximum depth (default: the preset's)");
   f.add("pathfinder-size", "", "--generate: Pathfinder image side (default: the preset's)");
   f.add("pathfinder-contour", "", "--generate: Pathfinder contour length, the difficulty (default: the preset's)");
-  apps::CommonFlagSpec common;
+  cli::CommonFlagSpec common;
   common.seed_help = "seed for generation, initialization and batch order";
   common.resume = true;
   common.resume_help = "continue the run in --out: skip finished runs, resume the others from their checkpoints";
   common.out = true;
   common.out_default = "out/lra";
   common.out_help = "output folder: table6.csv, results.json, report.html, learning_curves.svg, per-run folders";
-  apps::add_common_flags(f, common);
+  cli::add_common_flags(f, common);
   f.add("stop-after-steps", "0", "testing --resume: stop each run after N steps with a checkpoint (0 = off)");
   f.add("quiet", "false", "plain progress lines instead of a bar", true);
   f.add("bench", "0", "time N training steps per (task, attention) on a random padded batch of --max-len\n"
         "                       tokens (no data, no training run) and print steps/s and peak memory");
   f.add("min-accuracy", "0", "exit 1 unless every run reaches this test accuracy in [0,1] (checks, CI)");
   if (!f.parse(argc, argv)) return 0;
-  const apps::CommonFlags c = apps::read_common_flags(f, common);
+  const cli::CommonFlags c = cli::read_common_flags(f, common);
 
   const std::string preset = f.str("preset");
   HH_CHECK(preset == "paper" || preset == "demo" || preset == "tiny", "--preset: expected paper, demo or tiny, got '",
            preset, "'");
   const auto tasks = parse_tasks(f.str("tasks"));
   const auto attentions = parse_attentions(f.str("attentions"));
-  const std::vector<nn::Gate> gates = nn::parse_gate_list(apps::Flags::split_list(f.str("gate")), "--gate");
+  const std::vector<nn::Gate> gates = nn::parse_gate_list(cli::Flags::split_list(f.str("gate")), "--gate");
   const nn::GateOutput gate_output = nn::parse_gate_output(f.str("gate-output"), gates, "--gate-output");
   const bool generate = f.boolean("generate");
   const std::string data_dir = f.str("data");
@@ -235,7 +235,7 @@ int run(int argc, char** argv) {
   const bool resume = c.resume;
   const double min_accuracy = f.number("min-accuracy", 0, 1);
   base.precision = c.precision;
-  const int64_t threads = apps::apply_threads(c.threads);
+  const int64_t threads = cli::apply_threads(c.threads);
 
   // One config per (task, attention); the preset fills what no flag gives.
   std::vector<train::LraRunConfig> runs;
@@ -408,4 +408,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) { return hh::apps::run_main(argc, argv, run); }
+int main(int argc, char** argv) { return hh::cli::run_main(argc, argv, run); }

@@ -23,8 +23,8 @@
 #include <string>
 #include <vector>
 
-#include "apps/kit/app.h"
-#include "apps/kit/flags.h"
+#include "cli/app.h"
+#include "cli/flags.h"
 #include "core/atomic_file.h"
 #include "core/backend.h"
 #include "core/parallel.h"
@@ -61,7 +61,7 @@ std::vector<std::string> split_list(const std::string& s, const std::string& fla
 // ---- prepare -------------------------------------------------------------------------------
 
 int prepare(int argc, char** argv) {
-  apps::Flags f("train_lm prepare", "Tokenizes a corpus once into token shards that `train_lm train` reads.");
+  cli::Flags f("train_lm prepare", "Tokenizes a corpus once into token shards that `train_lm train` reads.");
   f.add("input", "", "comma-separated: a WikiText-103 folder (wiki.{train,valid,test}.{raw,tokens}), or UTF-8\n"
         "files and folders (every file one document; the last --valid-fraction of each goes to valid)");
   f.add("out", "", "the prepared folder (shards and meta.json)");
@@ -127,9 +127,9 @@ std::string number_text(double x) {
   return buf;
 }
 
-// The common flags of `train_lm train` (apps/kit/app.h).
-apps::CommonFlagSpec train_common() {
-  apps::CommonFlagSpec c;
+// The common flags of `train_lm train` (cli/app.h).
+cli::CommonFlagSpec train_common() {
+  cli::CommonFlagSpec c;
   c.seed_help = "model initialisation and training windows";
   c.resume = true;
   c.resume_help = "continue each run from its checkpoint (it must have the same settings)";
@@ -138,7 +138,7 @@ apps::CommonFlagSpec train_common() {
   return c;
 }
 
-void add_train_flags(apps::Flags& f, const TrainPreset& p) {
+void add_train_flags(cli::Flags& f, const TrainPreset& p) {
   const train::LmModelConfig m = train::lm_model_preset(p.model);
   f.add("data", "", "a folder written by `train_lm prepare` (required)");
   f.add("preset", "small", "paper (Table 7: 125M, context 1024), small (the demonstration: minutes on 2 cores)\n"
@@ -179,7 +179,7 @@ void add_train_flags(apps::Flags& f, const TrainPreset& p) {
   f.add("eval-stride", "0", "0 = non-overlapping windows; else a sliding window with this stride");
   f.add("eval-batch", "8", "windows per validation batch");
   f.add("checkpoint-every", "0", "steps between checkpoints (0 = at each validation)");
-  apps::add_common_flags(f, train_common());
+  cli::add_common_flags(f, train_common());
   f.add("dist", "auto", "data parallelism: auto (mpi under mpirun, else none), none, mpi or nccl");
   f.add("samples", "3", "lines sampled from each trained model at the end (0 = none)");
   f.add("sample-tokens", "60", "tokens per sample");
@@ -227,14 +227,14 @@ int train_cmd(int argc, char** argv) {
   const std::string preset = preset_in_args(argc, argv);
   auto pit = train_presets().find(preset);
   HH_CHECK(pit != train_presets().end(), "--preset: unknown preset '", preset, "' (paper, small, tiny)");
-  apps::Flags f("train_lm train", "Trains one GPT-2-style model per attention on prepared token shards.");
+  cli::Flags f("train_lm train", "Trains one GPT-2-style model per attention on prepared token shards.");
   add_train_flags(f, pit->second);
   if (!f.parse(argc, argv)) return 0;
 
   // Every flag and input is checked here, before any training.
   HH_CHECK(f.given("data"), "--data is required (a folder written by `train_lm prepare`)");
   HH_CHECK(f.given("out"), "--out is required");
-  const apps::CommonFlags c = apps::read_common_flags(f, train_common());
+  const cli::CommonFlags c = cli::read_common_flags(f, train_common());
   const std::string data_dir = f.str("data"), out = c.out;
   train::refuse_system_folder(out);  // every rank; rank 0 also creates and checks the folder below
   const data::PreparedInfo info = data::read_prepared_info(data_dir);
@@ -403,7 +403,7 @@ int train_cmd(int argc, char** argv) {
 // ---- sample --------------------------------------------------------------------------------
 
 int sample_cmd(int argc, char** argv) {
-  apps::Flags f("train_lm sample", "Samples text from a model folder (train_lm's <run>/model or any GPT-2 folder).");
+  cli::Flags f("train_lm sample", "Samples text from a model folder (train_lm's <run>/model or any GPT-2 folder).");
   f.add("model", "", "an HF folder (a finished run's <run>/model, or any GPT-2 folder)");
   f.add("checkpoint", "", "or a run's checkpoint.safetensors (e.g. of a run still training)");
   f.add("tokenizer", "", "bytes or an HF tokenizer folder (default: the model folder's own files, else bytes)");
@@ -413,12 +413,12 @@ int sample_cmd(int argc, char** argv) {
   f.add("temperature", "0.8", "0 = greedy");
   f.add("top-k", "40", "0 = all");
   f.add("top-p", "1", "nucleus mass (1 = all)");
-  apps::CommonFlagSpec common;
+  cli::CommonFlagSpec common;
   common.threads = false;
   common.seed_help = "sampling seed";
-  apps::add_common_flags(f, common);
+  cli::add_common_flags(f, common);
   if (!f.parse(argc, argv)) return 0;
-  const apps::CommonFlags c = apps::read_common_flags(f, common);
+  const cli::CommonFlags c = cli::read_common_flags(f, common);
   HH_CHECK(f.given("model") != f.given("checkpoint"), "give one of --model and --checkpoint");
   const std::string folder = f.str("model"), ckpt = f.str("checkpoint");
   if (!folder.empty()) HH_CHECK(fs::is_directory(folder), "--model: ", folder, " is not a folder");
@@ -470,4 +470,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) { return hh::apps::run_main(argc, argv, run); }
+int main(int argc, char** argv) { return hh::cli::run_main(argc, argv, run); }

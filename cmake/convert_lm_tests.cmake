@@ -153,12 +153,12 @@ set_tests_properties(convert_gpt2_preset_quick PROPERTIES PASS_REGULAR_EXPRESSIO
 add_test(NAME convert_llama_preset_paper COMMAND convert_llama --help)
 set_tests_properties(convert_llama_preset_paper PROPERTIES PASS_REGULAR_EXPRESSION
                      "--max-length [^\n]*\\(default: 1024\\).*--lr +[^\n]*\\(default: 0.0001\\).*--finetune +[^\n]*\\(default: lora\\)")
-# The shared vocabulary of every convert_* app (apps/convert_flags.h), with convert_gpt2's paper defaults.
+# The shared vocabulary of every convert_* app (cli/convert_flags.h), with convert_gpt2's paper defaults.
 add_test(NAME convert_gpt2_shared_flags COMMAND convert_gpt2 --help)
 set_tests_properties(convert_gpt2_shared_flags PROPERTIES PASS_REGULAR_EXPRESSION
                      "--distill-wd +[^\n]*\\(default: 0\\).*--loss +[^\n]*\\(default: xent\\).*--lr +[^\n]*\\(default: 0.0006\\).*--weight-decay +[^\n]*\\(default: 0.01\\).*--patience +[^\n]*\\(default: 0\\).*--schedule +[^\n]*\\(default: cosine\\)"
                      FAIL_REGULAR_EXPRESSION "--finetune-lr|--finetune-wd")
-# --help shows the defaults of the preset --preset names, for every app on apps/convert_flags.h
+# --help shows the defaults of the preset --preset names, for every app on cli/convert_flags.h
 # (convert_bert's tiny preset: 1 distillation epoch, finetuning lr 1e-3).
 add_test(NAME convert_lm_flags_preset_help COMMAND convert_bert --preset tiny --help)
 set_tests_properties(convert_lm_flags_preset_help PROPERTIES PASS_REGULAR_EXPRESSION

@@ -4,7 +4,7 @@
 # (CI builds it: cmake --build B --target hh_header_check). CUDA headers are checked in CUDA
 # builds only: .h ones with the host compiler plus the CUDA include path, .cuh ones with nvcc.
 file(GLOB_RECURSE HH_CHECKED_HEADERS CONFIGURE_DEPENDS RELATIVE ${CMAKE_CURRENT_SOURCE_DIR}
-  core/*.h autograd/*.h nn/*.h data/*.h train/*.h experiments/*.h serve/*.h apps/*.h tests/*.h tools/*.h cuda/*.h cuda/*.cuh)
+  core/*.h autograd/*.h nn/*.h data/*.h train/*.h experiments/*.h serve/*.h cli/*.h apps/*.h tests/*.h tools/*.h cuda/*.h cuda/*.cuh)
 set(hh_header_tus)
 foreach(h ${HH_CHECKED_HEADERS})
   set(ext cpp)

@@ -1,4 +1,4 @@
-// libFuzzer harness: the apps' flag parser (apps/kit/flags.h). The input is split at '\n' into
+// libFuzzer harness: the apps' flag parser (cli/flags.h). The input is split at '\n' into
 // arguments; a parser with one flag of each kind parses them, then every typed getter runs.
 // Each step may reject the input with hh::Error; nothing else may happen.
 #include <cstdint>
@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "apps/kit/flags.h"
+#include "cli/flags.h"
 #include "fuzz/fuzz_common.h"
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
@@ -31,7 +31,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (std::string& a : args) argv.push_back(&a[0]);
   argv.push_back(nullptr);
 
-  hh::apps::Flags flags("fuzz_flags", "flag parser fuzz target");
+  hh::cli::Flags flags("fuzz_flags", "flag parser fuzz target");
   flags.add("epochs", "3", "an integer");
   flags.add("lr", "0.001", "a number");
   flags.add("quiet", "false", "a boolean", /*is_bool=*/true);
@@ -45,7 +45,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   hh::fuzz::accepted([&] { flags.number("lr"); });
   hh::fuzz::accepted([&] { flags.boolean("quiet"); });
   hh::fuzz::accepted([&] { flags.integer("name"); });
-  for (const std::string& m : hh::apps::Flags::split_list(flags.str("maps"))) {
+  for (const std::string& m : hh::cli::Flags::split_list(flags.str("maps"))) {
     if (m.empty()) hh::fuzz::finding("split_list returned an empty item");
   }
   if (!flags.given("name") && !flags.str("name").empty()) hh::fuzz::finding("a flag not given has a value");

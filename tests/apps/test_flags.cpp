@@ -1,15 +1,15 @@
-// apps/kit/flags.h: every boolean spelling users type, and the help layout (one default, continuation
+// cli/flags.h: every boolean spelling users type, and the help layout (one default, continuation
 // lines indented under the first).
 #include <doctest/doctest.h>
 
 #include <string>
 #include <vector>
 
-#include "apps/kit/flags.h"
+#include "cli/flags.h"
 
 namespace {
 
-using hh::apps::Flags;
+using hh::cli::Flags;
 
 // Parses `args` (without the program name) into a Flags with a bool --eos (default true), a bool
 // --affine declared only by its "false" default, and a string --out.

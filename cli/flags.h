@@ -15,7 +15,7 @@
 #include "core/device.h"
 #include "core/error.h"
 
-namespace hh::apps {
+namespace hh::cli {
 
 class Flags {
  public:
@@ -217,4 +217,4 @@ inline Precision precision_flag(const Flags& f, Device device) {
   }
 }
 
-}  // namespace hh::apps
+}  // namespace hh::cli

@@ -11,14 +11,14 @@
 #include <exception>
 #include <string>
 
-#include "apps/kit/flags.h"
 #include "autograd/autocast.h"
+#include "cli/flags.h"
 #include "core/backend.h"
 #include "core/device.h"
 #include "core/error.h"
 #include "core/parallel.h"
 
-namespace hh::apps {
+namespace hh::cli {
 
 // main() of every app: runs `run` and turns an escaping exception into "error: <message>" on
 // stderr and exit status 1.
@@ -91,4 +91,4 @@ inline int apply_threads(int64_t threads) {
   return n;
 }
 
-}  // namespace hh::apps
+}  // namespace hh::cli

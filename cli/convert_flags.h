@@ -31,8 +31,8 @@
 #include <utility>
 #include <vector>
 
-#include "apps/kit/app.h"
-#include "apps/kit/flags.h"
+#include "cli/app.h"
+#include "cli/flags.h"
 #include "core/atomic_file.h"
 #include "core/backend.h"
 #include "core/device.h"
@@ -45,7 +45,7 @@
 #include "train/convert/convert_report.h"
 #include "train/run_dir.h"
 
-namespace hh::apps {
+namespace hh::cli {
 
 // Defaults of the shared flags, for one app and preset (the flag each one sets in brackets).
 struct ConversionDefaults {
@@ -90,7 +90,7 @@ inline std::string number_text(double x) {
 }
 
 // Declares the shared flags with the defaults `d`.
-// The common flags of every convert app (apps/kit/app.h); `out` is the default output folder.
+// The common flags of every convert app (cli/app.h); `out` is the default output folder.
 inline CommonFlagSpec conversion_common(const std::string& out) {
   CommonFlagSpec c;
   c.seed_help = "seed of the new feature-map weights, held-out rows, batch order and LoRA";
@@ -551,4 +551,4 @@ inline void finish_conversion(const std::string& out, const train::ConversionRep
   HH_CHECK(failed == 0, failed, " of ", rep.rows.size(), " rows failed (see the table)");
 }
 
-}  // namespace hh::apps
+}  // namespace hh::cli

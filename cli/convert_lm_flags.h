@@ -1,5 +1,5 @@
 // What convert_gpt2 and convert_llama add to the flags every convert_* app shares
-// (apps/convert_flags.h: the flags, presets, parsing, resume check, row loop and closing report):
+// (cli/convert_flags.h: the flags, presets, parsing, resume check, row loop and closing report):
 // the LM-only conversion flags (step caps, gradient clip, whether LoRA also trains the feature
 // maps), the app flags both LM apps have (model, tokenizer, data, chunk), and the loading of the
 // softmax teacher with its tokenizer, checked against each other.
@@ -10,13 +10,13 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "apps/convert_flags.h"
+#include "cli/convert_flags.h"
 #include "data/tokenizer.h"
 #include "nn/gate.h"
 #include "nn/models/hf_model.h"
 #include "train/convert/convert.h"
 
-namespace hh::apps {
+namespace hh::cli {
 
 // The paper's LoRA targets in a Llama/GPT-2 HF model (attention projections), and the LM apps'
 // attention-fidelity batches: the LM defaults of two shared flags.
@@ -223,4 +223,4 @@ inline std::shared_ptr<nn::CausalLM> load_lm_student(const Flags& f, const nn::M
   return nn::load_causal_lm(f.str("model"), o);
 }
 
-}  // namespace hh::apps
+}  // namespace hh::cli
