@@ -38,6 +38,7 @@
 #include "core/device.h"
 #include "core/parallel.h"
 #include "core/safetensors.h"
+#include "core/stop.h"
 #include "nn/gate.h"
 #include "nn/models/hf_model.h"
 #include "nn/models/hf_save.h"
@@ -470,6 +471,10 @@ inline void convert_rows(const ConversionRun& opts, const train::ConvertConfig& 
                          const std::string& model_folder, bool causal, const MakeStudent& make_student,
                          train::ConversionReport& rep) {
   for (const auto& row : opts.rows) {
+    if (stop_requested()) {  // core/stop.h: the row in flight ended at a step (its checkpoint kept)
+      std::cerr << "stopped (a stop was requested): the rows from " << row.label << " on were not run\n";
+      break;
+    }
     // "distilled" only when stage 1 runs: a trainable map with --distill-epochs 0 is not (issue 23).
     const bool distilled = row.distill && cfg.distill.epochs > 0;
     std::cerr << "== " << row.label << " (" << nn::name(row.mixer) << (distilled ? ", distilled" : ", no distillation")
@@ -483,14 +488,18 @@ inline void convert_rows(const ConversionRun& opts, const train::ConvertConfig& 
     rc.logits.cache_folder = dir + "/logit-cache";  // logit distillation with --logit-cache topk
     rc.fingerprint = row_fingerprint(settings, row);
     std::shared_ptr<nn::HFModel> student;
-    rep.rows.push_back(train::run_conversion_row(
-        row,
-        [&](const nn::Mixer& mixer) {
-          Student s = make_student(mixer);
-          student = s.model;
-          return std::move(s.task);
-        },
-        rc, causal, opts.fidelity_batches));
+    try {
+      rep.rows.push_back(train::run_conversion_row(
+          row,
+          [&](const nn::Mixer& mixer) {
+            Student s = make_student(mixer);
+            student = s.model;
+            return std::move(s.task);
+          },
+          rc, causal, opts.fidelity_batches));
+    } catch (const StopRequested&) {
+      break;  // its checkpoint is written; finish_conversion ends the run for --resume
+    }
     train::ConversionOutcome& outcome = rep.rows.back();
     if (!opts.save || outcome.status != "ok") continue;
     try {
@@ -527,8 +536,15 @@ inline void start_conversion_folder(train::RunDir& folder, const std::vector<tra
 
 // The end of a run: prints the table, writes the report under `out`, ends the run folder (the
 // previous result dropped, kept for --resume, or put back) and fails (an error, exit 1 from main)
-// when a row did not finish.
+// when a row did not finish. After a requested stop (core/stop.h) it writes no report, leaves the
+// folder for --resume and throws StopRequested.
 inline void finish_conversion(const std::string& out, const train::ConversionReport& rep, train::RunDir& folder) {
+  if (stop_requested()) {  // core/stop.h (Ctrl-C in Python): no report; the checkpoints stay for --resume
+    const std::string note = folder.finish(train::RunDir::End::partial);
+    if (!note.empty()) std::cerr << note << "\n";
+    std::cerr << "stopped: the rows' checkpoints under " << out << " are kept (--resume continues)\n";
+    throw StopRequested("convert");
+  }
   std::cout << "\n" << rep.title << "\n" << train::conversion_table(rep);
   size_t failed = 0;
   bool interrupted = false;

@@ -16,6 +16,7 @@
 #include "autograd/ops.h"
 #include "core/error.h"
 #include "core/internal/json_read.h"
+#include "core/stop.h"
 #include "train/checkpoint.h"
 
 namespace hh::train {
@@ -199,9 +200,11 @@ TrainerResult Trainer::fit() {
       save_now();
       saved = true;
     }
-    if (cfg_.stop_after_steps > 0 && r.steps >= cfg_.stop_after_steps && !finished_) {
+    // Stopped here: --stop-after-epochs' step, or a stop requested from outside (core/stop.h).
+    const bool requested = stop_requested();
+    if (((cfg_.stop_after_steps > 0 && r.steps >= cfg_.stop_after_steps) || requested) && !finished_) {
       if (!saved) save_now();
-      r.status = str("interrupted at step ", r.steps);
+      r.status = str("interrupted at step ", r.steps, requested ? " (a stop was requested)" : "");
       r.seconds = elapsed();
       r.has_best = stopper_.has_best();
       if (r.has_best) r.best_metric = stopper_.best();

@@ -145,7 +145,7 @@ struct TrainerHooks {
 
 struct TrainerResult {
   // "ok"; "diverged at [epoch E, ]step S: <why>" (the best weights before it are loaded);
-  // "interrupted at step S" (stop_after_steps).
+  // "interrupted at step S" (stop_after_steps; " (a stop was requested)" after it: core/stop.h).
   std::string status = "ok";
   int64_t steps = 0;           // optimizer steps done, resumed ones included
   int64_t start_step = 0;      // where this process started (0 unless resumed)

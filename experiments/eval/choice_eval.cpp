@@ -13,6 +13,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/regular_file.h"
+#include "core/stop.h"
 #include "core/tensor.h"
 
 namespace hh::train {
@@ -222,6 +223,7 @@ ChoiceResult score_choices(nn::CausalLM& lm, const data::Tokenizer& tok, const s
     r.correct_bytes += s.prediction.pred_bytes == gold;
     r.examples.push_back(std::move(s));
     if (o.on_example) o.on_example(static_cast<int64_t>(k + 1), static_cast<int64_t>(examples.size()));
+    throw_if_stop_requested("choice");  // core/stop.h: between examples
   }
   r.count = static_cast<int64_t>(examples.size());
   const double n = static_cast<double>(std::max<int64_t>(r.count, 1));

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/stop.h"
 #include "nn/models/generate.h"
 
 namespace hh::train {
@@ -361,6 +362,7 @@ RetrievalResult run_retrieval(nn::CausalLM& lm, const data::Tokenizer& tok, cons
     tr.score = retrieval_score(o.task, tr.answers, tr.completion);
     tr.correct = tr.score == 1.0;
     if (o.on_trial) o.on_trial(static_cast<int64_t>(i + 1), static_cast<int64_t>(prompts.size()));
+    throw_if_stop_requested("retrieval");  // core/stop.h: between trials
   }
   for (int64_t L : o.lengths)
     for (double d : o.depths) {

@@ -21,6 +21,7 @@
 #include "core/internal/json_read.h"
 #include "core/progress.h"
 #include "core/safetensors.h"
+#include "core/stop.h"
 #include "data/text_corpus.h"
 #include "nn/models/hf_save.h"
 #include "train/checkpoint.h"
@@ -246,6 +247,7 @@ LmEval evaluate_lm(nn::CausalLM& model, const std::vector<int32_t>& ids, int64_t
   double loss_sum = 0, scored = 0;
   // Windows are dealt to ranks round robin, in batches.
   for (int64_t first = comm.rank() * batch; first < n; first += batch * comm.world()) {
+    throw_if_stop_requested("perplexity");  // core/stop.h: between batches (never set in a multi-rank run)
     std::vector<int64_t> rows;
     for (int64_t r = first; r < std::min(first + batch, n); ++r) rows.push_back(r);
     const Tensor tokens = w.tokens(rows);   // (B, L+1)

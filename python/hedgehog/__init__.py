@@ -6,6 +6,7 @@
     y = hh.linear_attention(phi(q), phi(q, is_query=False), q)
     y.sum().backward(); q.grad.numpy()
     model = hh.load("path/to/hf-folder"); model.generate("The hedgehog", max_new_tokens=16)
+    hh.convert("gpt2-folder", data="wikitext", preset="quick", out="out/gpt2")  # as convert_gpt2 does
 
 Engine errors are raised as hedgehog.Error (a RuntimeError) with the engine's message.
 """
@@ -13,6 +14,7 @@ import contextlib
 
 from ._hedgehog import *  # noqa: F401,F403
 from ._hedgehog import Error, Model, Tensor, Tokenizer, _grad_enabled, _set_grad_enabled, load, tensor  # noqa: F401
+from .drivers import convert, evaluate  # noqa: F401
 
 __all__ = [name for name in dir() if not name.startswith("_")]
 

@@ -24,5 +24,6 @@ Tensor token_ids(const nb::handle& ids);
 void bind_tensor(nb::module_& m);
 void bind_ops(nb::module_& m);
 void bind_models(nb::module_& m);
+void bind_drivers(nb::module_& m);  // hedgehog.convert, hedgehog.evaluate
 
 }  // namespace hh::py

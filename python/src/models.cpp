@@ -28,7 +28,6 @@ namespace hh::py {
 
 namespace {
 
-struct Interrupted {};  // thrown by a callback to end a long run at Ctrl-C
 
 struct PyTokenizer {
   std::shared_ptr<data::Tokenizer> tok;
@@ -171,15 +170,13 @@ class PyModel {
     o.trials = trials;
     o.seed = seed;
     train::check_retrieval_options(o);
-    o.on_trial = [](int64_t, int64_t) {  // Ctrl-C ends the run after the trial at hand
-      if (InterruptScope::requested()) throw Interrupted();
-    };
+    // Ctrl-C: run_retrieval stops after the trial at hand (StopRequested), then KeyboardInterrupt.
     train::RetrievalResult r;
     InterruptScope interrupt;
     try {
       nb::gil_scoped_release release;
       r = train::run_retrieval(lm(), tok(), o);
-    } catch (const Interrupted&) {
+    } catch (const StopRequested&) {
     }
     interrupt.finish();
     nb::list cells;

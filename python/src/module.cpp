@@ -9,4 +9,5 @@ NB_MODULE(_hedgehog, m) {
   hh::py::bind_tensor(m);
   hh::py::bind_ops(m);
   hh::py::bind_models(m);
+  hh::py::bind_drivers(m);
 }

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "core/atomic_file.h"
+#include "core/stop.h"
 #include "nn/feature_maps.h"
 #include "nn/gate.h"
 #include "train/report/html.h"
@@ -96,10 +97,15 @@ ConversionOutcome run_conversion_row(const ConversionRow& row, const StudentFact
     if (!row.distill) cfg.distill.epochs = 0;
     std::unique_ptr<ConversionTask> task = make(row.mixer);
     o.result = convert(*task, cfg);
+    // A stop requested from outside (core/stop.h) ended the stage at a step, its checkpoint written:
+    // no evaluation; the caller ends the run for resume.
+    if (o.result.interrupted && stop_requested()) throw StopRequested(str("converting ", row.label));
     o.test = task->evaluate(Split::test);
     // The last layer's first head is pictured (clamped to the model's last layer).
     o.fidelity = measure_fidelity(*task, Split::test, fidelity_batches, causal, INT64_MAX, 0);
     if (after) after(*task, o);
+  } catch (const StopRequested&) {
+    throw;
   } catch (const Error& e) {
     o.status = str("error: ", e.what());
   }
