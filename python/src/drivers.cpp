@@ -4,9 +4,12 @@
 // requests a stop (python/src/interrupt.h): the Trainer writes its checkpoint at the next step and
 // the run ends as --stop-after-epochs ends it (the folder kept for resume=True), an evaluation ends
 // between items (its folder keeps the previous result); then KeyboardInterrupt is raised.
-#include <cstdio>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
 #include <iostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cli/drivers.h"

@@ -1,11 +1,13 @@
 // hedgehog.load and hedgehog.Tokenizer: HF model folders (every family the importer reads,
 // converted folders included) with logits, generation, embeddings and multiple-choice scores, as
 // hf_run and eval_lm compute them.
+#include <nanobind/stl/filesystem.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/unique_ptr.h>
 #include <nanobind/stl/vector.h>
 
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
@@ -221,7 +223,9 @@ class PyModel {
 void bind_models(nb::module_& m) {
   nb::class_<PyTokenizer>(m, "Tokenizer", "An HF folder's tokenizer (tokenizer.json, vocab files), as transformers reads it")
       .def("__init__",
-           [](PyTokenizer* t, const std::string& folder) { new (t) PyTokenizer{data::load_tokenizer(folder)}; },
+           [](PyTokenizer* t, const std::filesystem::path& folder) {
+             new (t) PyTokenizer{data::load_tokenizer(folder.string())};
+           },
            nb::arg("folder"))
       .def("encode", &PyTokenizer::encode, nb::arg("text"), nb::arg("add_special_tokens") = true)
       .def("decode", &PyTokenizer::decode, nb::arg("ids"), nb::arg("skip_special_tokens") = false)
@@ -244,8 +248,8 @@ void bind_models(nb::module_& m) {
       .def("__repr__", &PyModel::repr);
   m.def(
       "load",
-      [](const std::string& folder, std::optional<std::string> mixer, std::optional<int64_t> window,
-         const std::string& device) { return std::make_unique<PyModel>(folder, mixer, window, device); },
+      [](const std::filesystem::path& folder, std::optional<std::string> mixer, std::optional<int64_t> window,
+         const std::string& device) { return std::make_unique<PyModel>(folder.string(), mixer, window, device); },
       nb::arg("folder"), nb::arg("mixer") = nb::none(), nb::arg("window") = nb::none(), nb::arg("device") = "cpu",
       "Loads an HF folder (config.json + weights): mixer swaps the attention (a feature map, hybrid-<map>), "
       "window the hybrid's sliding window");

@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "core/generator.h"
 #include "core/safetensors.h"
+#include "core/stop.h"
 #include "nn/layers.h"
 #include "tests/temp_dir.h"
 #include "train/optim.h"
@@ -106,4 +107,49 @@ TEST_CASE("trainer: a resumed checkpoint's loop state must hold integers in rang
     CHECK(msg.find("checkpoint " + path + ": bad training state in its metadata") != std::string::npos);
     CHECK(msg.find(want) != std::string::npos);
   }
+}
+
+TEST_CASE("trainer: a stop requested from outside (core/stop.h) checkpoints at that step; the resumed run ends "
+          "bit for bit where an uninterrupted one does") {
+  hh::test::TempDir dir("trainer_stop");
+  // Linear(2, 3) + AdamW, 6 steps, evaluated every 4: the stop at step 2 falls between evaluations,
+  // so only the interruption writes the checkpoint. Returns the result and the final weight.
+  auto train = [&](const std::string& path, bool resume, int64_t stop_at) {
+    Generator init_gen(1);
+    nn::Linear model(2, 3, /*bias=*/true, nn::Init{init_gen});
+    train::AdamW opt(train::single_group(model, 0.0), 1e-2);
+    const LrSchedule schedule(ScheduleConfig{});
+    train::TrainerConfig tc;
+    tc.total_steps = 6;
+    tc.eval_every = 4;
+    tc.checkpoint_path = path;
+    tc.kind = "stop";
+    tc.fingerprint = "{}";
+    tc.resume = resume;
+    tc.show_progress = false;
+    const Tensor x = from_vector(std::vector<double>{1, -2, 0.5, 3}, {2, 2}, {DType::f32});
+    train::TrainerHooks hooks;
+    hooks.loss = [&](int64_t, int64_t) { return sum(square(model.forward(x))); };
+    hooks.evaluate = [](int64_t step) { return train::Evaluation{-static_cast<double>(step), {}, false}; };
+    hooks.after_step = [&](int64_t step) {
+      if (step == stop_at) request_stop();  // as the Python module's Ctrl-C handler does
+    };
+    const train::TrainerResult r = train::Trainer(model, opt, schedule, tc, std::move(hooks)).fit();
+    clear_stop_request();
+    return std::make_pair(r, to_vector<float>(model.weight));
+  };
+  const auto whole = train(dir.file("whole.safetensors"), false, -1);
+  CHECK(whole.first.status == "ok");
+  const std::string path = dir.file("stopped.safetensors");
+  const auto stopped = train(path, false, 2);
+  CHECK(stopped.first.status == "interrupted at step 2 (a stop was requested)");
+  CHECK(stopped.first.interrupted());
+  CHECK(stopped.first.steps == 2);
+  REQUIRE(load_safetensors(path).metadata.count("trainer.state") == 1);
+  CHECK_FALSE(stop_requested());
+  const auto resumed = train(path, true, -1);
+  CHECK(resumed.first.status == "ok");
+  CHECK(resumed.first.start_step == 2);
+  CHECK(resumed.first.steps == 6);
+  CHECK(resumed.second == whole.second);
 }
