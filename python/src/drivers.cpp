@@ -14,6 +14,7 @@
 
 #include "cli/drivers.h"
 #include "core/error.h"
+#include "core/parallel.h"
 #include "core/stop.h"
 #include "python/src/bind.h"
 #include "python/src/interrupt.h"
@@ -38,6 +39,11 @@ Driver driver_named(const std::string& name) {
 // Runs driver `name` on `args`; returns its exit status (0) or raises its error / KeyboardInterrupt.
 int run_driver(const std::string& name, const std::vector<std::string>& args) {
   const Driver driver = driver_named(name);
+  // --threads sets the process's thread count: the caller's is put back after the run.
+  struct KeepThreads {
+    int n = num_threads();
+    ~KeepThreads() { set_num_threads(n); }
+  } keep;
   int rc = 0;
   InterruptScope interrupt;
   try {

@@ -27,7 +27,9 @@ def _app(hh, name):
 
 
 def test_convert_is_the_app(hh, tmp_path):
+    hh.set_num_threads(2)
     r = hh.convert(os.path.join(WIKI, "gpt2-bytes"), out=tmp_path / "py", save=True, **TINY)
+    assert hh.get_num_threads() == 2  # threads=1 held for the run only
     (row,) = r["rows"]
     assert row["label"] == "Hedgehog" and row["status"] == "ok"
     assert row["distill"]["steps"] > 0 and row["finetune"]["steps"] > 0
