@@ -65,6 +65,8 @@ def test_bad_options_raise_the_apps_error(hh, tmp_path):
         hh.convert(tmp_path / "nowhere", data=WIKI)
     with pytest.raises(hh.Error, match="--task"):
         hh.evaluate(os.path.join(EVAL, "gpt2-tok"), task="no-such-task")
+    with pytest.raises(hh.Error, match="set_num_threads"):
+        hh.set_num_threads(0)
     assert not np.isnan(hh.load(os.path.join(EVAL, "gpt2-tok")).logits([1, 2])).any()  # still usable
 
 
