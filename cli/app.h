@@ -1,7 +1,8 @@
 // What every app and driver shares (cli/, below apps/ and python/), so that an app is its own
-// flags, a preset and one call into its experiment. run_main is the one main() wrapper; the flags every model-running app takes
-// (--device --precision --threads --seed --resume --out) are declared here with one help text each
-// and read back, checked, into one struct at the edge, before any long work.
+// flags, a preset and one call into its experiment. run_main is the one main() wrapper; the flags
+// every model-running app takes (--device --precision --threads --seed --resume --out) are
+// declared here with one help text each and read back, checked, into one struct at the edge,
+// before any long work.
 #pragma once
 #include <omp.h>
 
