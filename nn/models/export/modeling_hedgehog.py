@@ -19,7 +19,7 @@
 # quadratic one when the folder's form says so); padded keys (attention_mask 0) contribute nothing,
 # as in the engine (they also take no part in the exp maps' key shift or cosformer's length).
 # This file is part of the hedgehog sources (nn/models/export/); the engine embeds it and writes it
-# into every converted decoder folder, so keep it self-contained (torch + transformers only).
+# into every converted folder it can run, so keep it self-contained (torch + transformers only).
 import math
 
 import torch
@@ -504,10 +504,11 @@ class HedgehogViTAttention(ViTAttention):
 
 
 def _swap_vit_attention(model, vit, config):
-    if not hasattr(vit, "layers") or not hasattr(ViTAttention(config), "q_proj"):
+    layers = getattr(vit, "layers", None)
+    if layers is None or (len(layers) and not hasattr(layers[0].attention, "q_proj")):
         raise ValueError("hedgehog: this transformers' ViT layout is not supported (ViTModel.layers, ViTAttention.q_proj)")
     kept = _softmax_layers(config)
-    for i, layer in enumerate(vit.layers):
+    for i, layer in enumerate(layers):
         if i not in kept:
             layer.attention = HedgehogViTAttention(config)
     model.post_init()
