@@ -135,9 +135,10 @@ add_test(NAME hf_run_rejects_billion_layers
                  sh $<TARGET_FILE:hf_run>)
 set_tests_properties(hf_run_rejects_billion_layers PROPERTIES
                      PASS_REGULAR_EXPRESSION "error: llama: [^\n]*config\\.json: .*\"num_hidden_layers\" = 1000000000" TIMEOUT 60)
-# Converted folders load in transformers: hh_tests writes the tiny converted Llama / GPT-2 folders
-# (every exported feature map and two hybrids), tools/check_hf_export.py loads each with
-# AutoModelForCausalLM(trust_remote_code=True) and compares its logits with hf_run's (<= 1e-4).
+# Converted folders load in transformers: hh_tests writes the tiny converted decoder folders (every
+# exported feature map and the hybrids) and BERT / ViT folders (every map; a padded batch for BERT),
+# tools/check_hf_export.py loads each with its Auto class (trust_remote_code=True) and compares its
+# logits with hf_run's (decoders <= 1e-4; encoders' logits and hidden states <= 1e-5).
 # Skipped (77) where python3 cannot import torch and transformers; the doctest "hf export: the
 # engine's logits ... (fixture)" checks the same agreement against committed transformers logits.
 set(HF_EXPORT_DIR ${CMAKE_CURRENT_BINARY_DIR}/hf_export)

@@ -215,7 +215,8 @@ std::string bert_rename(const std::string& file_name, bool bare_model) {
 
 std::shared_ptr<HFModel> make_bert(const HFConfig& c, const HFModelOptions& opts, const std::string& folder) {
   const std::string type = c.get_string("model_type", "bert");
-  HH_CHECK(type == "bert", c.origin(), ": \"model_type\" = \"", type, "\" is not a BERT model");
+  // "hedgehog_bert": a converted folder's (save_hf_model: for transformers' auto_map).
+  HH_CHECK(type == "bert" || type == "hedgehog_bert", c.origin(), ": \"model_type\" = \"", type, "\" is not a BERT model");
   const BertConfig cfg = BertConfig::from_hf(c);
   const std::vector<std::string> archs = c.has("architectures") ? c.get_strings("architectures") : std::vector<std::string>{};
   const std::string arch = archs.empty() ? "BertModel" : archs[0];

@@ -34,58 +34,87 @@ const char* kCopied[] = {"tokenizer.json", "tokenizer_config.json", "special_tok
                          "merges.txt", "vocab.txt", "tokenizer.model", "generation_config.json",
                          "preprocessor_config.json", "added_tokens.json", "chat_template.jinja"};
 
-// A converted decoder folder loads in transformers through this module (trust_remote_code): its
-// text is nn/models/export/modeling_hedgehog.py, embedded by the build.
+// A converted folder loads in transformers through this module (trust_remote_code): its text is
+// nn/models/export/modeling_hedgehog.py, embedded by the build.
 constexpr const char* kModelingFile = "modeling_hedgehog.py";
 constexpr const char* kModelTypePrefix = "hedgehog_";  // "hedgehog_llama": a converted folder's model_type
 
-// The families modeling_hedgehog.py subclasses: model_type and the module's config and model classes.
-struct ExportClasses {
+// The families modeling_hedgehog.py subclasses: model_type and the module's config class. An
+// encoder (BERT, ViT) runs the non-causal linear attention, so its hybrid (sliding-window, causal
+// only) folders get no module.
+struct ExportFamily {
   const char* family;
   const char* config_class;
+  bool encoder;
+};
+constexpr ExportFamily kExportFamilies[] = {
+    {"llama", "HedgehogLlamaConfig", false}, {"mistral", "HedgehogMistralConfig", false},
+    {"qwen2", "HedgehogQwen2Config", false}, {"qwen3", "HedgehogQwen3Config", false},
+    {"gpt2", "HedgehogGPT2Config", false},   {"bert", "HedgehogBertConfig", true},
+    {"vit", "HedgehogViTConfig", true},
+};
+
+// config.json's auto_map entries of a family's folder: the module's class for each transformers
+// Auto class, by the folder's "architectures"[0] (null: every folder of the family).
+struct ExportClass {
+  const char* family;
+  const char* architecture;
+  const char* auto_class;
   const char* model_class;
 };
-constexpr ExportClasses kExportClasses[] = {
-    {"llama", "HedgehogLlamaConfig", "HedgehogLlamaForCausalLM"},
-    {"mistral", "HedgehogMistralConfig", "HedgehogMistralForCausalLM"},
-    {"qwen2", "HedgehogQwen2Config", "HedgehogQwen2ForCausalLM"},
-    {"qwen3", "HedgehogQwen3Config", "HedgehogQwen3ForCausalLM"},
-    {"gpt2", "HedgehogGPT2Config", "HedgehogGPT2LMHeadModel"},
+constexpr ExportClass kExportClasses[] = {
+    {"llama", nullptr, "AutoModelForCausalLM", "HedgehogLlamaForCausalLM"},
+    {"mistral", nullptr, "AutoModelForCausalLM", "HedgehogMistralForCausalLM"},
+    {"qwen2", nullptr, "AutoModelForCausalLM", "HedgehogQwen2ForCausalLM"},
+    {"qwen3", nullptr, "AutoModelForCausalLM", "HedgehogQwen3ForCausalLM"},
+    {"gpt2", nullptr, "AutoModelForCausalLM", "HedgehogGPT2LMHeadModel"},
+    {"bert", nullptr, "AutoModel", "HedgehogBertModel"},  // the encoder of any BERT folder
+    {"bert", "BertForSequenceClassification", "AutoModelForSequenceClassification",
+     "HedgehogBertForSequenceClassification"},
+    {"vit", nullptr, "AutoModel", "HedgehogViTModel"},
+    {"vit", "ViTForImageClassification", "AutoModelForImageClassification", "HedgehogViTForImageClassification"},
 };
 
 // The transformers family whose classes modeling_hedgehog.py subclasses for this config (one of
-// kExportClasses), by model_type (a converted folder's "hedgehog_<family>" too); null for the
-// others (BERT, ViT, ...), whose converted folders load in the engine only.
-const ExportClasses* export_family(const nlohmann::json& config) {
+// kExportFamilies), by model_type (a converted folder's "hedgehog_<family>" too); null for the
+// others, whose converted folders load in the engine only.
+const ExportFamily* export_family(const nlohmann::json& config) {
   const auto it = config.find("model_type");
   if (it == config.end() || !it->is_string()) return nullptr;
   std::string type = it->get<std::string>();
   if (type.rfind(kModelTypePrefix, 0) == 0) type = type.substr(std::string(kModelTypePrefix).size());
-  for (const ExportClasses& c : kExportClasses)
-    if (type == c.family) return &c;
+  for (const ExportFamily& f : kExportFamilies)
+    if (type == f.family) return &f;
   return nullptr;
 }
 
 // config.json of a converted folder as transformers needs it to find modeling_hedgehog.py, or
-// without those keys (a softmax model saved from a converted folder's config). A gated folder
-// (module = false) keeps its "hedgehog_<family>" model_type but gets no auto_map:
-// modeling_hedgehog.py has no gates, so transformers refuses the folder rather than run it ungated.
-void set_remote_code_keys(nlohmann::json& config, const ExportClasses* family, bool linear, bool module_file) {
+// without those keys (a softmax model saved from a converted folder's config). A folder the module
+// cannot run (module_file = false: gated, or a hybrid encoder) keeps its "hedgehog_<family>"
+// model_type but gets no auto_map: transformers refuses it rather than run it otherwise.
+void set_remote_code_keys(nlohmann::json& config, const ExportFamily* family, bool linear, bool module_file) {
   const std::string type = config.value("model_type", std::string());
   if (type.rfind(kModelTypePrefix, 0) == 0) config["model_type"] = type.substr(std::string(kModelTypePrefix).size());
   const std::string module = std::string(kModelingFile).substr(0, std::string(kModelingFile).find('.'));
   if (config.contains("auto_map") && config["auto_map"].is_object()) {  // ours only: other entries stay
     nlohmann::json& map = config["auto_map"];
-    for (const char* key : {"AutoConfig", "AutoModelForCausalLM"})
-      if (map.contains(key) && map[key].is_string() && map[key].get<std::string>().rfind(module + ".", 0) == 0)
-        map.erase(key);
+    std::vector<std::string> ours;
+    for (const auto& [key, value] : map.items())
+      if (value.is_string() && value.get<std::string>().rfind(module + ".", 0) == 0) ours.push_back(key);
+    for (const std::string& key : ours) map.erase(key);
     if (map.empty()) config.erase("auto_map");
   }
   if (!linear || !family) return;
   config["model_type"] = std::string(kModelTypePrefix) + family->family;
   if (!module_file) return;
+  std::string arch;
+  if (config.contains("architectures") && config["architectures"].is_array() && !config["architectures"].empty() &&
+      config["architectures"][0].is_string())
+    arch = config["architectures"][0].get<std::string>();
   config["auto_map"]["AutoConfig"] = module + "." + family->config_class;
-  config["auto_map"]["AutoModelForCausalLM"] = module + "." + family->model_class;
+  for (const ExportClass& c : kExportClasses)
+    if (std::string(c.family) == family->family && (!c.architecture || arch == c.architecture))
+      config["auto_map"][c.auto_class] = module + "." + c.model_class;
 }
 
 struct ExportConfig {
@@ -103,8 +132,9 @@ ExportConfig export_config(const std::string& config_json, const std::string& co
     config.erase("id2label");
     config.erase("label2id");
   }
-  const ExportClasses* family = export_family(config);
-  const bool python = o.mixer.is_linear() && family && o.gate == Gate::none;  // no gates in the module
+  const ExportFamily* family = export_family(config);
+  // No gates in the module, and no sliding window in an encoder (hybrid mixers are causal only).
+  const bool python = o.mixer.is_linear() && family && o.gate == Gate::none && !(family->encoder && o.mixer.is_hybrid());
   if (python) {
     const std::vector<std::string> maps = internal::exported_feature_maps(internal::kModelingHedgehogPy);
     HH_CHECK(std::find(maps.begin(), maps.end(), o.mixer.feature_map()) != maps.end(), "save_hf_model: mixer '",
@@ -199,7 +229,7 @@ void commit_stage(const std::string& out, const std::string& stage) {
     if (::rename(from.c_str(), to.c_str()) != 0)
       fail(str("save_hf_model: cannot move ", from, " to ", to, ": ", std::strerror(errno)));
   }
-  // An export without the transformers module (softmax, BERT, ViT) over one with it: the old
+  // An export without the transformers module (softmax, gated, a hybrid encoder) over one with it: the old
   // module goes, so the folder holds nothing its config.json does not name.
   if (std::find(names.begin(), names.end(), kModelingFile) == names.end()) {
     const std::string old_module = (fs::path(out) / kModelingFile).string();

@@ -7,13 +7,16 @@
 // complete (config.json last), so a failure (a full disk) leaves a previous export as it was, and
 // a stage left by a killed process is finished or removed by the next export into the folder.
 // model.safetensors carries a checksum per tensor (core/safetensors.h).
-// A converted Llama or GPT-2 folder (a linear or hybrid mixer) also loads in transformers:
-// it carries modeling_hedgehog.py (nn/models/export/, embedded by the build), config.json's
-// model_type becomes "hedgehog_llama" / "hedgehog_gpt2" and its "auto_map" names that module's
-// classes, so AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True) computes the
-// engine's logits. A feature map that module does not implement (its FEATURE_MAPS) is refused.
-// Converted folders of other families (BERT, ViT, a model_type other than llama / gpt2) load in the
-// engine only.
+// A converted Llama, Mistral, Qwen2, Qwen3 or GPT-2 folder (a linear or hybrid mixer), BERT or ViT
+// folder (a linear mixer) also loads in transformers: it carries modeling_hedgehog.py
+// (nn/models/export/, embedded by the build), config.json's model_type becomes "hedgehog_<family>"
+// ("hedgehog_llama", "hedgehog_bert", ...) and its "auto_map" names that module's classes
+// (AutoModelForCausalLM; AutoModel, and AutoModelForSequenceClassification /
+// AutoModelForImageClassification for a classifier), so Auto*.from_pretrained(folder,
+// trust_remote_code=True) computes the engine's outputs. A feature map that module does not
+// implement (its FEATURE_MAPS) is refused. Gated folders and hybrid encoders keep the
+// "hedgehog_<family>" model_type without an auto_map (transformers refuses them); other families
+// load in the engine only.
 #pragma once
 #include <string>
 #include <vector>
@@ -30,14 +33,14 @@ void save_hf_model(const HFModel& model, const std::string& out_folder, const st
                    const std::string& config_origin, const std::string& files_folder);
 
 // config_json (an HF config.json's text) with the "hedgehog" section of `options` (replaced; none
-// for softmax) and, for a converted Llama / GPT-2, the model_type and auto_map that point
+// for softmax) and, for a converted folder of a family above, the model_type and auto_map that point
 // transformers to modeling_hedgehog.py: the config.json save_hf_model writes. Errors name
 // config_origin.
 std::string config_with_hedgehog_section(const std::string& config_json, const std::string& config_origin,
                                          const HFModelOptions& options);
 namespace internal {
 // The feature-map names of a modeling_hedgehog.py text (its FEATURE_MAPS = ("elu", ...) line):
-// what a converted decoder folder may use. An error when the line is missing or malformed.
+// what a converted folder may use. An error when the line is missing or malformed.
 std::vector<std::string> exported_feature_maps(const std::string& module_text);
 }  // namespace internal
 

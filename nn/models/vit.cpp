@@ -166,7 +166,8 @@ Tensor ViTForImageClassification::forward(const Tensor& pixel_values, TraceReque
 
 std::shared_ptr<HFModel> make_vit(const HFConfig& c, const HFModelOptions& opts, const std::string& folder) {
   const std::string type = c.get_string("model_type", "vit");
-  HH_CHECK(type == "vit", c.origin(), ": \"model_type\" = \"", type, "\" is not a ViT model");
+  // "hedgehog_vit": a converted folder's (save_hf_model: for transformers' auto_map).
+  HH_CHECK(type == "vit" || type == "hedgehog_vit", c.origin(), ": \"model_type\" = \"", type, "\" is not a ViT model");
   const ViTConfig cfg = ViTConfig::from_hf(c);
   const std::vector<std::string> archs = c.has("architectures") ? c.get_strings("architectures") : std::vector<std::string>{};
   const std::string arch = archs.empty() ? "ViTModel" : archs[0];

@@ -1,4 +1,4 @@
-// A converted decoder folder (Llama, Mistral, Qwen2, Qwen3, GPT-2) that loads in transformers
+// A converted folder (Llama, Mistral, Qwen2, Qwen3, GPT-2; BERT and ViT) that loads in transformers
 // (save_hf_model + modeling_hedgehog.py): the
 // folder carries the embedded module and an auto_map, the engine's logits of the re-saved tiny
 // models agree with what transformers computed on the same folders (tests/fixtures/hf/export/
@@ -40,6 +40,7 @@ struct ExportCase {
   FeatureMapConfig fm;
   int64_t window = 64;
   int64_t kept_layer = -1;  // a layer kept as softmax (-1: none)
+  bool quadratic = false;   // the quadratic linear form (encoders: else the non-causal one)
 };
 
 FeatureMapConfig fm_with(void (*set)(FeatureMapConfig&)) {
@@ -112,6 +113,7 @@ std::shared_ptr<HFModel> converted(const std::string& family, const ExportCase& 
   o.mixer = parse_mixer(c.mixer, "test");
   o.feature_map = c.fm;
   o.window = c.window;
+  if (c.quadratic) o.form = LinearForm::quadratic;
   if (c.kept_layer >= 0) o.softmax_layers = {c.kept_layer};
   o.seed = 9;
   auto m = load_hf_model(fixture(family), o);
@@ -124,6 +126,41 @@ std::shared_ptr<HFModel> converted(const std::string& family, const ExportCase& 
 }
 
 std::string fixture_key(const std::string& family, const ExportCase& c) { return family + "/" + c.label; }
+
+// The encoders' folders: every map (no hybrids: causal only) on a BERT classifier with a tokenizer
+// (tools/check_hf_export.py runs a padded batch through it) and on a ViT classifier, plus a bare
+// BertModel (a sentence-transformers folder); cosformer with M = each row's length, a layer kept as
+// softmax, the quadratic form.
+struct EncoderFamily {
+  const char* fixture;
+  bool all_maps;
+  bool keep_layer;  // a case with layer 0 kept as softmax (bert-tiny-tok has one layer only)
+};
+const EncoderFamily kEncoders[] = {{"bert-tiny-tok", true, false}, {"vit-tiny", true, true}, {"st-tiny-mean", false, true}};
+
+std::vector<ExportCase> encoder_cases(bool all_maps, bool keep_layer) {
+  std::vector<ExportCase> out;
+  for (const ExportCase& c : export_cases())
+    if (std::string(c.mixer).rfind("hybrid-", 0) != 0 && std::string(c.label) != "cosformer-m16" &&
+        (all_maps || std::string(c.label) == "hedgehog" || std::string(c.label) == "exp-t2"))
+      out.push_back(c);
+  out.push_back({"cosformer", "cosformer", {}});
+  if (keep_layer) out.push_back({"hedgehog-kept0", "hedgehog", {}, 64, 0});
+  if (all_maps) out.push_back({"hedgehog-quadratic", "hedgehog", {}, 64, -1, true});
+  return out;
+}
+
+// Saves every encoder case under `root` (<fixture>-<label>), each reloaded by the engine; the count.
+size_t export_encoders(const fs::path& root) {
+  size_t n = 0;
+  for (const EncoderFamily& e : kEncoders)
+    for (const ExportCase& c : encoder_cases(e.all_maps, e.keep_layer)) {
+      const fs::path folder = root / (std::string(e.fixture) + "-" + c.label);
+      save_hf_model(*converted(e.fixture, c), folder.string(), fixture(e.fixture));
+      n += load_hf_model(folder.string()) != nullptr;
+    }
+  return n;
+}
 
 // Saves every case of every family under `root` (<family>-<label>), reloads each with the engine
 // and returns its logits by fixture_key.
@@ -186,16 +223,62 @@ TEST_CASE("hf export: a converted decoder folder carries modeling_hedgehog.py an
   }
 }
 
-TEST_CASE("hf export: a converted BERT folder stays engine-only (no module, its own model_type)") {
-  test::TempDir dir("hf_export_bert");
+TEST_CASE("hf export: a converted BERT / ViT folder carries modeling_hedgehog.py and its head's auto_map") {
+  struct Encoder {
+    const char* fixture;
+    const char* model_type;
+    const char* config_class;
+    std::map<std::string, std::string> classes;  // auto_map besides AutoConfig
+  };
+  const Encoder encoders[] = {
+      {"bert-tiny", "hedgehog_bert", "HedgehogBertConfig",
+       {{"AutoModel", "HedgehogBertModel"},
+        {"AutoModelForSequenceClassification", "HedgehogBertForSequenceClassification"}}},
+      {"st-tiny-mean", "hedgehog_bert", "HedgehogBertConfig", {{"AutoModel", "HedgehogBertModel"}}},
+      {"vit-tiny", "hedgehog_vit", "HedgehogViTConfig",
+       {{"AutoModel", "HedgehogViTModel"}, {"AutoModelForImageClassification", "HedgehogViTForImageClassification"}}},
+  };
+  const std::string py = read_file(source_dir() + "/nn/models/export/modeling_hedgehog.py");
+  for (const Encoder& e : encoders) {
+    CAPTURE(e.fixture);
+    test::TempDir dir("hf_export_encoder");
+    HFModelOptions o;
+    o.mixer = parse_mixer("hedgehog", "test");
+    auto m = load_hf_model(fixture(e.fixture), o);
+    save_hf_model(*m, dir.path.string(), fixture(e.fixture));
+    CHECK(read_file((dir.path / "modeling_hedgehog.py").string()) == py);
+    nlohmann::json cfg = nlohmann::json::parse(read_file((dir.path / "config.json").string()));
+    CHECK(cfg["model_type"] == e.model_type);
+    CHECK(cfg["hedgehog"]["mixer"] == "hedgehog");
+    CHECK(cfg["auto_map"].size() == e.classes.size() + 1);
+    CHECK(cfg["auto_map"]["AutoConfig"] == std::string("modeling_hedgehog.") + e.config_class);
+    CHECK_MESSAGE(py.find(std::string("\nclass ") + e.config_class + "(") != std::string::npos, e.config_class);
+    for (const auto& [key, cls] : e.classes) {
+      CHECK(cfg["auto_map"][key] == "modeling_hedgehog." + cls);
+      CHECK_MESSAGE(py.find("\nclass " + cls + "(") != std::string::npos, cls);
+    }
+    // The engine reads its "hedgehog_<family>" folder back as the same model.
+    auto back = load_hf_model(dir.path.string());
+    CHECK(back->architecture() == m->architecture());
+    CHECK(name(back->options().mixer) == "hedgehog");
+    // A softmax model saved from the converted folder's config drops the keys.
+    nlohmann::json p = nlohmann::json::parse(
+        config_with_hedgehog_section(read_file((dir.path / "config.json").string()), "test", HFModelOptions{}));
+    CHECK(p["model_type"] == std::string(e.model_type).substr(9));
+    CHECK_FALSE(p.contains("auto_map"));
+  }
+}
+
+TEST_CASE("hf export: a hybrid encoder folder gets no module (the sliding window is causal only)") {
+  test::TempDir dir("hf_export_hybrid_bert");
   HFModelOptions o;
-  o.mixer = parse_mixer("hedgehog", "test");
+  o.mixer = parse_mixer("hybrid-hedgehog", "test");
   save_hf_model(*load_hf_model(fixture("bert-tiny"), o), dir.path.string(), fixture("bert-tiny"));
   CHECK_FALSE(fs::exists(dir.path / "modeling_hedgehog.py"));
   nlohmann::json cfg = nlohmann::json::parse(read_file((dir.path / "config.json").string()));
-  CHECK(cfg["model_type"] == "bert");
+  CHECK(cfg["model_type"] == "hedgehog_bert");
   CHECK_FALSE(cfg.contains("auto_map"));
-  CHECK(cfg["hedgehog"]["mixer"] == "hedgehog");
+  CHECK(cfg["hedgehog"]["mixer"] == "hybrid-hedgehog");
 }
 
 TEST_CASE("hf export: a gated conversion gets its family's model_type but no module, so transformers refuses it") {
@@ -267,7 +350,9 @@ TEST_CASE("hf export: write the converted folders for the python check" * doctes
   const char* root = std::getenv("HH_HF_EXPORT_DIR");
   REQUIRE_MESSAGE(root != nullptr, "set HH_HF_EXPORT_DIR to the folder to write");
   fs::create_directories(root);
-  size_t cases = 0;
+  size_t cases = 0, encoders = 0;
   for (const Family& f : kFamilies) cases += cases_for(f.fixture).size();
   CHECK(export_all(root).size() == cases);
+  for (const EncoderFamily& e : kEncoders) encoders += encoder_cases(e.all_maps, e.keep_layer).size();
+  CHECK(export_encoders(root) == encoders);
 }
