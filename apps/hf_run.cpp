@@ -21,6 +21,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -129,6 +130,15 @@ int64_t vit_image_size(const nn::HFModel& m) {
   return 0;
 }
 
+// --normalize: "folder" (the folder's modules.json decides: nullopt), or true / false.
+std::optional<bool> normalize_flag(const cli::Flags& f) {
+  const std::string v = f.str("normalize");
+  if (v == "folder") return std::nullopt;
+  if (v == "true" || v == "1" || v == "yes") return true;
+  if (v == "false" || v == "0" || v == "no") return false;
+  fail(str("--normalize: expected folder, true or false, got '", v, "'"));
+}
+
 // Sentence (or image) embeddings: the folder's sentence-transformers configuration unless
 // --pooling / --normalize say otherwise.
 json run_embed(const nn::HFModel& m, const cli::Flags& f, const Inputs& in, Device device) {
@@ -136,7 +146,7 @@ json run_embed(const nn::HFModel& m, const cli::Flags& f, const Inputs& in, Devi
   const bool image = vit_image_size(m) > 0;
   if (image && !ec.from_folder) ec.pooling = nn::Pooling::cls;  // ViT: the class token, as ViTModel's pooler reads
   if (f.str("pooling") != "folder") ec.pooling = nn::parse_pooling(f.str("pooling"), "--pooling");
-  if (f.str("normalize") != "folder") ec.normalize = f.boolean("normalize");
+  if (const std::optional<bool> n = normalize_flag(f)) ec.normalize = *n;
   const int64_t batch = f.integer("batch", 1, 1 << 16);
   std::vector<Tensor> rows;  // (b,C) per batch, on the CPU
   std::vector<std::string> texts;
@@ -442,7 +452,7 @@ int run(int argc, char** argv) {
   const Task task = parse_task(f.str("task"));
   const bool hidden_states = f.boolean("hidden-states");
   if (f.str("pooling") != "folder") nn::parse_pooling(f.str("pooling"), "--pooling");
-  if (f.str("normalize") != "folder") f.boolean("normalize");
+  normalize_flag(f);
   f.integer("batch", 1, 1 << 16);
   HH_CHECK(!in.model_dir.empty(), "--model is required: no model folder given (see --help)");
   if (in.tokenizer_dir.empty()) in.tokenizer_dir = in.model_dir;

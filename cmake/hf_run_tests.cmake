@@ -71,6 +71,17 @@ add_test(NAME hf_run_embed_pair COMMAND hf_run --model ${HF}/st-tiny-mean --text
          --text-pair "A well-made and gripping film.")
 set_tests_properties(hf_run_embed_pair PROPERTIES PASS_REGULAR_EXPRESSION
                      "pooling mean, normalized.*cosine similarity: 0\\.99494")
+# --normalize false overrides the folder's Normalize module; a value that is not folder/true/false
+# is refused naming the flag (it once hit an internal error: the flag is not a plain boolean).
+add_test(NAME hf_run_embed_unnormalized COMMAND hf_run --model ${HF}/st-tiny-mean --text "A gripping, well-made film."
+         --text-pair "A well-made and gripping film." --normalize false)
+set_tests_properties(hf_run_embed_unnormalized PROPERTIES PASS_REGULAR_EXPRESSION "pooling mean \\(.*cosine similarity: 0\\.99494"
+                     FAIL_REGULAR_EXPRESSION "normalized")
+add_test(NAME hf_run_embed_normalize_rejects
+         COMMAND sh -c "\"$0\" --model '${HF}/st-tiny-mean' --text x --normalize maybe; test $? -ne 0 && echo REFUSED"
+                 $<TARGET_FILE:hf_run>)
+set_tests_properties(hf_run_embed_normalize_rejects PROPERTIES PASS_REGULAR_EXPRESSION
+                     "error: --normalize: expected folder, true or false, got 'maybe'\nREFUSED")
 add_test(NAME hf_run_embed_file
          COMMAND sh -c "d=$(mktemp -d) && printf 'one text\\ntwo texts here\\nthree\\n' > \"$d/in.txt\" && \"$1\" --model '${HF}/st-tiny-cls' --input \"$d/in.txt\" --batch 2 --out \"$d/out\" && test -s \"$d/out/embeddings.npy\" && grep -q '\"count\": 3' \"$d/out/results.json\" && echo EMBED_FILE_OK; rc=$?; rm -rf \"$d\"; exit $rc"
          sh $<TARGET_FILE:hf_run>)
