@@ -48,6 +48,15 @@ def test_convert_is_the_app(hh, tmp_path):
     assert r["teacher"] == cli["teacher"]
 
 
+def test_convert_picks_the_family_app(hh, tmp_path):
+    # bert-tiny-tok's config.json says model_type bert: convert_bert, with its GLUE task.
+    r = hh.convert(os.path.join(ROOT, "tests", "fixtures", "hf", "bert-tiny-tok"), task="cola",
+                   data=os.path.join(ROOT, "tests", "fixtures", "glue", "CoLA"), out=tmp_path / "bert",
+                   preset="tiny", feature_map=["hedgehog"], max_length=32, lr=0.002, quiet=True)
+    assert [row["label"] for row in r["rows"]] == ["Hedgehog"] and r["rows"][0]["status"] == "ok"
+    assert "GLUE CoLA" in r["title"]
+
+
 def test_evaluate_is_eval_lm(hh, tmp_path):
     r = hh.evaluate(os.path.join(EVAL, "gpt2-tok"), task="choice", data=os.path.join(EVAL, "choice.jsonl"))
     assert (r["correct"], r["correct_norm"], r["correct_bytes"], r["count"]) == (4, 1, 1, 7)  # choice_expected.json
