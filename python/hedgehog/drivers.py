@@ -74,6 +74,8 @@ def convert(teacher, task=None, data=None, *, app=None, out=None, **options):
     convert_gpt2, convert_llama); ``out``: the run folder (default: the app's, out/<app>). Other
     keywords are the app's flags. Returns the run's results.json as a dict.
     """
+    if app is not None and app not in set(_CONVERT_APPS.values()):
+        raise Error(f"convert: no such app {app!r} (known: {', '.join(sorted(set(_CONVERT_APPS.values())))})")
     app = app or _convert_app(teacher)
     out = os.fspath(out) if out is not None else os.path.join("out", app)
     args = [f"--model={os.fspath(teacher)}", f"--out={out}"]

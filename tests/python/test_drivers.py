@@ -112,3 +112,11 @@ def test_ctrl_c_stops_a_conversion_and_resume_continues(hh, tmp_path):
     out, again, err = _interrupted_run(", resume=True", folder, 1.0)
     assert out.split() == ["interrupted"], (out, err[-2000:])
     assert again and again[0] >= max(first), (first[-3:], again[:3])  # continued, not started afresh
+
+
+def test_an_unknown_driver_or_app_raises(hh):
+    from hedgehog import _hedgehog
+    with pytest.raises(hh.Error, match="no driver 'nope'.*convert_bert"):
+        _hedgehog._run_driver("nope", [])
+    with pytest.raises(hh.Error, match="no such app"):
+        hh.convert(os.path.join(WIKI, "gpt2-bytes"), app="convert_nope", data=WIKI)
