@@ -185,8 +185,9 @@ void split_grid(const sgemm::Kernel& K, int threads, int64_t m, int64_t n, int& 
     if (threads % d) continue;
     const int rows = d, cols = threads / d;
     if ((rows > 1 && m < rows * MR) || (cols > 1 && n < cols * NR)) continue;
-    const double cost = (b_prepacked ? 0.0 : static_cast<double>(cols) * static_cast<double>(m)) +  // B re-packed per row part
-                        static_cast<double>(rows) * static_cast<double>(n);   // A re-packed per column part
+    // Per unit depth: each column part packs A's m rows again, each row part B's n columns.
+    const double cost = static_cast<double>(cols) * static_cast<double>(m) +
+                        (b_prepacked ? 0.0 : static_cast<double>(rows) * static_cast<double>(n));
     if (tm * tn == 1 || cost < best) {
       tm = rows;
       tn = cols;
