@@ -4,7 +4,9 @@
 // layers, 384 wide, 12 heads, FFN 1536, vocabulary 30522) with random weights is generated once
 // into --dir. Twin: tools/bench_embed_ort.py runs this beside ONNX Runtime (f32 and its dynamic
 // int8) and PyTorch on the same folder, interleaved, and prints the ratios.
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -16,6 +18,7 @@
 #include "cli/flags.h"
 #include "core/atomic_file.h"
 #include "core/parallel.h"
+#include "core/prepacked.h"
 #include "core/safetensors.h"
 #include "nn/models/embedding.h"
 #include "nn/models/hf_model.h"
@@ -75,11 +78,16 @@ int run(int argc, char** argv) {
   f.add("seq", "64,256", "tokens per sentence, a comma list");
   f.add("threads", "1,2", "CPU thread counts, a comma list");
   f.add("reps", "5", "timed repetitions per configuration (the median is reported)");
+  f.add("weights", "f32", "Linear weights, a comma list of f32 and int8 (per-channel int8 quantized at load);\n"
+        "                       with int8 the embedding cosine of int8 to f32 on held-out inputs is reported too");
   f.add("json", "", "also write the figures to this JSON file");
   if (!f.parse(argc, argv)) return 0;
   const std::vector<int64_t> batches = f.integers("batch", 1, 4096), seqs = f.integers("seq", 1, 1 << 16),
                              threads = f.integers("threads", 1, 1024);
   const int64_t reps = f.integer("reps", 1, 10000);
+  std::vector<WeightFormat> formats;
+  for (const std::string& w : cli::Flags::split_list(f.str("weights"))) formats.push_back(parse_weight_format(w));
+  HH_CHECK(!formats.empty(), "--weights: give f32, int8 or both");
   std::string folder = f.str("model");
   if (folder.empty()) {
     folder = f.str("dir");
@@ -88,39 +96,78 @@ int run(int argc, char** argv) {
       write_minilm_shaped(folder);
     }
   }
-  auto model = nn::load_hf_model(folder);
+  std::vector<std::shared_ptr<nn::HFModel>> models;
+  for (WeightFormat w : formats) {
+    nn::HFModelOptions opt;
+    opt.weights = w;
+    models.push_back(nn::load_hf_model(folder, opt));
+  }
+  const auto& model = models.front();
   const int64_t positions = nn::text_encoder_max_positions(*model);
   HH_CHECK(positions > 0, "--model: ", folder, " is ", model->architecture(), ", not a BERT-family text encoder");
   for (int64_t L : seqs) HH_CHECK(L <= positions, "--seq: ", L, " is more than the model's ", positions, " positions");
   const int64_t V = model->config().get_int("vocab_size");
   std::printf("%s: %.1fM parameters, mean pooling, median of %lld runs after a warm-up\n\n", folder.c_str(),
               model->num_parameters() / 1e6, static_cast<long long>(reps));
-  std::printf("threads  batch    seq   ms/forward  sentences/s\n");
-  nlohmann::json rows = nlohmann::json::array();
   NoGradGuard ng;
+  const auto embed_with = [](const nn::HFModel& m, const Tensor& ids) {
+    const Tensor mask = ones(ids.shape(), {DType::boolean}), types = zeros(ids.shape(), {DType::i64});
+    return nn::pool_hidden(nn::text_encoder_hidden(m, ids, types, mask), mask, nn::Pooling::mean);
+  };
+  nlohmann::json doc{{"model", folder}};
+  // Fidelity: the cosine of each int8 embedding to the f32 one, on held-out inputs (another seed
+  // than the timed ones): 32 sequences of min(128, positions) tokens.
+  for (size_t i = 0; i < formats.size(); ++i) {
+    if (formats[i] != WeightFormat::int8) continue;
+    auto f32 = nn::load_hf_model(folder);
+    Generator g(777);
+    const Tensor ids = randint(1000, V, {32, std::min<int64_t>(128, positions)}, g);
+    const std::vector<float> a = to_vector<float>(embed_with(*f32, ids)), b = to_vector<float>(embed_with(*models[i], ids));
+    const int64_t C = static_cast<int64_t>(a.size()) / 32;
+    double lo = 1.0, sum = 0.0;
+    for (int64_t r = 0; r < 32; ++r) {
+      double ab = 0, aa = 0, bb = 0;
+      for (int64_t c = 0; c < C; ++c) {
+        const double x = a[static_cast<size_t>(r * C + c)], y = b[static_cast<size_t>(r * C + c)];
+        ab += x * y;
+        aa += x * x;
+        bb += y * y;
+      }
+      const double cos = ab / std::sqrt(aa * bb);
+      lo = std::min(lo, cos);
+      sum += cos;
+    }
+    std::printf("int8 embedding cosine to f32 (32 held-out inputs): min %.5f, mean %.5f\n\n", lo, sum / 32);
+    doc["int8_cosine_min"] = lo;
+    doc["int8_cosine_mean"] = sum / 32;
+  }
+  std::printf("weights  threads  batch    seq   ms/forward  sentences/s\n");
+  nlohmann::json rows = nlohmann::json::array();
   for (int64_t t : threads) {
     set_num_threads(static_cast<int>(t));
     for (int64_t B : batches)
       for (int64_t L : seqs) {
         Generator g(static_cast<uint64_t>(B * 1000 + L));
         const Tensor ids = randint(1000, V, {B, L}, g);  // past the special tokens
-        const Tensor mask = ones({B, L}, {DType::boolean}), types = zeros({B, L}, {DType::i64});
-        const auto embed = [&] { return nn::pool_hidden(nn::text_encoder_hidden(*model, ids, types, mask), mask,
-                                                        nn::Pooling::mean); };
-        embed();  // warm-up
-        std::vector<double> s;
-        for (int64_t r = 0; r < reps; ++r) {
-          const auto t0 = std::chrono::steady_clock::now();
-          const Tensor e = embed();
-          s.push_back(since(t0));
+        for (size_t i = 0; i < formats.size(); ++i) {  // the formats back to back at each configuration
+          const auto embed = [&] { return embed_with(*models[i], ids); };
+          embed();  // warm-up
+          std::vector<double> s;
+          for (int64_t r = 0; r < reps; ++r) {
+            const auto t0 = std::chrono::steady_clock::now();
+            const Tensor e = embed();
+            s.push_back(since(t0));
+          }
+          const double med = apps::median(s);
+          std::printf("%7s %8lld %6lld %6lld %12.2f %12.1f\n", weight_format_name(formats[i]), static_cast<long long>(t),
+                      static_cast<long long>(B), static_cast<long long>(L), med * 1e3, B / med);
+          rows.push_back({{"weights", weight_format_name(formats[i])}, {"threads", t}, {"batch", B}, {"seq", L},
+                          {"seconds_median", med}, {"sentences_per_second", B / med}});
         }
-        const double med = apps::median(s);
-        std::printf("%7lld %6lld %6lld %12.2f %12.1f\n", static_cast<long long>(t), static_cast<long long>(B),
-                    static_cast<long long>(L), med * 1e3, B / med);
-        rows.push_back({{"threads", t}, {"batch", B}, {"seq", L}, {"seconds_median", med}, {"sentences_per_second", B / med}});
       }
   }
-  if (f.given("json")) write_file_atomic(f.str("json"), nlohmann::json{{"model", folder}, {"rows", rows}}.dump(2) + "\n");
+  doc["rows"] = rows;
+  if (f.given("json")) write_file_atomic(f.str("json"), doc.dump(2) + "\n");
   return 0;
 }
 

@@ -439,6 +439,8 @@ int run(int argc, char** argv) {
         "                       hybrid-<map> (sliding softmax window + linear attention, causal models)");
   f.add("form", "chunked", "linear mixers: chunked, quadratic, noncausal or recurrent");
   f.add("window", "64", "hybrid-<map> mixers: the sliding window size");
+  f.add("weights", "f32", "every Linear's weights: f32, or int8 (per-channel symmetric, quantized at load;\n"
+        "                       CPU, f32 precision only)");
   cli::CommonFlagSpec common;
   common.seed_help = "decoders: sampling seed";
   common.out = true;
@@ -460,9 +462,12 @@ int run(int argc, char** argv) {
   opt.mixer = nn::parse_mixer(f.str("mixer"), "--mixer");
   opt.form = nn::parse_linear_form(f.str("form"));
   opt.window = f.integer("window", 1, 1 << 30);
+  opt.weights = parse_weight_format(f.str("weights"));
   const cli::CommonFlags c = cli::read_common_flags(f, common);
   opt.device = c.device;
   const Precision precision = c.precision;
+  HH_CHECK(opt.weights == WeightFormat::f32 || precision == Precision::f32, "--weights ",
+           weight_format_name(opt.weights), " runs in f32 precision, not --precision ", precision_name(precision));
   if (c.threads > 0) set_num_threads(static_cast<int>(c.threads));
   f.integer("max-new-tokens", 0, 1 << 20);
   if (f.given("temperature")) f.number("temperature", 0.0, 100.0);
@@ -520,6 +525,7 @@ int run(int argc, char** argv) {
   result["mixer"] = nn::name(model->options().mixer);  // what the folder runs (a converted folder: its own map)
   result["device"] = f.str("device");
   result["precision"] = precision_name(precision);
+  result["weights"] = weight_format_name(opt.weights);
   result["load_seconds"] = load_s;
   if (!in.out_dir.empty()) {
     write_file_atomic(in.out_dir + "/results.json", result.dump(2) + "\n");

@@ -16,7 +16,7 @@ Linear::Linear(int64_t in, int64_t out, bool use_bias, Init init) : in_features(
 }
 
 Tensor Linear::forward(const Tensor& x) const {
-  Tensor y = linear(x, weight, bias);
+  Tensor y = linear(x, weight, bias, weight_cache, weight_format);
   if (!lora_A) return y;
   return add(y, mul(lora_B->forward(lora_A->forward(lora_dropout ? lora_dropout->forward(x) : x)), lora_scaling));
 }
@@ -42,6 +42,25 @@ void Linear::detach_lora() {
   lora_B.reset();
   lora_dropout.reset();
   lora_scaling = 0;
+}
+
+int64_t set_weight_format(Module& m, WeightFormat format) {
+  int64_t n = 0;
+  for (auto& [name, mod] : m.named_modules()) {
+    auto* lin = dynamic_cast<Linear*>(mod ? mod.get() : &m);
+    if (!lin) continue;
+    lin->weight_format = format;
+    lin->weight_cache.clear();
+    if (format != WeightFormat::f32) {
+      try {
+        lin->weight_cache.get(lin->weight, format);
+      } catch (const Error& e) {
+        fail(str(name.empty() ? "Linear" : name, ": ", e.what()));
+      }
+    }
+    ++n;
+  }
+  return n;
 }
 
 Embedding::Embedding(int64_t num, int64_t dim, Init init, double std) {

@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "core/prepacked.h"
 #include "nn/module.h"
 
 namespace hh::nn {
@@ -31,6 +32,11 @@ class Linear : public Module {
   int64_t in_features, out_features;
   Tensor weight;  // (out, in)
   Tensor bias;    // (out) or undefined
+  // How forward multiplies by the weight when no gradient is recorded on the CPU (core/prepacked.h):
+  // f32 packed once, or int8 quantized once per output channel; the prepared form is kept in
+  // weight_cache and made again whenever the weight changes (any in-place write bumps its version).
+  WeightFormat weight_format = WeightFormat::f32;
+  mutable WeightCache weight_cache;
 
   // LoRA adapter, attached by apply_lora and removed by merge_lora (nn/lora.h). The parts are
   // registered as the children lora_A (weight (r, in)), lora_B (weight (out, r)) and, when given,
@@ -42,6 +48,11 @@ class Linear : public Module {
   std::shared_ptr<Dropout> lora_dropout;   // null when the adapter has no dropout
   double lora_scaling = 0;                 // alpha / r
 };
+
+// Sets weight_format on every Linear in m (itself included) and prepares each weight now, so an
+// int8 model is quantized once, at load time (a NaN or infinite weight is an error here). Returns
+// how many Linears it set.
+int64_t set_weight_format(Module& m, WeightFormat format);
 
 class Embedding : public Module {
  public:

@@ -348,6 +348,36 @@ Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
   });
 }
 
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, WeightCache& cache, WeightFormat format) {
+  const auto cpu_f32 = [](const Tensor& t) { return t.device().is_cpu() && t.dtype() == DType::f32; };
+  const bool records = GradMode::is_enabled() && (x.requires_grad() || weight.requires_grad() ||
+                                                  (bias.defined() && bias.requires_grad()));
+  if (!x.defined() || !weight.defined() || records || AutocastMode::is_enabled() || !cpu_f32(x) ||
+      !cpu_f32(weight) || (bias.defined() && (!cpu_f32(bias) || bias.dim() != 1)) || weight.dim() != 2 ||
+      x.dim() < 1 || x.size(-1) != weight.size(1) || weight.size(0) == 0 || weight.size(1) == 0 ||
+      (bias.defined() && bias.size(0) != weight.size(0)))
+    return linear(x, weight, bias);  // (its checks report whatever does not fit)
+  const int64_t in = weight.size(1), out_f = weight.size(0);
+  const int64_t rows = numel_of(Shape(x.shape().begin(), x.shape().end() - 1));
+  const std::shared_ptr<const PreparedWeight> w = cache.get(weight, format);
+  if (!w || (format == WeightFormat::f32 && !prepared_f32_applies(*w, rows))) return linear(x, weight, bias);
+  // x (..., in) as rows (R, in) with unit column stride.
+  Tensor xv = x;
+  int64_t collapsed, rs;
+  if (!collapse(x.shape(), x.strides(), 0, x.shape().size() - 1, collapsed, rs) || x.stride(-1) != 1 ||
+      (rows > 1 && rs < in)) {
+    xv = raw_contiguous(x);
+    rs = in;
+  }
+  Shape out_shape(x.shape().begin(), x.shape().end() - 1);
+  out_shape.push_back(out_f);
+  Tensor c = empty(out_shape, {DType::f32, x.device()});
+  if (rows > 0)
+    linear_prepared(xv.as_strided({rows, in}, {rows == 1 ? in : rs, 1}, xv.offset()), *w, bias,
+                    c.as_strided({rows, out_f}, {out_f, 1}, 0));
+  return c;
+}
+
 namespace {
 
 // (G,n,n) -> (I + tril(a, -1))⁻¹ (G,n,n), n a power of two; no autograd of its own (the caller

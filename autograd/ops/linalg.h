@@ -3,6 +3,7 @@
 #pragma once
 #include <functional>
 
+#include "core/prepacked.h"
 #include "core/tensor.h"
 
 namespace hh {
@@ -11,6 +12,12 @@ namespace hh {
 Tensor matmul(const Tensor& a, const Tensor& b);
 // x (..., in) · weight (out, in)ᵀ + bias (out): the Linear layer's op.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+// The same with the weight prepared once and kept in `cache` (core/prepacked.h: f32 panels of the
+// packed GEMM, or int8) where that applies: no gradient recorded (grad mode off, or nothing that
+// requires grad), no autocast, x, weight and bias f32 on the CPU; for f32 only at the sizes the
+// packed GEMM takes (the bits are then linear's). Anywhere else linear(x, weight, bias) runs, in
+// f32 whatever `format` says (an int8 model trains, or runs on CUDA, in f32).
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, WeightCache& cache, WeightFormat format);
 // (I + tril(a, -1))⁻¹ for a (..., n, n): the inverse of the unit lower-triangular matrix whose
 // strictly lower part is a's (a's diagonal and upper part are not read; their gradient is 0).
 // Forward by 2×2 block inversion, [[N11, 0], [N21, N22]]⁻¹ = [[X1, 0], [−X2 N21 X1, X2]] with

@@ -140,10 +140,13 @@ thread_local Scratch tls_scratch;  // packed B panel + packed A block
 
 // c (m, n; row stride ldc) = alpha a·b + beta c with a, b at any strides, on the calling thread.
 // Loop nest as in BLIS: jc (NC) → pc (KC, pack B) → ic (MC, pack A) → jr (NR) → ir (MR) → micro-kernel.
+// With bpre (sgemm::prepack_b's layout; b, rsb, csb unused) the B slivers are read from there:
+// columns [0, n) of this call are columns col0 + [0, n) of the prepacked B, whose padded width is np.
 void sgemm(const sgemm::Kernel& K, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t rsa,
-           int64_t csa, const float* b, int64_t rsb, int64_t csb, float beta, float* c, int64_t ldc) {
+           int64_t csa, const float* b, int64_t rsb, int64_t csb, float beta, float* c, int64_t ldc,
+           const float* bpre = nullptr, int64_t np = 0, int64_t col0 = 0) {
   const int64_t MR = K.mr, NR = K.nr, KC = K.kc, MC = K.mc, NC = K.nc;
-  const int64_t ncap = std::min(NC, (n + NR - 1) / NR * NR);
+  const int64_t ncap = bpre ? 0 : std::min(NC, (n + NR - 1) / NR * NR);
   float* pb = tls_scratch.get(static_cast<size_t>(KC * ncap + KC * (MC + MR) + 16));  // B panel, then the A block
   float* pa = pb + KC * ncap;
   for (int64_t jc = 0; jc < n; jc += NC) {
@@ -151,8 +154,11 @@ void sgemm(const sgemm::Kernel& K, int64_t m, int64_t n, int64_t k, float alpha,
     for (int64_t pc = 0; pc < k; pc += KC) {
       const int64_t kc = std::min(KC, k - pc);
       const float be = pc == 0 ? beta : 1.0f;  // later depth blocks accumulate onto c
-      for (int64_t s = 0; s * NR < nc; ++s)
-        K.pack_b(b + pc * rsb + (jc + s * NR) * csb, rsb, csb, kc, std::min(NR, nc - s * NR), pb + s * kc * NR);
+      if (bpre)
+        pb = const_cast<float*>(bpre) + pc * np + (col0 + jc) / NR * kc * NR;  // read only
+      else
+        for (int64_t s = 0; s * NR < nc; ++s)
+          K.pack_b(b + pc * rsb + (jc + s * NR) * csb, rsb, csb, kc, std::min(NR, nc - s * NR), pb + s * kc * NR);
       for (int64_t ic = 0; ic < m; ic += MC) {
         const int64_t mc = std::min(MC, m - ic);
         K.pack_a(a + ic * rsa + pc * csa, rsa, csa, mc, kc, pa);
@@ -170,7 +176,8 @@ void sgemm(const sgemm::Kernel& K, int64_t m, int64_t n, int64_t k, float alpha,
 // descheduled thread delays only its own tile (a shared-B scheme with a barrier per depth block
 // measured 10-20% slower there). Splitting rows re-packs B once per row part and splitting
 // columns re-packs A, so the grid minimises tn·m + tm·n (the elements packed per unit depth).
-void split_grid(const sgemm::Kernel& K, int threads, int64_t m, int64_t n, int& tm, int& tn) {
+// With B prepacked nothing of B is packed again, so row parts cost nothing on that side.
+void split_grid(const sgemm::Kernel& K, int threads, int64_t m, int64_t n, int& tm, int& tn, bool b_prepacked = false) {
   const int64_t MR = K.mr, NR = K.nr;
   tm = tn = 1;
   double best = 0;
@@ -178,8 +185,9 @@ void split_grid(const sgemm::Kernel& K, int threads, int64_t m, int64_t n, int& 
     if (threads % d) continue;
     const int rows = d, cols = threads / d;
     if ((rows > 1 && m < rows * MR) || (cols > 1 && n < cols * NR)) continue;
-    const double cost = static_cast<double>(cols) * static_cast<double>(m) +  // B re-packed per row part
-                        static_cast<double>(rows) * static_cast<double>(n);   // A re-packed per column part
+    // Per unit depth: each column part packs A's m rows again, each row part B's n columns.
+    const double cost = static_cast<double>(cols) * static_cast<double>(m) +
+                        (b_prepacked ? 0.0 : static_cast<double>(rows) * static_cast<double>(n));
     if (tm * tn == 1 || cost < best) {
       tm = rows;
       tn = cols;
@@ -304,6 +312,44 @@ void gemm_typed(const Tensor& a, const Tensor& b, const Tensor& c, const GemmPar
 }
 
 }  // namespace
+
+bool sgemm::packed_applies(int64_t m, int64_t n, int64_t k) {
+  if (kernel_for(cpu_isa()) == nullptr) return false;
+  return BatchInvariant::active() ? n >= 4 && k >= 4 : packed::use_packed(m, n, k);
+}
+
+int64_t sgemm::prepacked_b_floats(const Kernel& K, int64_t k, int64_t n) { return k * ((n + K.nr - 1) / K.nr * K.nr); }
+
+void sgemm::prepack_b(const Kernel& K, const float* b, int64_t rsb, int64_t csb, int64_t k, int64_t n, float* dst) {
+  const int64_t np = (n + K.nr - 1) / K.nr * K.nr;
+  for (int64_t pc = 0; pc < k; pc += K.kc) {
+    const int64_t kc = std::min(K.kc, k - pc);
+    for (int64_t s = 0; s * K.nr < n; ++s)
+      K.pack_b(b + pc * rsb + s * K.nr * csb, rsb, csb, kc, std::min(K.nr, n - s * K.nr), dst + pc * np + s * kc * K.nr);
+  }
+}
+
+void sgemm::gemm_prepacked(const Kernel& K, int64_t m, int64_t n, int64_t k, const float* a, int64_t rsa, int64_t csa,
+                           const float* bpre, float beta, float* c, int64_t ldc) {
+  const int64_t np = (n + K.nr - 1) / K.nr * K.nr;
+  const double work = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  if (threads <= 1 || work <= kGemmParallelWork) {
+    packed::sgemm(K, m, n, k, 1.0f, a, rsa, csa, nullptr, 0, 0, beta, c, ldc, bpre, np, 0);
+    return;
+  }
+  int tm, tn;
+  packed::split_grid(K, threads, m, n, tm, tn, true);
+  const int64_t mchunk = ((m + tm - 1) / tm + K.mr - 1) / K.mr * K.mr;
+  const int64_t nchunk = ((n + tn - 1) / tn + K.nr - 1) / K.nr * K.nr;  // tiles start on a sliver
+  parallel_for(tm * tn, tm * tn, [&](int64_t t) {
+    const int64_t r0 = (t / tn) * mchunk, c0 = (t % tn) * nchunk;
+    const int64_t rows = std::min(mchunk, m - r0), cols = std::min(nchunk, n - c0);
+    if (rows <= 0 || cols <= 0) return;
+    packed::sgemm(K, rows, cols, k, 1.0f, a + r0 * rsa, rsa, csa, nullptr, 0, 0, beta, c + r0 * ldc + c0, ldc, bpre, np,
+                  c0);
+  });
+}
 
 const char* sgemm::engine_for(int64_t m, int64_t n, int64_t k) {
   const Kernel* kern = kernel_for(cpu_isa());

@@ -52,4 +52,20 @@ inline const Kernel* kernel_for(CpuIsa isa) {
 // Which engine an f32 product of this size runs on now: the kernel's name, or "eigen".
 const char* engine_for(int64_t m, int64_t n, int64_t k);
 
+// ---- a B operand packed once (inference weights: core/prepacked.h) ----
+// The whole of B (k, n) in K's slivers, every depth block after the one before: depth block p
+// (rows k0 = p·kc_max .. k0 + kc, kc = min(K.kc, k − k0)) starts at dst + k0·np, np = n rounded up
+// to K.nr, and holds the slivers s = 0 .. np/nr − 1 of kc × nr each (pack_b's layout):
+//   dst[k0·np + s·kc·nr + (kk − k0)·nr + j] = b[kk, s·nr + j], 0 past n.
+// So the sliver the driver packs for columns jc.. at depth pc sits at dst + pc·np + (jc/nr)·kc·nr.
+int64_t prepacked_b_floats(const Kernel& K, int64_t k, int64_t n);  // k · np
+void prepack_b(const Kernel& K, const float* b, int64_t rsb, int64_t csb, int64_t k, int64_t n, float* dst);
+// c (m, n; row stride ldc) = a (m, k; strides rsa, csa) · B + beta c, B from prepack_b with the same
+// K, threaded like the packed GEMM (a grid of independent tiles). The same micro-kernel and depth
+// blocks as the unpacked GEMM, so the same bits.
+void gemm_prepacked(const Kernel& K, int64_t m, int64_t n, int64_t k, const float* a, int64_t rsa, int64_t csa,
+                    const float* bpre, float beta, float* c, int64_t ldc);
+// Whether the packed engine takes an (m, n, k) product now (what gemm decides, BatchInvariant included).
+bool packed_applies(int64_t m, int64_t n, int64_t k);
+
 }  // namespace hh::sgemm

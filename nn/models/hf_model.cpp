@@ -151,11 +151,15 @@ std::shared_ptr<HFModel> load_hf_model(const std::string& folder, const HFModelO
              "original softmax model, not '", name(options.mixer), "'");
     build = saved;
   }
+  HH_CHECK(options.weights == WeightFormat::f32 || (options.device.is_cpu() && options.dtype == DType::f32),
+           "hf: ", weight_format_name(options.weights), " weights run on the CPU in f32 (asked for ",
+           options.device, ", ", options.dtype, ")");
   build.draw_weights = false;  // every HF weight is loaded right after construction
   std::shared_ptr<HFModel> model = chosen->make(config, build, folder);
   model->to(options.device);
   model->to(options.dtype);
   model->eval();
+  if (options.weights != WeightFormat::f32) set_weight_format(*model, options.weights);
   return model;
 }
 

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/prepacked.h"
 #include "core/safetensors.h"
 #include "nn/attention.h"
 #include "nn/mixer.h"
@@ -33,6 +34,9 @@ struct HFModelOptions {
   FeatureMapConfig feature_map;  // name/heads/head_dim are filled in per layer
   Device device = Device::cpu();
   DType dtype = DType::f32;  // parameter dtype after loading (the file may hold bf16/f16)
+  // Every Linear's inference weights (nn::set_weight_format): f32, or int8 quantized per output
+  // channel at load time (CPU and f32 only; embeddings and norms stay f32).
+  WeightFormat weights = WeightFormat::f32;
   uint64_t seed = 0;
   // false: the HF weights are allocated but not drawn, because they are loaded next (load_hf_model
   // sets this; drawing 124M random numbers took longer than reading the file). New feature-map
