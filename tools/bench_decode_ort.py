@@ -4,7 +4,8 @@
 batch 1, greedy, on the same GPT-2 folder (default: the 124M GPT-2-small-shaped folder that
 `build/bench_models` generates, random weights).
 
-The engine is `hf_run` (its own timing line: "N tokens in T s (...; prompt of P tokens in S s; ...)").
+The engine is `hf_run`, f32 and `--weights int8` (its own timing line: "N tokens in T s (...; prompt of P
+tokens in S s; ...)").
 ONNX Runtime runs a graph exported here with torch.onnx.export from a plain torch GPT-2 with the
 KV cache as explicit inputs and outputs (the folder's weights; checked against transformers' logits
 before any timing), f32 and ORT's dynamic int8 (quantize_dynamic, QInt8 weights). PyTorch is
@@ -138,9 +139,9 @@ def torch_run(hf, threads, prompt, new):
     return t1 - t0, time.perf_counter() - t1
 
 
-def engine_run(hf_run, folder, threads, prompt, new):
+def engine_run(hf_run, folder, threads, prompt, new, weights="f32"):
     cmd = [hf_run, "--model", folder, "--ids", ",".join(map(str, prompt)), "--max-new-tokens", str(new),
-           "--temperature", "0", "--stop-at-eos", "false", "--threads", str(threads)]
+           "--temperature", "0", "--stop-at-eos", "false", "--threads", str(threads), "--weights", weights]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit(f"error: {' '.join(cmd[:3])} ... failed:\n{r.stderr}")
@@ -171,6 +172,7 @@ def main():
     cfg = hf.config
     runs = {
         "engine": lambda t: engine_run(a.engine, a.model, t, prompt, a.new),
+        "engine int8": lambda t: engine_run(a.engine, a.model, t, prompt, a.new, "int8"),
         "ORT f32": lambda t: ort_run(f32, t, prompt, a.new, cfg),
         "ORT int8": lambda t: ort_run(i8, t, prompt, a.new, cfg),
         "PyTorch": lambda t: torch_run(hf, t, prompt, a.new),
