@@ -58,8 +58,9 @@ void quantize_per_channel(const float* w, int64_t out_features, int64_t in_featu
 // The int8 values of a prepared int8 weight, (out · in) row-major (unpacked; for tests and saving).
 std::vector<int8_t> int8_values(const PreparedWeight& w);
 
-// Whether linear_prepared takes an f32 product of `rows` rows now (the packed engine's choice for
-// that size; below it the plain GEMM, which packs nothing, is the faster one).
+// Whether linear_prepared takes an f32 product of `rows` rows now: the packed engine's choice for
+// that size with at least 4 rows (with B packed once, 1-3 rows cost the weight's one read; a row's
+// bits are then those it has among more rows). Otherwise the plain GEMM runs.
 bool prepared_f32_applies(const PreparedWeight& w, int64_t rows);
 // y (R, out) = x (R, in) · weightᵀ (+ bias (out)) with a prepared weight; x f32 on the CPU with
 // unit column stride, y f32 contiguous. No autograd.

@@ -138,8 +138,11 @@ std::shared_ptr<const PreparedWeight> prepare_weight(const Tensor& weight, Weigh
 }
 
 bool prepared_f32_applies(const PreparedWeight& w, int64_t rows) {
-  return w.format == WeightFormat::f32 && w.isa == cpu_isa() &&
-         sgemm::packed_applies(rows, w.out_features, w.in_features);
+  // Nothing of a prepacked weight is packed per call, so the packed engine also takes the few-row
+  // products (a decoding step: 1 to 3 rows) that it leaves to Eigen's GEMV when it would have to
+  // pack B: the weight is streamed once, and each row gets the bits it has in a larger product.
+  return w.format == WeightFormat::f32 && w.isa == cpu_isa() && rows >= 1 &&
+         sgemm::packed_applies(std::max<int64_t>(rows, 4), w.out_features, w.in_features);
 }
 
 void linear_prepared(const Tensor& x, const PreparedWeight& w, const Tensor& bias, const Tensor& y) {
