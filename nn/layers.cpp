@@ -44,16 +44,33 @@ void Linear::detach_lora() {
   lora_scaling = 0;
 }
 
+TiedHead::TiedHead(std::shared_ptr<Embedding> embedding) : embedding_(std::move(embedding)) {
+  HH_CHECK(embedding_ != nullptr, "TiedHead: no embedding");
+}
+
+Tensor TiedHead::forward(const Tensor& h) const {
+  return linear(h, embedding_->weight, Tensor(), weight_cache, weight_format);
+}
+
 int64_t set_weight_format(Module& m, WeightFormat format) {
   int64_t n = 0;
   for (auto& [name, mod] : m.named_modules()) {
-    auto* lin = dynamic_cast<Linear*>(mod ? mod.get() : &m);
-    if (!lin) continue;
-    lin->weight_format = format;
-    lin->weight_cache.clear();
+    Module* one = mod ? mod.get() : &m;
+    WeightFormat* f = nullptr;
+    WeightCache* cache = nullptr;
+    const Tensor* weight = nullptr;
+    if (auto* lin = dynamic_cast<Linear*>(one)) {
+      f = &lin->weight_format, cache = &lin->weight_cache, weight = &lin->weight;
+    } else if (auto* head = dynamic_cast<TiedHead*>(one)) {
+      f = &head->weight_format, cache = &head->weight_cache, weight = &head->embedding_weight();
+    } else {
+      continue;
+    }
+    *f = format;
+    cache->clear();
     if (format != WeightFormat::f32) {
       try {
-        lin->weight_cache.get(lin->weight, format);
+        cache->get(*weight, format);
       } catch (const Error& e) {
         fail(str(name.empty() ? "Linear" : name, ": ", e.what()));
       }

@@ -49,11 +49,6 @@ class Linear : public Module {
   double lora_scaling = 0;                 // alpha / r
 };
 
-// Sets weight_format on every Linear in m (itself included) and prepares each weight now, so an
-// int8 model is quantized once, at load time (a NaN or infinite weight is an error here). Returns
-// how many Linears it set.
-int64_t set_weight_format(Module& m, WeightFormat format);
-
 class Embedding : public Module {
  public:
   // Init N(0, std) (torch uses std 1; GPT-style models pass 0.02).
@@ -61,6 +56,28 @@ class Embedding : public Module {
   Tensor forward(const Tensor& ids) const { return embedding(weight, ids); }  // ids (...) -> (..., dim)
   Tensor weight;  // (num, dim)
 };
+
+// The LM head tied to a token embedding (GPT-2; Llama-family folders with tie_word_embeddings):
+// h (..., C) -> logits (..., V) = h · embedding.weightᵀ, the weight multiplied as a Linear's is
+// (weight_format and its prepared form), so a decoding step does not stream the largest matrix of
+// a small model through the unprepared GEMV. No parameter of its own: the embedding's is read (the
+// lookup itself always stays f32).
+class TiedHead : public Module {
+ public:
+  explicit TiedHead(std::shared_ptr<Embedding> embedding);
+  Tensor forward(const Tensor& h) const;
+  const Tensor& embedding_weight() const { return embedding_->weight; }
+  WeightFormat weight_format = WeightFormat::f32;
+  mutable WeightCache weight_cache;
+
+ private:
+  std::shared_ptr<Embedding> embedding_;
+};
+
+// Sets weight_format on every Linear and TiedHead in m (itself included) and prepares each weight
+// now, so an int8 model is quantized once, at load time (a NaN or infinite weight is an error
+// here). Returns how many it set.
+int64_t set_weight_format(Module& m, WeightFormat format);
 
 class LayerNorm : public Module {
  public:

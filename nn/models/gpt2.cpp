@@ -189,6 +189,7 @@ GPT2LMHeadModel::GPT2LMHeadModel(const HFConfig& config, const HFModelOptions& o
     : CausalLM("gpt2", "GPT2LMHeadModel", config, options), cfg(GPT2Config::from_hf(config)) {
   Generator gen(options.seed);
   transformer = register_module("transformer", std::make_shared<GPT2Model>(cfg, options, Init{gen, Device::cpu(), DType::f32, options.draw_weights}));
+  lm_head = register_module("lm_head", std::make_shared<TiedHead>(transformer->wte));
 }
 
 Tensor GPT2LMHeadModel::hidden(const Tensor& ids, TraceRequest* trace) {
@@ -217,7 +218,6 @@ std::vector<AttentionSite> GPT2LMHeadModel::attention_sites() {
   return out;
 }
 
-Tensor GPT2LMHeadModel::head(const Tensor& h) const { return linear(h, transformer->wte->weight); }
 
 Tensor GPT2LMHeadModel::forward(const Tensor& ids, TraceRequest* trace) { return head(hidden(ids, trace)); }
 

@@ -92,9 +92,10 @@ class GPT2LMHeadModel : public CausalLM {
 
   GPT2Config cfg;
   std::shared_ptr<GPT2Model> transformer;
+  std::shared_ptr<TiedHead> lm_head;  // tied to transformer.wte (no parameter of its own)
 
  private:
-  Tensor head(const Tensor& h) const;  // tied LM head: h (B,L,C) -> (B,L,V)
+  Tensor head(const Tensor& h) const { return lm_head->forward(h); }  // h (B,L,C) -> (B,L,V)
 };
 
 }  // namespace hh::nn

@@ -373,13 +373,13 @@ LlamaForCausalLM::LlamaForCausalLM(const HFConfig& config, const HFModelOptions&
   Generator gen(options.seed);
   Init init{gen, Device::cpu(), DType::f32, options.draw_weights};
   model = register_module("model", std::make_shared<LlamaModel>(cfg, options, init));
-  if (!cfg.tie_word_embeddings)
+  if (cfg.tie_word_embeddings)
+    tied_head = register_module("lm_head", std::make_shared<TiedHead>(model->embed_tokens));
+  else
     lm_head = register_module("lm_head", std::make_shared<Linear>(cfg.hidden_size, cfg.vocab_size, false, init));
 }
 
-Tensor LlamaForCausalLM::head(const Tensor& h) const {
-  return lm_head ? lm_head->forward(h) : linear(h, model->embed_tokens->weight);
-}
+Tensor LlamaForCausalLM::head(const Tensor& h) const { return lm_head ? lm_head->forward(h) : tied_head->forward(h); }
 
 Tensor LlamaForCausalLM::embed(const Tensor& ids) const {
   check_token_ids(ids, 0, cfg.position_limit(), family_name(cfg.family));

@@ -133,7 +133,8 @@ class LlamaForCausalLM : public CausalLM {
 
   LlamaConfig cfg;
   std::shared_ptr<LlamaModel> model;
-  std::shared_ptr<Linear> lm_head;  // null when tied to model.embed_tokens
+  std::shared_ptr<Linear> lm_head;       // null when tied to model.embed_tokens
+  std::shared_ptr<TiedHead> tied_head;  // then this one (registered as lm_head; no parameter)
 
  private:
   Tensor head(const Tensor& h) const;  // (B,L,C) -> (B,L,V)
