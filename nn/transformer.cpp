@@ -49,7 +49,7 @@ Tensor mlp_forward(const MLP& m, const Tensor& x) {
   const Linear& fc = *m.fc1;
   const bool gelu_act = m.act == Activation::gelu_erf || m.act == Activation::gelu_tanh;
   if (!gelu_act || !fc.bias.defined() || fc.lora_A) return m.forward(x);
-  Tensor z = linear(x, fc.weight);
+  Tensor z = linear(x, fc.weight, Tensor(), fc.weight_cache, fc.weight_format);  // prepared when inferring
   return m.fc2->forward(bias_gelu(z, fc.bias, m.act == Activation::gelu_tanh ? "tanh" : "none"));
 }
 }  // namespace

@@ -125,7 +125,7 @@ namespace {
 Tensor linear_act(const Linear& fc, const Tensor& x, Activation act) {
   const bool gelu_act = act == Activation::gelu_erf || act == Activation::gelu_tanh;
   if (!gelu_act || !fc.bias.defined() || fc.lora_A) return activate(fc.forward(x), act);
-  Tensor z = linear(x, fc.weight);
+  Tensor z = linear(x, fc.weight, Tensor(), fc.weight_cache, fc.weight_format);  // prepared when inferring
   return bias_gelu(z, fc.bias, act == Activation::gelu_tanh ? "tanh" : "none");
 }
 // h = x + r and ln(h): one fused op (add_layer_norm) when x and r agree in shape, else add then

@@ -4,11 +4,14 @@
 // refusals (CUDA, bf16).
 #include <doctest/doctest.h>
 
+#include <limits>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "nn/models/bert.h"
+#include "nn/models/gpt2.h"
 #include "nn/models/hf_model.h"
 #include "tests/nn/models/decoder_test_util.h"
 #include "tests/op_table.h"
@@ -77,6 +80,53 @@ TEST_CASE("linear int8 model: GPT-2 and BERT logits close to f32 and to transfor
     MESSAGE("bert-tiny int8 rel. error to f32: hidden " << eh << ", logits " << el);
     CHECK(eh < 0.05);  // as above
     CHECK(el < 0.05);
+  }
+}
+
+namespace {
+// Every Linear weight of m overwritten with NaN behind its cache's back (through the raw pointer:
+// no version bump), so a product that reads the f32 weight instead of the prepared int8 one gives
+// NaN. Returns how many were poisoned.
+int64_t poison_linear_weights(Module& m) {
+  int64_t n = 0;
+  for (auto& [name, mod] : m.named_modules())
+    if (auto* lin = dynamic_cast<Linear*>(mod.get())) {
+      float* w = lin->weight.data<float>();
+      for (int64_t i = 0; i < lin->weight.numel(); ++i) w[i] = std::numeric_limits<float>::quiet_NaN();
+      ++n;
+    }
+  return n;
+}
+}  // namespace
+
+TEST_CASE("linear int8 model: every Linear is multiplied through its int8 weight (fused MLPs included), and "
+          "the tied LM head is int8 too") {
+  if (!hh::test::test_device().is_cpu()) return;
+  NoGradGuard ng;
+  {
+    auto i8 = load_causal_lm(hf_fixture("gpt2-tiny"), with(WeightFormat::int8));
+    auto* gpt2 = dynamic_cast<GPT2LMHeadModel*>(i8.get());
+    REQUIRE(gpt2 != nullptr);
+    CHECK(gpt2->lm_head->weight_format == WeightFormat::int8);
+    const Tensor ids = hf_reference("gpt2-tiny").tensors.at("input_ids");
+    const Tensor before = i8->forward(ids);
+    CHECK(poison_linear_weights(*i8) > 0);
+    const Tensor after = i8->forward(ids);  // the MLP's fused bias + GELU once read c_fc's f32 weight
+    CHECK(first_non_finite(after) < 0);
+    CHECK(to_vector<float>(after) == to_vector<float>(before));
+  }
+  {
+    SafeTensors r = load_safetensors(hf_fixture("bert-tiny") + "/reference.safetensors");
+    auto i8 = load_hf_model(hf_fixture("bert-tiny"), with(WeightFormat::int8));
+    auto* bert = dynamic_cast<BertForSequenceClassification*>(i8.get());
+    REQUIRE(bert != nullptr);
+    const Tensor ids = r.tensors.at("input_ids"), types = r.tensors.at("token_type_ids"),
+                 mask = r.tensors.at("attention_mask");
+    const Tensor before = bert->forward(ids, types, mask);
+    CHECK(poison_linear_weights(*i8) > 0);
+    const Tensor after = bert->forward(ids, types, mask);
+    CHECK(first_non_finite(after) < 0);
+    CHECK(to_vector<float>(after) == to_vector<float>(before));
   }
 }
 
