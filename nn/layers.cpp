@@ -68,7 +68,7 @@ int64_t set_weight_format(Module& m, WeightFormat format) {
     }
     *f = format;
     cache->clear();
-    if (format != WeightFormat::f32) {
+    if (weight->device().is_cpu() && weight->dtype() == DType::f32) {  // f32 on CUDA: nothing to prepare
       try {
         cache->get(*weight, format);
       } catch (const Error& e) {

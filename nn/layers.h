@@ -74,9 +74,9 @@ class TiedHead : public Module {
   std::shared_ptr<Embedding> embedding_;
 };
 
-// Sets weight_format on every Linear and TiedHead in m (itself included) and prepares each weight
-// now, so an int8 model is quantized once, at load time (a NaN or infinite weight is an error
-// here). Returns how many it set.
+// Sets weight_format on every Linear and TiedHead in m (itself included) and prepares each CPU f32
+// weight now, so an int8 model is quantized once, at load time (a NaN or infinite weight is an
+// error here), and an f32 one packed. Returns how many it set.
 int64_t set_weight_format(Module& m, WeightFormat format);
 
 class LayerNorm : public Module {

@@ -159,7 +159,7 @@ std::shared_ptr<HFModel> load_hf_model(const std::string& folder, const HFModelO
   model->to(options.device);
   model->to(options.dtype);
   model->eval();
-  if (options.weights != WeightFormat::f32) set_weight_format(*model, options.weights);
+  if (options.weights != WeightFormat::f32 || options.prepare_weights) set_weight_format(*model, options.weights);
   return model;
 }
 

@@ -37,6 +37,9 @@ struct HFModelOptions {
   // Every Linear's inference weights (nn::set_weight_format): f32, or int8 quantized per output
   // channel at load time (CPU and f32 only; embeddings and norms stay f32).
   WeightFormat weights = WeightFormat::f32;
+  // Inference apps (hf_run, hh_serve): prepare every Linear's weight at load (f32: packed, about
+  // doubling their memory; int8 always is), so the first forward does not pay for it.
+  bool prepare_weights = false;
   uint64_t seed = 0;
   // false: the HF weights are allocated but not drawn, because they are loaded next (load_hf_model
   // sets this; drawing 124M random numbers took longer than reading the file). New feature-map
