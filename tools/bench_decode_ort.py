@@ -178,9 +178,10 @@ def main():
         "PyTorch": lambda t: torch_run(hf, t, prompt, a.new),
     }
     print(f"GPT-2 {sum(p.numel() for p in hf.parameters()) / 1e6:.1f}M ({a.model}), batch 1, prompt {a.prompt}, "
-          f"{a.new} new tokens, medians of {a.rounds} rounds", flush=True)
-    print("| threads | | prefill tokens/s | decode tokens/s | prefill vs engine | decode vs engine |")
-    print("|---|---|---|---|---|---|")
+          f"{a.new} new tokens, medians of {a.rounds} rounds (tokens/s)", flush=True)
+    print("| threads | weights | prefill: engine | ORT | PyTorch | engine / ORT | decode: engine | ORT | PyTorch "
+          "| engine / ORT |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for t in a.threads:
         got = {name: [] for name in runs}
         for _ in range(a.rounds):
@@ -188,10 +189,12 @@ def main():
                 p, d = fn(t)
                 got[name].append((a.prompt / p, a.new / d))
         med = {n: (statistics.median(x[0] for x in v), statistics.median(x[1] for x in v)) for n, v in got.items()}
-        e = med["engine"]
-        for name, (p, d) in med.items():
-            print(f"| {t} | {name} | {p:.1f} | {d:.1f} | {e[0] / p:.2f}× | {e[1] / d:.2f}× |", flush=True)
-
+        pt = med["PyTorch"]
+        for w, eng, ort in (("f32", "engine", "ORT f32"), ("int8", "engine int8", "ORT int8")):
+            (ep, ed), (op, od) = med[eng], med[ort]
+            torch_p, torch_d = (f"{pt[0]:.1f}", f"{pt[1]:.1f}") if w == "f32" else ("-", "-")
+            print(f"| {t} | {w} | {ep:.1f} | {op:.1f} | {torch_p} | {ep / op:.2f}× | {ed:.1f} | {od:.1f} | {torch_d} "
+                  f"| {ed / od:.2f}× |", flush=True)
 
 if __name__ == "__main__":
     main()
