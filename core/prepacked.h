@@ -13,6 +13,7 @@
 // core/comm_mpi.cpp and cuda/comm_nccl.cpp, so a stale pack is never used after any of them.
 // A writer that bypasses them (a raw data<T>() pointer) must call bump_version.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <mutex>
