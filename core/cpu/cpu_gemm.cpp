@@ -42,6 +42,7 @@
 
 #include "core/batch_invariant.h"
 #include "core/cpu/cpu_backend.h"
+#include "core/cpu/parallel_for.h"
 #include "core/cpu/sgemm_kernels.h"
 #include "core/cpu_isa.h"
 
@@ -205,22 +206,7 @@ bool use_packed(int64_t m, int64_t n, int64_t k) {
 
 }  // namespace packed
 
-// Runs body(i) for i in [0, n) on `threads` threads (static schedule). An exception must not
-// leave an OpenMP region: the first one is kept and rethrown after it.
-template <typename F>
-void parallel_for(int64_t n, int threads, const F& body) {
-  std::exception_ptr error;
-#pragma omp parallel for schedule(static) num_threads(threads)
-  for (int64_t i = 0; i < n; ++i) {
-    try {
-      body(i);
-    } catch (...) {
-#pragma omp critical(hh_gemm_error)
-      if (!error) error = std::current_exception();
-    }
-  }
-  if (error) std::rethrow_exception(error);
-}
+using cpu::parallel_for;
 
 template <typename T>
 void gemm_typed(const Tensor& a, const Tensor& b, const Tensor& c, const GemmParams& p) {

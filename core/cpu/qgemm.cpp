@@ -16,6 +16,7 @@
 #include <cstring>
 #include <exception>
 
+#include "core/cpu/parallel_for.h"
 #include "core/error.h"
 
 namespace hh::qgemm {
@@ -95,20 +96,7 @@ struct Scratch {
 };
 thread_local Scratch tls_scratch;
 
-template <typename F>
-void parallel_for(int64_t n, int threads, const F& body) {
-  std::exception_ptr error;
-#pragma omp parallel for schedule(static) num_threads(threads)
-  for (int64_t i = 0; i < n; ++i) {
-    try {
-      body(i);
-    } catch (...) {
-#pragma omp critical(hh_qgemm_error)
-      if (!error) error = std::current_exception();
-    }
-  }
-  if (error) std::rethrow_exception(error);
-}
+using cpu::parallel_for;
 
 }  // namespace
 

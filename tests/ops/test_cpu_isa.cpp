@@ -15,33 +15,11 @@
 #include "core/cpu/sgemm_kernels.h"
 #include "core/cpu_isa.h"
 #include "core/parallel.h"
+#include "tests/isa_scope.h"
 #include "tests/op_table.h"
 
 namespace hh::test {
 namespace {
-
-// Restores the process's ISA cap and thread count when a test ends (even by an exception).
-struct IsaScope {
-  CpuIsa prev = cpu_isa();
-  int threads = num_threads();
-  ~IsaScope() {
-    set_cpu_isa(prev);
-    set_num_threads(threads);
-  }
-};
-
-std::vector<CpuIsa> supported_isas() {
-  std::vector<CpuIsa> out;
-  for (CpuIsa isa : {CpuIsa::scalar, CpuIsa::avx2, CpuIsa::avx512}) {
-    if (cpu_isa_supported(isa))
-      out.push_back(isa);
-    else {
-      const std::string note = std::string("CPU ISA path '") + cpu_isa_name(isa) + "' not tested: this machine lacks it";
-      MESSAGE(note);
-    }
-  }
-  return out;
-}
 
 // c = alpha a·b + beta c0 in f64 for a (bt,m,k), b (bt or 1,k,n), c0 (bt,m,n), all contiguous.
 std::vector<double> gemm_ref(const Tensor& a, const Tensor& b, const Tensor& c0, double alpha, double beta) {

@@ -17,33 +17,15 @@
 #include "core/parallel.h"
 #include "core/prepacked.h"
 #include "nn/layers.h"
+#include "tests/isa_scope.h"
 #include "train/optim.h"
 
 using namespace hh;
+using hh::test::IsaScope;
+using hh::test::supported_isas;
 
 namespace {
 
-struct IsaScope {  // restores the ISA cap and thread count when a test ends
-  CpuIsa prev = cpu_isa();
-  int threads = num_threads();
-  ~IsaScope() {
-    set_cpu_isa(prev);
-    set_num_threads(threads);
-  }
-};
-
-std::vector<CpuIsa> isas() {
-  std::vector<CpuIsa> out;
-  for (CpuIsa isa : {CpuIsa::scalar, CpuIsa::avx2, CpuIsa::avx512}) {
-    if (cpu_isa_supported(isa))
-      out.push_back(isa);
-    else {
-      const std::string note = std::string("CPU ISA path '") + cpu_isa_name(isa) + "' not tested: this machine lacks it";
-      MESSAGE(note);
-    }
-  }
-  return out;
-}
 
 bool same_bits(const Tensor& a, const Tensor& b) {
   if (a.shape() != b.shape()) return false;
@@ -92,7 +74,7 @@ TEST_CASE("linear prepacked f32: the same bits as linear on every ISA path, odd 
   // plain GEMM (where the packed engine runs), so a decoded token is computed as in a prefill.
   const std::vector<Case> cases = {{64, 384, 384}, {7, 33, 19}, {13, 70, 450}, {300, 129, 200},
                                    {2, 40, 40},  {1, 50, 70}, {1, 768, 2304}, {3, 130, 450}};
-  for (CpuIsa isa : isas()) {
+  for (CpuIsa isa : supported_isas()) {
     set_cpu_isa(isa);
     for (int threads : {1, 2}) {
       set_num_threads(threads);
@@ -194,7 +176,7 @@ TEST_CASE("linear prepacked: a changed weight is never multiplied by its stale p
   }
   // An ISA change repacks f32 (the sliver width differs between AVX2 and AVX-512).
   lin.weight_format = WeightFormat::f32;
-  for (CpuIsa isa : isas()) {
+  for (CpuIsa isa : supported_isas()) {
     set_cpu_isa(isa);
     CHECK(same_bits(forward(), plain()));
   }
@@ -222,7 +204,7 @@ TEST_CASE("linear int8: the kernel against the f64 reference of its arithmetic, 
         std::vector<double> mag;
         const std::vector<double> ref = int8_reference(to_vector<float>(x), m, k, wq, sw, n, to_vector<float>(b), &mag);
         Tensor first;
-        for (CpuIsa isa : isas()) {
+        for (CpuIsa isa : supported_isas()) {
           set_cpu_isa(isa);
           INFO("isa ", std::string(cpu_isa_name(isa)));
           for (int threads : {1, 2}) {
@@ -257,7 +239,7 @@ TEST_CASE("linear int8: large K near the int32 bound of the sum, and a non-finit
   std::vector<double> mag;
   const std::vector<float> sw(prepared->scales.begin(), prepared->scales.begin() + n);
   const std::vector<double> ref = int8_reference(xs, m, k, int8_values(*prepared), sw, n, {}, &mag);
-  for (CpuIsa isa : isas()) {
+  for (CpuIsa isa : supported_isas()) {
     set_cpu_isa(isa);
     INFO("isa ", std::string(cpu_isa_name(isa)));
     NoGradGuard ng;
@@ -269,7 +251,7 @@ TEST_CASE("linear int8: large K near the int32 bound of the sum, and a non-finit
   xs[static_cast<size_t>(2 * k + 10)] = std::numeric_limits<float>::quiet_NaN();
   xs[static_cast<size_t>(4 * k + 1)] = std::numeric_limits<float>::infinity();
   x = from_vector(xs, {m, k});
-  for (CpuIsa isa : isas()) {
+  for (CpuIsa isa : supported_isas()) {
     set_cpu_isa(isa);
     INFO("isa ", std::string(cpu_isa_name(isa)));
     NoGradGuard ng;
