@@ -86,7 +86,7 @@ int run(int argc, char** argv) {
                              threads = f.integers("threads", 1, 1024);
   const int64_t reps = f.integer("reps", 1, 10000);
   std::vector<WeightFormat> formats;
-  for (const std::string& w : cli::Flags::split_list(f.str("weights"))) formats.push_back(parse_weight_format(w));
+  for (const std::string& w : cli::Flags::split_list(f.str("weights"))) formats.push_back(cli::parse_weights_flag(w));
   HH_CHECK(!formats.empty(), "--weights: give f32, int8 or both");
   std::string folder = f.str("model");
   if (folder.empty()) {

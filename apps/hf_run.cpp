@@ -462,7 +462,7 @@ int run(int argc, char** argv) {
   opt.mixer = nn::parse_mixer(f.str("mixer"), "--mixer");
   opt.form = nn::parse_linear_form(f.str("form"));
   opt.window = f.integer("window", 1, 1 << 30);
-  opt.weights = parse_weight_format(f.str("weights"));
+  opt.weights = cli::parse_weights_flag(f.str("weights"));
   opt.prepare_weights = true;  // packed (or quantized) at load: the timed prefill does not pack
   const cli::CommonFlags c = cli::read_common_flags(f, common);
   opt.device = c.device;

@@ -18,6 +18,7 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "core/parallel.h"
+#include "core/prepacked.h"
 
 namespace hh::cli {
 
@@ -90,6 +91,15 @@ inline int apply_threads(int64_t threads) {
   const int n = threads > 0 ? static_cast<int>(threads) : std::max(1, omp_get_num_procs());
   set_num_threads(n);
   return n;
+}
+
+// --weights (f32 or int8), parsed once at the edge: the error names the flag.
+inline WeightFormat parse_weights_flag(const std::string& value) {
+  try {
+    return parse_weight_format(value);
+  } catch (const Error& e) {
+    fail(str("--weights: ", e.what()));
+  }
 }
 
 }  // namespace hh::cli

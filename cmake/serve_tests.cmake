@@ -17,7 +17,8 @@ foreach(case
     "--model ${CMAKE_CURRENT_SOURCE_DIR}/tests/fixtures/hf/llama-tiny-tok --port 0 --max-context 65" "--max-context 65 exceeds the model's 64 positions"
     "--model ${CMAKE_CURRENT_SOURCE_DIR}/tests/fixtures/hf/llama-tiny-tok --max-context 10 --max-tokens 20" "--max-tokens 20 exceeds --max-context 10"
     "--model ${CMAKE_CURRENT_SOURCE_DIR}/tests/fixtures/hf/llama-tiny-tok --host 256.1.1.1" "cannot listen"
-    "--model ${CMAKE_CURRENT_SOURCE_DIR}/tests/fixtures/hf/llama-tiny-tok --max-concurrent 0" "flag --max-concurrent")
+    "--model ${CMAKE_CURRENT_SOURCE_DIR}/tests/fixtures/hf/llama-tiny-tok --max-concurrent 0" "flag --max-concurrent"
+    "--model ${CMAKE_CURRENT_SOURCE_DIR}/tests/fixtures/hf/llama-tiny-tok --weights int4" "--weights: unknown weight format 'int4'")
   list(APPEND HH_SERVE_BAD "${case}")
 endforeach()
 list(LENGTH HH_SERVE_BAD n)

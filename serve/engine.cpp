@@ -48,7 +48,8 @@ Engine::Engine(const EngineOptions& o) : options_(o) {
            ": no tokenizer in the folder (tokenizer.json, vocab.json + merges.txt, or vocab.txt); hh_serve needs one");
   nn::HFModelOptions mo;
   mo.device = o.device;
-  mo.prepare_weights = true;  // packed at load, not by the first request
+  mo.weights = o.weights;
+  mo.prepare_weights = true;  // packed (or quantized) at load, not by the first request
   model_ = nn::load_hf_model(o.folder, mo);
   lm_ = dynamic_cast<nn::CausalLM*>(model_.get());
   int64_t positions = 0;
