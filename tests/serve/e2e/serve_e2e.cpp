@@ -601,6 +601,26 @@ TEST_CASE("hh_serve: embeddings equal sentence-transformers' (st-tiny-mean); SIG
   CHECK(s.log().find("hh_serve: stopped (SIGINT)") != std::string::npos);
 }
 
+TEST_CASE("hh_serve --weights int8: completions equal hf_run --weights int8's, alone and batched") {
+  ServerProcess s("int8", {"--model", fixture("llama-tiny-tok"), "--weights", "int8"});
+  const std::string model = "--model '" + fixture("llama-tiny-tok") + "' --weights int8 --temperature 0";
+  const json greedy = hf_run(model + " --prompt 'The hedgehog is' --max-new-tokens 12");
+  CHECK(greedy["generated_ids"].size() == 12);
+  const json r = post_json(s, "/v1/completions", {{"prompt", "The hedgehog is"}, {"max_tokens", 12}, {"temperature", 0}}, 200);
+  CHECK(r["choices"][0]["text"] == continuation(greedy));
+  // Four at once share the decode batch: int8 rows are exact int32 sums, so each equals its request alone.
+  std::vector<std::thread> clients;
+  std::vector<json> got(4);
+  for (size_t i = 0; i < got.size(); ++i)
+    clients.emplace_back([&, i] {
+      got[i] = post_json(s, "/v1/completions", {{"prompt", "The hedgehog is"}, {"max_tokens", 12}, {"temperature", 0}},
+                         200);
+    });
+  for (auto& t : clients) t.join();
+  for (const json& g : got) CHECK(g["choices"][0]["text"] == continuation(greedy));
+  CHECK(s.stop(SIGINT) == 0);
+}
+
 TEST_CASE("hh_serve: the main server stops on SIGTERM with exit 0 and logged every request") {
   ServerProcess& s = llama_server();
   CHECK(s.stop(SIGTERM) == 0);
