@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/device.h"
+#include "core/prepacked.h"
 #include "data/tokenizer.h"
 #include "nn/models/embedding.h"
 #include "nn/models/hf_model.h"

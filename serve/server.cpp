@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/prepacked.h"
 #include "serve/page.h"
 
 namespace hh::serve {
@@ -311,7 +312,8 @@ int serve(const ServeOptions& o) {
     engine_ptr = engine.get();
     log_line(str("hh_serve: ", engine->model_id(), " (", engine->is_decoder() ? "completions" : "embeddings",
                  ", context ", engine->limits().max_context, " tokens, max_tokens ", engine->limits().max_tokens,
-                 ", max concurrent ", engine->max_concurrent(), ") on http://", o.host, ":", port));
+                 ", max concurrent ", engine->max_concurrent(), ", ", weight_format_name(o.engine.weights),
+                 " weights) on http://", o.host, ":", port));
     if (!stop) http->listen();
   } catch (...) {
     listening_done = true;

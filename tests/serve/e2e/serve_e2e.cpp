@@ -619,6 +619,7 @@ TEST_CASE("hh_serve --weights int8: completions equal hf_run --weights int8's, a
   for (auto& t : clients) t.join();
   for (const json& g : got) CHECK(g["choices"][0]["text"] == continuation(greedy));
   CHECK(s.stop(SIGINT) == 0);
+  CHECK(s.log().find(", int8 weights) on http://") != std::string::npos);  // it did load int8
 }
 
 TEST_CASE("hh_serve: the main server stops on SIGTERM with exit 0 and logged every request") {
