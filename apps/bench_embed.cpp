@@ -78,8 +78,8 @@ int run(int argc, char** argv) {
   f.add("seq", "64,256", "tokens per sentence, a comma list");
   f.add("threads", "1,2", "CPU thread counts, a comma list");
   f.add("reps", "5", "timed repetitions per configuration (the median is reported)");
-  f.add("weights", "f32", "Linear weights, a comma list of f32 and int8 (per-channel int8 quantized at load);\n"
-        "                       with int8 the embedding cosine of int8 to f32 on held-out inputs is reported too");
+  f.add("weights", "f32", "Linear weights, a comma list of f32, int8 (per-channel, quantized at load) and bf16;\n"
+        "                       for int8 and bf16 the embedding cosine to f32 on held-out inputs is reported too");
   f.add("json", "", "also write the figures to this JSON file");
   if (!f.parse(argc, argv)) return 0;
   const std::vector<int64_t> batches = f.integers("batch", 1, 4096), seqs = f.integers("seq", 1, 1 << 16),
@@ -115,10 +115,11 @@ int run(int argc, char** argv) {
     return nn::pool_hidden(nn::text_encoder_hidden(m, ids, types, mask), mask, nn::Pooling::mean);
   };
   nlohmann::json doc{{"model", folder}};
-  // Fidelity: the cosine of each int8 embedding to the f32 one, on held-out inputs (another seed
-  // than the timed ones): 32 sequences of min(128, positions) tokens.
+  // Fidelity: the cosine of each int8 or bf16 embedding to the f32 one, on held-out inputs (another
+  // seed than the timed ones): 32 sequences of min(128, positions) tokens.
   for (size_t i = 0; i < formats.size(); ++i) {
-    if (formats[i] != WeightFormat::int8) continue;
+    if (formats[i] == WeightFormat::f32) continue;
+    const std::string name = weight_format_name(formats[i]);
     auto f32 = nn::load_hf_model(folder);
     Generator g(777);
     const Tensor ids = randint(1000, V, {32, std::min<int64_t>(128, positions)}, g);
@@ -137,9 +138,9 @@ int run(int argc, char** argv) {
       lo = std::min(lo, cos);
       sum += cos;
     }
-    std::printf("int8 embedding cosine to f32 (32 held-out inputs): min %.5f, mean %.5f\n\n", lo, sum / 32);
-    doc["int8_cosine_min"] = lo;
-    doc["int8_cosine_mean"] = sum / 32;
+    std::printf("%s embedding cosine to f32 (32 held-out inputs): min %.5f, mean %.5f\n\n", name.c_str(), lo, sum / 32);
+    doc[name + "_cosine_min"] = lo;
+    doc[name + "_cosine_mean"] = sum / 32;
   }
   std::printf("weights  threads  batch    seq   ms/forward  sentences/s\n");
   nlohmann::json rows = nlohmann::json::array();

@@ -439,8 +439,8 @@ int run(int argc, char** argv) {
         "                       hybrid-<map> (sliding softmax window + linear attention, causal models)");
   f.add("form", "chunked", "linear mixers: chunked, quadratic, noncausal or recurrent");
   f.add("window", "64", "hybrid-<map> mixers: the sliding window size");
-  f.add("weights", "f32", "every Linear's weights: f32, or int8 (per-channel symmetric, quantized at load;\n"
-        "                       CPU, f32 precision only)");
+  f.add("weights", "f32", "every Linear's weights: f32, int8 (per-channel symmetric) or bf16 (rounded; f32\n"
+        "                       arithmetic), prepared at load; CPU, f32 precision only");
   cli::CommonFlagSpec common;
   common.seed_help = "decoders: sampling seed";
   common.out = true;

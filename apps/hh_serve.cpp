@@ -53,7 +53,7 @@ int run(int argc, char** argv) {
   f.add("prefix-chunk", "256", "tokens between the prefix cache's saved states");
   f.add("timeout", "600", "seconds a request may generate (then it ends, finish_reason length); a client that\n"
         "                       stalls while sending a request is dropped after min(this, 30) s");
-  f.add("weights", "f32", "every Linear's weights: f32, or int8 (per-channel symmetric, quantized at load; CPU)");
+  f.add("weights", "f32", "every Linear's weights: f32, int8 (per-channel symmetric) or bf16, prepared at load (CPU)");
   cli::CommonFlagSpec common;
   common.precision = false;
   common.seed = false;

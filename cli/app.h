@@ -93,7 +93,7 @@ inline int apply_threads(int64_t threads) {
   return n;
 }
 
-// --weights (f32 or int8), parsed once at the edge: the error names the flag.
+// --weights (f32, int8 or bf16), parsed once at the edge: the error names the flag.
 inline WeightFormat parse_weights_flag(const std::string& value) {
   try {
     return parse_weight_format(value);

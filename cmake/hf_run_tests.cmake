@@ -86,7 +86,7 @@ add_test(NAME hf_run_weights_rejects
          COMMAND sh -c "\"$0\" --model '${HF}/gpt2-tiny' --ids 1,2 --weights int4; test $? -ne 0 && echo REFUSED"
                  $<TARGET_FILE:hf_run>)
 set_tests_properties(hf_run_weights_rejects PROPERTIES PASS_REGULAR_EXPRESSION
-                     "error: --weights: unknown weight format 'int4' \\(expected f32 or int8\\)\nREFUSED")
+                     "error: --weights: unknown weight format 'int4' \\(expected f32, int8 or bf16\\)\nREFUSED")
 add_test(NAME hf_run_embed_file
          COMMAND sh -c "d=$(mktemp -d) && printf 'one text\\ntwo texts here\\nthree\\n' > \"$d/in.txt\" && \"$1\" --model '${HF}/st-tiny-cls' --input \"$d/in.txt\" --batch 2 --out \"$d/out\" && test -s \"$d/out/embeddings.npy\" && grep -q '\"count\": 3' \"$d/out/results.json\" && echo EMBED_FILE_OK; rc=$?; rm -rf \"$d\"; exit $rc"
          sh $<TARGET_FILE:hf_run>)

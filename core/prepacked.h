@@ -6,6 +6,11 @@
 //  - int8: quantized per output channel, symmetric: wq[n, k] = round_half_even(w[n, k] · 127 / amax_n)
 //    in [-127, 127], scale sw[n] = amax_n / 127; the activations are quantized per row at every
 //    call and the product is an exact int32 sum (core/cpu/qgemm.h has the arithmetic).
+//  - bf16: the f32 panels' layout with each weight rounded to bf16 (round to nearest even), half
+//    the bytes a decoding step reads. Widened back to f32 one sliver at a time (exact: a bf16 is
+//    the top half of an f32) and multiplied by the f32 micro-kernel with f32 activations and f32
+//    sums: the bits the prepared f32 weight gives for the weight rounded to bf16 first, on every
+//    ISA path (CpuIsa::scalar: the plain GEMM's bits on the rounded weight).
 // A WeightCache holds one prepared form and hands it out while the weight is unchanged: the same
 // storage (held weakly, so a replaced weight never aliases), at the same Storage::version, offset,
 // shape and strides, for the same format and CPU ISA. Every in-place writer of a parameter bumps
@@ -27,16 +32,18 @@ namespace hh {
 
 // How a Linear's weight is multiplied when no gradient is recorded (HFModelOptions::weights,
 // the apps' --weights flag). Parsed once at the edge.
-enum class WeightFormat { f32, int8 };
+enum class WeightFormat { f32, int8, bf16 };
 const char* weight_format_name(WeightFormat f);
-// "f32" or "int8"; throws hh::Error naming the valid values otherwise.
+// "f32", "int8" or "bf16"; throws hh::Error naming the valid values otherwise.
 WeightFormat parse_weight_format(const std::string& name);
 
 struct PreparedWeight {
   WeightFormat format = WeightFormat::f32;
   CpuIsa isa = CpuIsa::scalar;  // the ISA it was prepared under
   int64_t out_features = 0, in_features = 0;
-  std::shared_ptr<void> data;  // f32: sgemm::prepack_b's panels of weightᵀ; int8: qgemm's slivers
+  // f32: sgemm::prepack_b's panels of weightᵀ; int8: qgemm's slivers; bf16: the f32 panels rounded
+  // to bf16 (uint16 each), or on CpuIsa::scalar the rounded weight widened to f32, (out, in) row-major.
+  std::shared_ptr<void> data;
   // int8: per output channel, padded to a multiple of 32 (scale 1, comp 0 past out_features).
   std::vector<float> scales;  // sw[n]
   std::vector<int32_t> comp;  // 128 · Σ_k wq[n, k] (VNNI's unsigned activations)
@@ -45,7 +52,7 @@ struct PreparedWeight {
 
 // weight (out, in) f32 -> its prepared form, on the CPU; f32 gives nullptr when this ISA has no
 // packed kernel (the plain GEMM runs then). int8 throws hh::Error on a NaN or
-// infinite weight.
+// infinite weight; bf16 keeps them (a NaN stays NaN, a value beyond bf16's range becomes inf).
 std::shared_ptr<const PreparedWeight> prepare_weight(const Tensor& weight, WeightFormat format);
 // An int8 weight from its values (out · in, row-major, each in [-127, 127]) and per-channel scales
 // (out, each finite and > 0); hh::Error on a wrong size, a value out of range, or a NaN, infinite,

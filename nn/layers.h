@@ -33,7 +33,7 @@ class Linear : public Module {
   Tensor weight;  // (out, in)
   Tensor bias;    // (out) or undefined
   // How forward multiplies by the weight when no gradient is recorded on the CPU (core/prepacked.h):
-  // f32 packed once, or int8 quantized once per output channel; the prepared form is kept in
+  // f32 packed once, int8 quantized once per output channel, or bf16; the prepared form is kept in
   // weight_cache and made again whenever the weight changes (any in-place write bumps its version).
   WeightFormat weight_format = WeightFormat::f32;
   mutable WeightCache weight_cache;

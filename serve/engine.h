@@ -29,7 +29,7 @@ namespace hh::serve {
 struct EngineOptions {
   std::string folder;          // the HF model folder (and its tokenizer)
   Device device = Device::cpu();
-  WeightFormat weights = WeightFormat::f32;  // every Linear's inference weights (--weights: f32 or int8)
+  WeightFormat weights = WeightFormat::f32;  // every Linear's inference weights (--weights: f32, int8 or bf16)
   int threads = 1;             // CPU threads of each request's forward (OpenMP's setting is per thread)
   int64_t max_concurrent = 4;  // requests admitted at once (running or waiting for the model)
   int64_t max_context = 0;     // prompt + max_tokens; 0: the model's positions (4096 without a limit)

@@ -139,34 +139,63 @@ struct Scratch {
 };
 thread_local Scratch tls_scratch;  // packed B panel + packed A block
 
+// A B operand packed once (sgemm::prepack_b's layout), in f32 or in bf16: columns [0, n) of a call
+// are columns col0 + [0, n) of the prepacked B, whose padded width is np.
+struct PrepackedB {
+  const float* f32 = nullptr;
+  const uint16_t* bf16 = nullptr;  // widened one sliver at a time into the scratch
+  int64_t np = 0, col0 = 0;
+  bool any() const { return f32 != nullptr || bf16 != nullptr; }
+};
+
 // c (m, n; row stride ldc) = alpha a·b + beta c with a, b at any strides, on the calling thread.
 // Loop nest as in BLIS: jc (NC) → pc (KC, pack B) → ic (MC, pack A) → jr (NR) → ir (MR) → micro-kernel.
-// With bpre (sgemm::prepack_b's layout; b, rsb, csb unused) the B slivers are read from there:
-// columns [0, n) of this call are columns col0 + [0, n) of the prepacked B, whose padded width is np.
+// With a prepacked B (b, rsb, csb unused) the B slivers are read from there.
 void sgemm(const sgemm::Kernel& K, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t rsa,
            int64_t csa, const float* b, int64_t rsb, int64_t csb, float beta, float* c, int64_t ldc,
-           const float* bpre = nullptr, int64_t np = 0, int64_t col0 = 0) {
+           const PrepackedB& pre = {}) {
   const int64_t MR = K.mr, NR = K.nr, KC = K.kc, MC = K.mc, NC = K.nc;
-  const int64_t ncap = bpre ? 0 : std::min(NC, (n + NR - 1) / NR * NR);
+  const int64_t ncap = pre.any() ? (pre.bf16 ? NR : 0) : std::min(NC, (n + NR - 1) / NR * NR);
   float* pb = tls_scratch.get(static_cast<size_t>(KC * ncap + KC * (MC + MR) + 16));  // B panel, then the A block
   float* pa = pb + KC * ncap;
+  float* wide = pb;  // bf16: one widened sliver
+  const uint16_t* pb16 = nullptr;
   for (int64_t jc = 0; jc < n; jc += NC) {
     const int64_t nc = std::min(NC, n - jc);
     for (int64_t pc = 0; pc < k; pc += KC) {
       const int64_t kc = std::min(KC, k - pc);
       const float be = pc == 0 ? beta : 1.0f;  // later depth blocks accumulate onto c
-      if (bpre)
-        pb = const_cast<float*>(bpre) + pc * np + (col0 + jc) / NR * kc * NR;  // read only
+      const int64_t at = pc * pre.np + (pre.col0 + jc) / NR * kc * NR;
+      if (pre.f32)
+        pb = const_cast<float*>(pre.f32) + at;  // read only
+      else if (pre.bf16)
+        pb16 = pre.bf16 + at;
       else
         for (int64_t s = 0; s * NR < nc; ++s)
           K.pack_b(b + pc * rsb + (jc + s * NR) * csb, rsb, csb, kc, std::min(NR, nc - s * NR), pb + s * kc * NR);
       for (int64_t ic = 0; ic < m; ic += MC) {
         const int64_t mc = std::min(MC, m - ic);
         K.pack_a(a + ic * rsa + pc * csa, rsa, csa, mc, kc, pa);
-        for (int64_t jr = 0; jr < nc; jr += NR)
+        if (mc <= sgemm::kFewRows && pre.any()) {  // a decoding step: each B sliver read once
+          for (int64_t jr = 0; jr < nc; jr += NR) {
+            float* ct = c + ic * ldc + jc + jr;
+            if (pb16)
+              K.rows_bf16(kc, pa, pb16 + jr * kc, ct, ldc, mc, std::min(NR, nc - jr), alpha, be);
+            else
+              K.rows(kc, pa, pb + jr * kc, ct, ldc, mc, std::min(NR, nc - jr), alpha, be);
+          }
+          continue;
+        }
+        for (int64_t jr = 0; jr < nc; jr += NR) {
+          const float* sliver = pb + jr * kc;
+          if (pb16) {
+            K.widen_bf16(pb16 + jr * kc, kc * NR, wide);
+            sliver = wide;
+          }
           for (int64_t ir = 0; ir < mc; ir += MR)
-            K.micro(kc, pa + ir * kc, pb + jr * kc, c + (ic + ir) * ldc + jc + jr, ldc, std::min(MR, mc - ir),
+            K.micro(kc, pa + ir * kc, sliver, c + (ic + ir) * ldc + jc + jr, ldc, std::min(MR, mc - ir),
                     std::min(NR, nc - jr), alpha, be);
+        }
       }
     }
   }
@@ -315,13 +344,16 @@ void sgemm::prepack_b(const Kernel& K, const float* b, int64_t rsb, int64_t csb,
   }
 }
 
-void sgemm::gemm_prepacked(const Kernel& K, int64_t m, int64_t n, int64_t k, const float* a, int64_t rsa, int64_t csa,
-                           const float* bpre, float beta, float* c, int64_t ldc) {
-  const int64_t np = (n + K.nr - 1) / K.nr * K.nr;
+namespace {
+
+// c = a · (a prepacked B) + beta c, threaded as gemm_prepacked says.
+void gemm_with_prepacked(const sgemm::Kernel& K, int64_t m, int64_t n, int64_t k, const float* a, int64_t rsa,
+                         int64_t csa, packed::PrepackedB pre, float beta, float* c, int64_t ldc) {
+  pre.np = (n + K.nr - 1) / K.nr * K.nr;
   const double work = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
   const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
   if (threads <= 1 || work <= kGemmParallelWork) {
-    packed::sgemm(K, m, n, k, 1.0f, a, rsa, csa, nullptr, 0, 0, beta, c, ldc, bpre, np, 0);
+    packed::sgemm(K, m, n, k, 1.0f, a, rsa, csa, nullptr, 0, 0, beta, c, ldc, pre);
     return;
   }
   int tm, tn;
@@ -332,9 +364,26 @@ void sgemm::gemm_prepacked(const Kernel& K, int64_t m, int64_t n, int64_t k, con
     const int64_t r0 = (t / tn) * mchunk, c0 = (t % tn) * nchunk;
     const int64_t rows = std::min(mchunk, m - r0), cols = std::min(nchunk, n - c0);
     if (rows <= 0 || cols <= 0) return;
-    packed::sgemm(K, rows, cols, k, 1.0f, a + r0 * rsa, rsa, csa, nullptr, 0, 0, beta, c + r0 * ldc + c0, ldc, bpre, np,
-                  c0);
+    packed::PrepackedB tile = pre;
+    tile.col0 = c0;
+    packed::sgemm(K, rows, cols, k, 1.0f, a + r0 * rsa, rsa, csa, nullptr, 0, 0, beta, c + r0 * ldc + c0, ldc, tile);
   });
+}
+
+}  // namespace
+
+void sgemm::gemm_prepacked(const Kernel& K, int64_t m, int64_t n, int64_t k, const float* a, int64_t rsa, int64_t csa,
+                           const float* bpre, float beta, float* c, int64_t ldc) {
+  packed::PrepackedB pre;
+  pre.f32 = bpre;
+  gemm_with_prepacked(K, m, n, k, a, rsa, csa, pre, beta, c, ldc);
+}
+
+void sgemm::gemm_prepacked_bf16(const Kernel& K, int64_t m, int64_t n, int64_t k, const float* a, int64_t rsa,
+                                int64_t csa, const uint16_t* bpre, float beta, float* c, int64_t ldc) {
+  packed::PrepackedB pre;
+  pre.bf16 = bpre;
+  gemm_with_prepacked(K, m, n, k, a, rsa, csa, pre, beta, c, ldc);
 }
 
 const char* sgemm::engine_for(int64_t m, int64_t n, int64_t k) {

@@ -53,12 +53,19 @@ std::shared_ptr<PreparedWeight> pack_int8(const int8_t* values, std::vector<floa
 
 }  // namespace
 
-const char* weight_format_name(WeightFormat f) { return f == WeightFormat::int8 ? "int8" : "f32"; }
+const char* weight_format_name(WeightFormat f) {
+  switch (f) {
+    case WeightFormat::f32: return "f32";
+    case WeightFormat::int8: return "int8";
+    case WeightFormat::bf16: return "bf16";
+  }
+  return "?";
+}
 
 WeightFormat parse_weight_format(const std::string& name) {
-  if (name == "f32") return WeightFormat::f32;
-  if (name == "int8") return WeightFormat::int8;
-  throw Error("unknown weight format '" + name + "' (expected f32 or int8)");
+  for (WeightFormat f : {WeightFormat::f32, WeightFormat::int8, WeightFormat::bf16})
+    if (name == weight_format_name(f)) return f;
+  throw Error("unknown weight format '" + name + "' (expected f32, int8 or bf16)");
 }
 
 void quantize_per_channel(const float* w, int64_t n, int64_t k, std::vector<int8_t>& values, std::vector<float>& scales) {
@@ -114,19 +121,41 @@ std::shared_ptr<const PreparedWeight> prepare_weight(const Tensor& weight, Weigh
   HH_CHECK(weight.device().is_cpu(), "prepared (", weight_format_name(format),
            ") weights are CPU only; the weight is on ", weight.device());
   const int64_t n = weight.size(0), k = weight.size(1);
-  if (format == WeightFormat::f32) {
-    HH_CHECK(weight.dtype() == DType::f32, "prepare_weight: f32 packing needs an f32 weight, got ", weight.dtype());
+  if (format == WeightFormat::f32 || format == WeightFormat::bf16) {
+    HH_CHECK(weight.dtype() == DType::f32, "prepare_weight: ", weight_format_name(format),
+             " packing needs an f32 weight, got ", weight.dtype());
     const sgemm::Kernel* K = sgemm::kernel_for(cpu_isa());
-    if (K == nullptr || n == 0 || k == 0) return nullptr;
+    if (n == 0 || k == 0 || (K == nullptr && format == WeightFormat::f32)) return nullptr;
     auto out = std::make_shared<PreparedWeight>();
     out->format = format;
     out->isa = cpu_isa();
     out->out_features = n;
     out->in_features = k;
-    out->bytes = static_cast<size_t>(sgemm::prepacked_b_floats(*K, k, n)) * sizeof(float);
+    if (K == nullptr) {  // bf16 without a packed kernel: the rounded weight, widened, for the plain GEMM
+      auto wt = std::make_shared<Tensor>(empty({n, k}, {DType::f32, Device::cpu()}));
+      const float* src = weight.data<float>();
+      float* dst = wt->data<float>();
+      for (int64_t r = 0; r < n; ++r)
+        for (int64_t c = 0; c < k; ++c)
+          dst[r * k + c] = bf16_to_float(float_to_bf16(src[r * weight.stride(0) + c * weight.stride(1)]));
+      out->bytes = static_cast<size_t>(n * k) * sizeof(float);
+      out->data = std::shared_ptr<void>(wt, wt.get());  // a Tensor, (n, k) contiguous
+      return out;
+    }
+    const int64_t floats = sgemm::prepacked_b_floats(*K, k, n);
+    out->bytes = static_cast<size_t>(floats) * (format == WeightFormat::f32 ? sizeof(float) : sizeof(uint16_t));
     out->data = aligned_block(out->bytes);
     // B = weightᵀ (k, n): row stride weight.stride(1), column stride weight.stride(0).
-    sgemm::prepack_b(*K, weight.data<float>(), weight.stride(1), weight.stride(0), k, n, static_cast<float*>(out->data.get()));
+    if (format == WeightFormat::f32) {
+      sgemm::prepack_b(*K, weight.data<float>(), weight.stride(1), weight.stride(0), k, n,
+                       static_cast<float*>(out->data.get()));
+      return out;
+    }
+    std::unique_ptr<float[]> panels(new float[static_cast<size_t>(floats) + 16]);
+    float* f = panels.get() + (16 - reinterpret_cast<uintptr_t>(panels.get()) / sizeof(float) % 16) % 16;  // 64-byte aligned
+    sgemm::prepack_b(*K, weight.data<float>(), weight.stride(1), weight.stride(0), k, n, f);
+    auto* dst = static_cast<uint16_t*>(out->data.get());
+    for (int64_t i = 0; i < floats; ++i) dst[i] = float_to_bf16(f[i]);
     return out;
   }
   Tensor w = empty({n, k}, {DType::f32, Device::cpu()});  // contiguous f32 (any dtype or strides in)
@@ -166,6 +195,20 @@ void linear_prepared(const Tensor& x, const PreparedWeight& w, const Tensor& bia
       backend_of(y).copy(y, bias.as_strided({rows, n}, {0, bias.stride(0)}, bias.offset()));
     sgemm::gemm_prepacked(*K, rows, n, k, x.data<float>(), ldx, 1, static_cast<const float*>(w.data.get()),
                           bias.defined() ? 1.0f : 0.0f, y.data<float>(), n);
+    return;
+  }
+  if (w.format == WeightFormat::bf16) {
+    if (bias.defined())
+      backend_of(y).copy(y, bias.as_strided({rows, n}, {0, bias.stride(0)}, bias.offset()));
+    const float beta = bias.defined() ? 1.0f : 0.0f;
+    if (const sgemm::Kernel* K = sgemm::kernel_for(w.isa)) {
+      sgemm::gemm_prepacked_bf16(*K, rows, n, k, x.data<float>(), ldx, 1, static_cast<const uint16_t*>(w.data.get()),
+                                 beta, y.data<float>(), n);
+    } else {  // the widened weight (n, k) as B = weightᵀ (k, n): the plain GEMM's bits
+      const Tensor& wt = *static_cast<const Tensor*>(w.data.get());
+      backend_of(y).gemm(x.as_strided({1, rows, k}, {0, ldx, 1}, x.offset()), wt.as_strided({1, k, n}, {0, 1, k}, 0),
+                         y.as_strided({1, rows, n}, {0, n, 1}, y.offset()), {1.0, beta});
+    }
     return;
   }
   Tensor b = bias;

@@ -67,13 +67,59 @@ HH_TARGET_AVX2 void micro_6x16(int64_t kc, const float* __restrict a, const floa
     }
 }
 
+// A decoding step's rows (M <= 3): micro_6x16's arithmetic for those rows only (each element the
+// same FMA chain from zero over k, so the same bits), B read once; bf16 B widened in registers.
+template <int M, bool kBf16>
+HH_TARGET_AVX2 void micro_rows(int64_t kc, const float* __restrict a, const void* __restrict bv, float* c, int64_t ldc,
+                               int64_t n, float alpha, float beta) {
+  __m256 acc[M][2];
+  for (int r = 0; r < M; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  const float* b = static_cast<const float*>(bv);
+  const uint16_t* h = static_cast<const uint16_t*>(bv);
+#pragma GCC unroll 4
+  for (int64_t k = 0; k < kc; ++k) {
+    __m256 b0, b1;
+    if constexpr (kBf16) {
+      const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + k * NR));
+      b0 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(w)), 16));
+      b1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(w, 1)), 16));
+    } else {
+      b0 = _mm256_load_ps(b + k * NR);
+      b1 = _mm256_load_ps(b + k * NR + 8);
+    }
+    for (int r = 0; r < M; ++r) {
+      const __m256 x = _mm256_broadcast_ss(a + k * MR + r);
+      acc[r][0] = _mm256_fmadd_ps(x, b0, acc[r][0]);
+      acc[r][1] = _mm256_fmadd_ps(x, b1, acc[r][1]);
+    }
+  }
+  alignas(32) float t[NR];
+  for (int r = 0; r < M; ++r) {
+    _mm256_store_ps(t, acc[r][0]);
+    _mm256_store_ps(t + 8, acc[r][1]);
+    for (int64_t j = 0; j < n; ++j) {
+      float* p = c + r * ldc + j;
+      *p = beta != 0.0f ? std::fma(beta, *p, alpha * t[j]) : alpha * t[j];  // as micro_6x16
+    }
+  }
+}
+
+template <bool kBf16>
+void micro_rows_any(int64_t kc, const float* a, const void* b, float* c, int64_t ldc, int64_t m, int64_t n, float alpha,
+                    float beta) {
+  if (m == 1) micro_rows<1, kBf16>(kc, a, b, c, ldc, n, alpha, beta);
+  else if (m == 2) micro_rows<2, kBf16>(kc, a, b, c, ldc, n, alpha, beta);
+  else micro_rows<3, kBf16>(kc, a, b, c, ldc, n, alpha, beta);
+}
+
 void pack_b16(const float* b, int64_t rs, int64_t cs, int64_t kc, int64_t n, float* dst) {
   pack_b_avx<NR>(b, rs, cs, kc, n, dst);
 }
 
 // KC = kDepthBlock (AVX-512's, for the same bits): a 16-wide B sliver is 12 KiB (L1); MC = 144: the
 // A block is 108 KiB (L2); NC = 3072: the B panel is 2.3 MiB (L3).
-const Kernel kAvx2{"avx2", MR, NR, kDepthBlock, 144, 3072, &pack_a6, &pack_b16, &micro_6x16};
+const Kernel kAvx2{"avx2", MR, NR, kDepthBlock, 144, 3072, &pack_a6, &pack_b16, &micro_6x16, &widen_bf16_avx2,
+                  &micro_rows_any<false>, &micro_rows_any<true>};
 
 }  // namespace
 

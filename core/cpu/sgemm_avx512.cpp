@@ -60,13 +60,80 @@ HH_TARGET_AVX512 void micro_6x32(int64_t kc, const float* __restrict a, const fl
     }
 }
 
+// A decoding step's rows (M <= 3): micro_6x32's arithmetic for those rows only (each element the
+// same FMA chain from zero over k, so the same bits), B read once; bf16 B widened in registers.
+template <int M, bool kBf16>
+HH_TARGET_AVX512 void micro_rows(int64_t kc, const float* __restrict a, const void* __restrict bv, float* c, int64_t ldc,
+                                 int64_t n, float alpha, float beta) {
+  __m512 acc[M][2];
+  for (int r = 0; r < M; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  const float* b = static_cast<const float*>(bv);
+  const uint16_t* h = static_cast<const uint16_t*>(bv);
+  const __mmask16 all = 0xFFFF;  // the maskz forms: GCC 12 warns (maybe-uninitialized) inside the plain ones
+#pragma GCC unroll 4
+  for (int64_t k = 0; k < kc; ++k) {
+    __m512 b0, b1;
+    if constexpr (kBf16) {
+      const __m512i lo = _mm512_maskz_cvtepu16_epi32(all, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + k * NR)));
+      const __m512i hi =
+          _mm512_maskz_cvtepu16_epi32(all, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + k * NR + 16)));
+      b0 = _mm512_castsi512_ps(_mm512_maskz_slli_epi32(all, lo, 16));
+      b1 = _mm512_castsi512_ps(_mm512_maskz_slli_epi32(all, hi, 16));
+    } else {
+      b0 = _mm512_load_ps(b + k * NR);
+      b1 = _mm512_load_ps(b + k * NR + 16);
+    }
+    for (int r = 0; r < M; ++r) {
+      const __m512 x = _mm512_set1_ps(a[k * MR + r]);
+      acc[r][0] = _mm512_fmadd_ps(x, b0, acc[r][0]);
+      acc[r][1] = _mm512_fmadd_ps(x, b1, acc[r][1]);
+    }
+  }
+  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+  for (int r = 0; r < M; ++r)
+    for (int hh = 0; hh < 2; ++hh) {  // as micro_6x32's stores
+      const int64_t cols = n - 16 * hh;
+      if (cols <= 0) break;
+      const __mmask16 mask = cols >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << cols) - 1u);
+      float* p = c + r * ldc + 16 * hh;
+      __m512 v = _mm512_mul_ps(va, acc[r][hh]);
+      if (beta != 0.0f) v = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(mask, p), v);
+      _mm512_mask_storeu_ps(p, mask, v);
+    }
+}
+
+template <bool kBf16>
+void micro_rows_any(int64_t kc, const float* a, const void* b, float* c, int64_t ldc, int64_t m, int64_t n, float alpha,
+                    float beta) {
+  if (m == 1) micro_rows<1, kBf16>(kc, a, b, c, ldc, n, alpha, beta);
+  else if (m == 2) micro_rows<2, kBf16>(kc, a, b, c, ldc, n, alpha, beta);
+  else micro_rows<3, kBf16>(kc, a, b, c, ldc, n, alpha, beta);
+}
+
 void pack_b32(const float* b, int64_t rs, int64_t cs, int64_t kc, int64_t n, float* dst) {
   pack_b_avx<NR>(b, rs, cs, kc, n, dst);
 }
 
+// bf16 -> f32, 32 at a time (count is a multiple of 32 here: whole 32-wide slivers); a tail of
+// 16 goes through the AVX2 path.
+HH_TARGET_AVX512 void widen_bf16_avx512(const uint16_t* src, int64_t count, float* dst) {
+  int64_t i = 0;
+  // The maskz forms with a full mask: GCC 12 warns (maybe-uninitialized) inside the plain ones.
+  const __mmask16 all = 0xFFFF;
+  for (; i + 32 <= count; i += 32) {
+    const __m512i lo = _mm512_maskz_cvtepu16_epi32(all, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i)));
+    const __m512i hi =
+        _mm512_maskz_cvtepu16_epi32(all, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i + 16)));
+    _mm512_store_ps(dst + i, _mm512_castsi512_ps(_mm512_maskz_slli_epi32(all, lo, 16)));
+    _mm512_store_ps(dst + i + 16, _mm512_castsi512_ps(_mm512_maskz_slli_epi32(all, hi, 16)));
+  }
+  if (i < count) widen_bf16_avx2(src + i, count - i, dst + i);
+}
+
 // KC = kDepthBlock: a 32-wide B sliver is 24 KiB (L1 is 32-48 KiB on AVX-512 cores); MC = 144: the A
 // block is 108 KiB (L2); NC = 3072: the B panel is 2.3 MiB.
-const Kernel kAvx512{"avx512", MR, NR, kDepthBlock, 144, 3072, &pack_a6, &pack_b32, &micro_6x32};
+const Kernel kAvx512{"avx512", MR, NR, kDepthBlock, 144, 3072, &pack_a6, &pack_b32, &micro_6x32,
+                    &widen_bf16_avx512, &micro_rows_any<false>, &micro_rows_any<true>};
 
 }  // namespace
 

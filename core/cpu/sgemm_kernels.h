@@ -33,7 +33,16 @@ struct Kernel {
   // beta == 0 never reads c (a fresh output may hold NaN garbage).
   void (*micro)(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, int64_t m, int64_t n, float alpha,
                 float beta);
+  // dst[i] (64-byte aligned) = the f32 of the bf16 src[i], i < count (a multiple of 16): exact.
+  void (*widen_bf16)(const uint16_t* src, int64_t count, float* dst);
+  // A c tile of m <= kFewRows rows (a decoding step): micro's arithmetic for those rows only (the
+  // same bits), with B an f32 sliver (rows) or a bf16 one (rows_bf16, widened in registers).
+  void (*rows)(int64_t kc, const float* a, const void* b, float* c, int64_t ldc, int64_t m, int64_t n, float alpha,
+               float beta);
+  void (*rows_bf16)(int64_t kc, const float* a, const void* b, float* c, int64_t ldc, int64_t m, int64_t n,
+                    float alpha, float beta);
 };
+constexpr int64_t kFewRows = 3;
 
 // nullptr where the compiler cannot target the ISA (non-x86 builds).
 const Kernel* avx2_kernel();
@@ -65,6 +74,11 @@ void prepack_b(const Kernel& K, const float* b, int64_t rsb, int64_t csb, int64_
 // blocks as the unpacked GEMM, so the same bits.
 void gemm_prepacked(const Kernel& K, int64_t m, int64_t n, int64_t k, const float* a, int64_t rsa, int64_t csa,
                     const float* bpre, float beta, float* c, int64_t ldc);
+// The same with B prepacked in bf16: prepack_b's layout, each element rounded to bf16 (round to
+// nearest even). Each sliver is widened to f32 (exact) just before the micro-kernel uses it, so
+// the result has the bits of gemm_prepacked on the widened B, with half the bytes of B read.
+void gemm_prepacked_bf16(const Kernel& K, int64_t m, int64_t n, int64_t k, const float* a, int64_t rsa, int64_t csa,
+                         const uint16_t* bpre, float beta, float* c, int64_t ldc);
 // Whether the packed engine takes an (m, n, k) product now (what gemm decides, BatchInvariant included).
 bool packed_applies(int64_t m, int64_t n, int64_t k);
 

@@ -34,8 +34,8 @@ struct HFModelOptions {
   FeatureMapConfig feature_map;  // name/heads/head_dim are filled in per layer
   Device device = Device::cpu();
   DType dtype = DType::f32;  // parameter dtype after loading (the file may hold bf16/f16)
-  // Every Linear's inference weights (nn::set_weight_format): f32, or int8 quantized per output
-  // channel at load time (CPU and f32 only; embeddings and norms stay f32).
+  // Every Linear's inference weights (nn::set_weight_format): f32, int8 quantized per output
+  // channel, or bf16 (rounded), prepared at load time (CPU and f32 only; embeddings and norms stay f32).
   WeightFormat weights = WeightFormat::f32;
   // Inference apps (hf_run, hh_serve): prepare every Linear's weight at load (f32: packed, about
   // doubling their memory; int8 always is), so the first forward does not pay for it.

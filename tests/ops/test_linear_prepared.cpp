@@ -105,6 +105,66 @@ TEST_CASE("linear prepacked f32: the same bits as linear on every ISA path, odd 
   }
 }
 
+TEST_CASE("linear bf16 weights: the f32 product of the rounded weight, every ISA path, odd shapes, threads") {
+  IsaScope scope;
+  Generator g(15);
+  struct Case { int64_t m, n, k; };
+  // The f32 test's shapes (where the prepacked f32 weight runs, the bits must be its bits on the
+  // weight rounded to bf16), then shapes it leaves to the plain GEMM (tiny n or k: bf16 still runs
+  // packed there), against an f64 reference.
+  const std::vector<Case> exact = {{64, 384, 384}, {7, 33, 19}, {13, 70, 450}, {300, 129, 200},
+                                   {2, 40, 40},  {1, 50, 70}, {1, 768, 2304}, {3, 130, 450}};
+  const std::vector<Case> small = {{1, 1, 1}, {2, 3, 1}, {5, 1, 7}, {1, 17, 3}, {9, 2, 500}};
+  for (CpuIsa isa : supported_isas()) {
+    set_cpu_isa(isa);
+    for (int threads : {1, 2}) {
+      set_num_threads(threads);
+      for (bool is_exact : {true, false})
+        for (const Case& c : is_exact ? exact : small) {
+          INFO("isa ", std::string(cpu_isa_name(isa)));
+          CAPTURE(threads);
+          CAPTURE(c.m);
+          CAPTURE(c.n);
+          CAPTURE(c.k);
+          // Weights with more mantissa than bf16 keeps, some past its range of exact integers.
+          const Tensor x = randn({c.m, c.k}, g), w = mul(randn({c.n, c.k}, g), 3.7), b = randn({c.n}, g);
+          const Tensor wr = w.to(DType::bf16).to(DType::f32);
+          NoGradGuard ng;
+          WeightCache cache, cache32;
+          const auto xv = to_vector<float>(x), wv = to_vector<float>(wr), bv = to_vector<float>(b);
+          for (const Tensor& bias : {b, Tensor()}) {
+            const Tensor got = linear(x, w, bias, cache, WeightFormat::bf16);
+            if (is_exact) {
+              const Tensor want = isa == CpuIsa::scalar ? linear(x, wr, bias) : linear(x, wr, bias, cache32, WeightFormat::f32);
+              CHECK(same_bits(got, want));
+            }
+            const auto gv = to_vector<float>(got);
+            double worst = 0;
+            for (int64_t r = 0; r < c.m; ++r)
+              for (int64_t j = 0; j < c.n; ++j) {
+                double ref = bias.defined() ? bv[static_cast<size_t>(j)] : 0.0, mag = std::fabs(ref);
+                for (int64_t q = 0; q < c.k; ++q) {
+                  const double t = static_cast<double>(xv[static_cast<size_t>(r * c.k + q)]) * wv[static_cast<size_t>(j * c.k + q)];
+                  ref += t;
+                  mag += std::fabs(t);
+                }
+                worst = std::max(worst, std::fabs(gv[static_cast<size_t>(r * c.n + j)] - ref) / (mag + 1e-30));
+              }
+            CHECK(worst <= (c.k + 2) * std::ldexp(1.0, -24));  // f32 sums of exact products
+            CHECK(max_abs_diff(got, linear(x, w, bias)) > 0);  // and the weight was rounded
+          }
+          CHECK(cache.prepares() == 1);
+        }
+    }
+  }
+  // The prepared form is half the f32 one's bytes (on the packed paths).
+  set_cpu_isa(supported_isas().back());
+  const Tensor w = randn({96, 200}, g);
+  if (cpu_isa() != CpuIsa::scalar)
+    CHECK(prepare_weight(w, WeightFormat::bf16)->bytes * 2 == prepare_weight(w, WeightFormat::f32)->bytes);
+  CHECK(parse_weight_format("bf16") == WeightFormat::bf16);
+}
+
 TEST_CASE("linear prepacked: a changed weight is never multiplied by its stale pack") {
   IsaScope scope;
   Generator g(12);
@@ -118,7 +178,7 @@ TEST_CASE("linear prepacked: a changed weight is never multiplied by its stale p
     NoGradGuard ng;
     return linear(x, lin.weight, lin.bias);
   };
-  for (WeightFormat format : {WeightFormat::f32, WeightFormat::int8}) {
+  for (WeightFormat format : {WeightFormat::f32, WeightFormat::int8, WeightFormat::bf16}) {
     CAPTURE(weight_format_name(format));
     lin.weight_format = format;
     lin.weight_cache.clear();
@@ -133,7 +193,8 @@ TEST_CASE("linear prepacked: a changed weight is never multiplied by its stale p
         CHECK(same_bits(after, plain()));
       } else {
         const double scale = max_abs_diff(plain(), zeros_like(after));
-        CHECK(max_abs_diff(after, plain()) < 0.05 * scale);  // int8 of the new weight (see below)
+        // int8 (or bf16) of the new weight: within 5% (0.5%) of the largest output
+        CHECK(max_abs_diff(after, plain()) < (format == WeightFormat::int8 ? 0.05 : 0.005) * scale);
       }
       CHECK(max_abs_diff(after, before) > 1e-3);  // and the result did change
     };
@@ -316,5 +377,5 @@ TEST_CASE("linear int8: per-channel quantization and the refusals") {
   // The format names, parsed once at the edge.
   CHECK(parse_weight_format("int8") == WeightFormat::int8);
   CHECK(parse_weight_format("f32") == WeightFormat::f32);
-  CHECK_THROWS_WITH_AS(parse_weight_format("int4"), doctest::Contains("expected f32 or int8"), Error);
+  CHECK_THROWS_WITH_AS(parse_weight_format("int4"), doctest::Contains("expected f32, int8 or bf16"), Error);
 }

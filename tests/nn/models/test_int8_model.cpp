@@ -1,5 +1,5 @@
 // Models loaded with HFModelOptions::weights = int8 (every Linear per-channel int8, quantized at
-// load; embeddings and norms f32): logits close to the f32 model's and to transformers' on the tiny
+// load; embeddings and norms f32) or bf16 (every Linear's weight rounded to bf16, f32 arithmetic): logits close to the f32 model's and to transformers' on the tiny
 // fixtures; f32 inference (prepacked weights) the same bits as the unprepared forward; the
 // refusals (CUDA, bf16).
 #include <doctest/doctest.h>
@@ -99,15 +99,55 @@ int64_t poison_linear_weights(Module& m) {
 }
 }  // namespace
 
-TEST_CASE("linear int8 model: every Linear is multiplied through its int8 weight (fused MLPs included), and "
-          "the tied LM head is int8 too") {
+TEST_CASE("linear bf16 model: BERT's logits are the f32 model's with every Linear weight rounded to bf16; "
+          "GPT-2's close to f32") {
   if (!hh::test::test_device().is_cpu()) return;
   NoGradGuard ng;
-  {
-    auto i8 = load_causal_lm(hf_fixture("gpt2-tiny"), with(WeightFormat::int8));
+  SafeTensors r = load_safetensors(hf_fixture("bert-tiny") + "/reference.safetensors");
+  const Tensor ids = r.tensors.at("input_ids"), types = r.tensors.at("token_type_ids"),
+               mask = r.tensors.at("attention_mask");
+  auto bf = load_hf_model(hf_fixture("bert-tiny"), with(WeightFormat::bf16));
+  auto rounded = load_hf_model(hf_fixture("bert-tiny"), with(WeightFormat::f32));  // prepacked f32
+  int64_t n = 0;
+  for (auto& [name, mod] : rounded->named_modules())
+    if (auto* lin = dynamic_cast<Linear*>(mod.get())) {
+      copy_(lin->weight, lin->weight.to(DType::bf16).to(DType::f32));
+      ++n;
+    }
+  CHECK(n > 0);
+  auto* cb = dynamic_cast<BertForSequenceClassification*>(bf.get());
+  auto* cr = dynamic_cast<BertForSequenceClassification*>(rounded.get());
+  REQUIRE(cb != nullptr);
+  REQUIRE(cr != nullptr);
+  Tensor hb, hr;
+  const Tensor lb = cb->forward(ids, types, mask, nullptr, &hb), lr = cr->forward(ids, types, mask, nullptr, &hr);
+  CHECK(to_vector<float>(hb) == to_vector<float>(hr));  // the same bits
+  // The 2-label classifier is too narrow for the packed engine: f32 multiplies it by the plain
+  // GEMM, bf16 always by the packed one, so the sums differ in order only.
+  CHECK(rel_err(lb, lr) < 1e-6);
+  const double eb = rel_err(lb, r.tensors.at("logits"));
+  MESSAGE("bert-tiny bf16 logits rel. error to transformers (f32): " << eb);
+  CHECK(eb > 0.0);   // it did round
+  CHECK(eb < 0.02);  // 8 bits of mantissa through 2 layers: measured 2e-3
+  auto f32 = load_causal_lm(hf_fixture("gpt2-tiny"), with(WeightFormat::f32));
+  auto b16 = load_causal_lm(hf_fixture("gpt2-tiny"), with(WeightFormat::bf16));
+  const Tensor gids = hf_reference("gpt2-tiny").tensors.at("input_ids");
+  const double eg = rel_err(b16->forward(gids), f32->forward(gids));
+  MESSAGE("gpt2-tiny bf16 logits rel. error to f32: " << eg);
+  CHECK(eg > 0.0);
+  CHECK(eg < 0.02);
+}
+
+TEST_CASE("linear int8 and bf16 models: every Linear is multiplied through its prepared weight (fused MLPs "
+          "included), and the tied LM head too") {
+  if (!hh::test::test_device().is_cpu()) return;
+  NoGradGuard ng;
+  for (WeightFormat format : {WeightFormat::int8, WeightFormat::bf16}) {
+    CAPTURE(weight_format_name(format));
+    auto i8 = load_causal_lm(hf_fixture("gpt2-tiny"), with(format));
     auto* gpt2 = dynamic_cast<GPT2LMHeadModel*>(i8.get());
     REQUIRE(gpt2 != nullptr);
-    CHECK(gpt2->lm_head->weight_format == WeightFormat::int8);
+    CHECK(gpt2->lm_head->weight_format == format);
     const Tensor ids = hf_reference("gpt2-tiny").tensors.at("input_ids");
     const Tensor before = i8->forward(ids);
     CHECK(poison_linear_weights(*i8) > 0);
@@ -115,9 +155,10 @@ TEST_CASE("linear int8 model: every Linear is multiplied through its int8 weight
     CHECK(first_non_finite(after) < 0);
     CHECK(to_vector<float>(after) == to_vector<float>(before));
   }
-  {
+  for (WeightFormat format : {WeightFormat::int8, WeightFormat::bf16}) {
+    CAPTURE(weight_format_name(format));
     SafeTensors r = load_safetensors(hf_fixture("bert-tiny") + "/reference.safetensors");
-    auto i8 = load_hf_model(hf_fixture("bert-tiny"), with(WeightFormat::int8));
+    auto i8 = load_hf_model(hf_fixture("bert-tiny"), with(format));
     auto* bert = dynamic_cast<BertForSequenceClassification*>(i8.get());
     REQUIRE(bert != nullptr);
     const Tensor ids = r.tensors.at("input_ids"), types = r.tensors.at("token_type_ids"),
