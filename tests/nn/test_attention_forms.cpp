@@ -247,3 +247,49 @@ TEST_CASE("AttentionMixer: one-token decoding (KV cache for softmax, recurrent s
   CHECK_THROWS_WITH_AS(enc.step(slice(q, 2, 0, 1), slice(k, 2, 0, 1), slice(v, 2, 0, 1), c),
                        doctest::Contains("decoding needs a causal model"), hh::Error);
 }
+
+TEST_CASE("softmax KV cache: grows in place, and a copied cache that steps too copies on write") {
+  Generator g(13);
+  const int64_t B = 2, H = 2, D = 4, L = 40;
+  for (int64_t W : {int64_t{0}, int64_t{5}}) {
+    CAPTURE(W);
+    Tensor q = randn({B, H, L, D}, g, DType::f64), k = randn({B, H, L, D}, g, DType::f64),
+           v = randn({B, H, L, D}, g, DType::f64);
+    const Tensor k2 = randn({B, H, L, D}, g, DType::f64), v2 = randn({B, H, L, D}, g, DType::f64);
+    MixerConfig mc;
+    mc.sliding_window = W;
+    AttentionMixer m(mc, nullptr);
+    // Row t's reference: the query over the keys it sees, as contiguous tensors (what a cat held).
+    const auto want = [&](const Tensor& keys, const Tensor& values, int64_t t) {
+      const int64_t j0 = W > 0 ? std::max<int64_t>(0, t - W + 1) : 0;
+      return softmax_attention(slice(q, 2, t, t + 1), contiguous(slice(keys, 2, j0, t + 1)),
+                               contiguous(slice(values, 2, j0, t + 1)), false, Tensor());
+    };
+    const auto one = [](const Tensor& t, int64_t i) { return slice(t, 2, i, i + 1); };
+    DecodeCache cache;
+    std::vector<const Storage*> storages;
+    for (int64_t t = 0; t < 20; ++t) {
+      const Tensor y = m.step(one(q, t), one(k, t), one(v, t), cache);
+      CHECK(to_vector<double>(y) == to_vector<double>(want(k, v, t)));  // the same bits as over a cat
+      if (storages.empty() || storages.back() != cache.k.storage().get()) storages.push_back(cache.k.storage().get());
+    }
+    CHECK(storages.size() <= 4);  // moved a few times in 20 steps, not once per step
+    // A shallow copy (the tensors shared) steps with other keys: each continues its own sequence.
+    DecodeCache other = cache;
+    const Tensor seen = contiguous(cache.k);
+    Tensor kb = cat({slice(k, 2, 0, 20), slice(k2, 2, 20, L)}, 2), vb = cat({slice(v, 2, 0, 20), slice(v2, 2, 20, L)}, 2);
+    for (int64_t t = 20; t < L; ++t) {
+      const Tensor ya = m.step(one(q, t), one(k, t), one(v, t), cache);
+      const Tensor yb = m.step(one(q, t), one(k2, t), one(v2, t), other);
+      CHECK(to_vector<double>(ya) == to_vector<double>(want(k, v, t)));
+      CHECK(to_vector<double>(yb) == to_vector<double>(want(kb, vb, t)));
+      if (t == 20) {
+        CHECK(cache.k.storage() != other.k.storage());  // one of them moved out
+        CHECK(to_vector<double>(contiguous(slice(other.k, 2, 0, other.k.size(2) - 1))) ==
+              to_vector<double>(W > 0 ? slice(seen, 2, 1, seen.size(2)).contiguous() : seen));
+      }
+    }
+    CHECK(cache.pos() == L);
+    CHECK(cache.k.size(2) == (W > 0 ? W : L));
+  }
+}
