@@ -4,13 +4,20 @@
 batch 1, greedy, on the same GPT-2 folder (default: the 124M GPT-2-small-shaped folder that
 `build/bench_models` generates, random weights).
 
-The engine is `hf_run`, f32 and `--weights int8` (its own timing line: "N tokens in T s (...; prompt of P
-tokens in S s; ...)").
+The engine is `hf_run`, f32, `--weights bf16` and `--weights int8` (its own timing line: "N tokens in
+T s (...; prompt of P tokens in S s; ...)"). bf16 has no ORT counterpart on the CPU: its row is
+set beside ORT f32.
 ONNX Runtime runs a graph exported here with torch.onnx.export from a plain torch GPT-2 with the
 KV cache as explicit inputs and outputs (the folder's weights; checked against transformers' logits
 before any timing), f32 and ORT's dynamic int8 (quantize_dynamic, QInt8 weights). PyTorch is
 transformers' GPT2LMHeadModel with its cache. Each thread count runs all of them one after the
 other for --rounds rounds; the table holds the medians over rounds.
+
+Decoding reads every weight once per token, and the KV cache: a second table gives the bytes a
+decoding step reads (the Linear weights and the tied head in the format's bytes, plus keys and
+values at the mean context of the timed tokens) times tokens/s, against the machine's bandwidth
+measured in the same run by a STREAM triad (a = b + s·c on 64 MiB f32 arrays, torch.add with
+alpha and out=, one kernel; 3 arrays' bytes per pass as STREAM counts them), at each thread count.
 
     build/bench_models --reps 1 --loads 1          # generates /tmp/hh_gpt2_124m once
     python3 tools/bench_decode_ort.py --engine build/hf_run --threads 1,2 --rounds 3
@@ -151,6 +158,36 @@ def engine_run(hf_run, folder, threads, prompt, new, weights="f32"):
     return float(m.group(4)), float(m.group(2))
 
 
+def triad_gbs(threads, reps=7):
+    """STREAM triad bandwidth (GB/s) at `threads` threads: the median of `reps` passes."""
+    import torch
+
+    torch.set_num_threads(threads)
+    n = 16 * 1024 * 1024  # 64 MiB per array
+    a, b, c = torch.empty(n), torch.rand(n), torch.rand(n)
+    torch.add(b, c, alpha=3.0, out=a)  # warm-up (pages touched)
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        torch.add(b, c, alpha=3.0, out=a)
+        times.append(time.perf_counter() - t0)
+    return 3 * 4 * n / statistics.median(times) / 1e9
+
+
+def step_bytes(hf, weights, prompt, new):
+    """Bytes one decoding step reads on average: every matrix a Linear (or the tied head) multiplies
+    by, in the format's bytes (int8: one scale per output channel as well), plus f32 keys and values
+    at the mean context of the `new` timed tokens."""
+    per = {"f32": 4, "bf16": 2, "int8": 1}[weights]
+    total = 0
+    for name, p in hf.named_parameters():
+        if p.dim() == 2 and "wpe" not in name:  # the position table: one row per token
+            total += p.numel() * per + (p.shape[0] * 4 if weights == "int8" else 0)
+    cfg = hf.config
+    context = prompt + (new + 1) / 2
+    return total + cfg.n_layer * 2 * cfg.n_embd * 4 * context
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--engine", required=True, help="the hf_run binary")
@@ -172,6 +209,7 @@ def main():
     cfg = hf.config
     runs = {
         "engine": lambda t: engine_run(a.engine, a.model, t, prompt, a.new),
+        "engine bf16": lambda t: engine_run(a.engine, a.model, t, prompt, a.new, "bf16"),
         "engine int8": lambda t: engine_run(a.engine, a.model, t, prompt, a.new, "int8"),
         "ORT f32": lambda t: ort_run(f32, t, prompt, a.new, cfg),
         "ORT int8": lambda t: ort_run(i8, t, prompt, a.new, cfg),
@@ -182,6 +220,7 @@ def main():
     print("| threads | weights | prefill: engine | ORT | PyTorch | engine / ORT | decode: engine | ORT | PyTorch "
           "| engine / ORT |")
     print("|---|---|---|---|---|---|---|---|---|---|")
+    decode = {}
     for t in a.threads:
         got = {name: [] for name in runs}
         for _ in range(a.rounds):
@@ -190,11 +229,24 @@ def main():
                 got[name].append((a.prompt / p, a.new / d))
         med = {n: (statistics.median(x[0] for x in v), statistics.median(x[1] for x in v)) for n, v in got.items()}
         pt = med["PyTorch"]
-        for w, eng, ort in (("f32", "engine", "ORT f32"), ("int8", "engine int8", "ORT int8")):
+        for w, eng, ort in (("f32", "engine", "ORT f32"), ("bf16", "engine bf16", "ORT f32"),
+                            ("int8", "engine int8", "ORT int8")):
             (ep, ed), (op, od) = med[eng], med[ort]
             torch_p, torch_d = (f"{pt[0]:.1f}", f"{pt[1]:.1f}") if w == "f32" else ("-", "-")
-            print(f"| {t} | {w} | {ep:.1f} | {op:.1f} | {torch_p} | {ep / op:.2f}× | {ed:.1f} | {od:.1f} | {torch_d} "
+            label = "bf16 (vs ORT f32)" if w == "bf16" else w
+            print(f"| {t} | {label} | {ep:.1f} | {op:.1f} | {torch_p} | {ep / op:.2f}× | {ed:.1f} | {od:.1f} | {torch_d} "
                   f"| {ed / od:.2f}× |", flush=True)
+            decode[(t, w)] = ed
+    print("\nDecoding against the measured bandwidth (bytes per step: weights + KV cache at the mean context)")
+    print("| threads | triad GB/s | weights | MB per step | decode tokens/s | GB/s read | % of triad |")
+    print("|---|---|---|---|---|---|---|")
+    for t in a.threads:
+        bw = triad_gbs(t)
+        for w in ("f32", "bf16", "int8"):
+            mb = step_bytes(hf, w, a.prompt, a.new) / 1e6
+            gbs = mb * decode[(t, w)] / 1e3
+            print(f"| {t} | {bw:.1f} | {w} | {mb:.1f} | {decode[(t, w)]:.1f} | {gbs:.1f} | {100 * gbs / bw:.0f}% |",
+                  flush=True)
 
 if __name__ == "__main__":
     main()
