@@ -11,8 +11,29 @@
 #include <vector>
 
 #include "core/cpu/cpu_backend.h"
+#include "core/cpu/rowsum.h"
+#include "core/cpu_isa.h"
 
 namespace hh {
+
+double rowsum::sum_f32(const float* p, int64_t n) {
+  double lane[kLanes] = {};
+  const int64_t whole = n / kLanes * kLanes;
+  BlockFn blocks = nullptr;
+  if (cpu_isa() >= CpuIsa::avx512) blocks = avx512_blocks();
+  if (blocks == nullptr && cpu_isa() >= CpuIsa::avx2) blocks = avx2_blocks();
+  if (blocks != nullptr) {
+    blocks(p, whole, lane);
+  } else {
+    for (int64_t i = 0; i < whole; i += kLanes)
+      for (int64_t j = 0; j < kLanes; ++j) lane[j] += static_cast<double>(p[i + j]);
+  }
+  for (int64_t i = whole; i < n; ++i) lane[i - whole] += static_cast<double>(p[i]);
+  double s = 0;
+  for (int64_t j = 0; j < kLanes; ++j) s += lane[j];
+  return s;
+}
+
 namespace {
 
 template <typename T>
@@ -45,6 +66,10 @@ void row_partial(ReduceOp op, const T* p, int64_t n, int64_t r0, bool want_idx, 
   switch (op) {
     case ReduceOp::sum:
     case ReduceOp::mean: {
+      if constexpr (std::is_same_v<T, float>) {  // the fixed-order, multi-accumulator sum
+        val = rowsum::sum_f32(p, n);
+        return;
+      }
       A s = 0;
 #pragma omp simd reduction(+ : s)
       for (int64_t r = 0; r < n; ++r) s += static_cast<A>(p[r]);

@@ -10,6 +10,8 @@
 #include <limits>
 
 #include "core/backend.h"
+#include "core/cpu_isa.h"
+#include "tests/isa_scope.h"
 #include "tests/op_table.h"
 
 namespace hh::test {
@@ -498,6 +500,41 @@ TEST_CASE("reduce: a middle dim longer than the split chunk, with many outer row
   Tensor r = ones({64, 32769, 1});
   auto s1 = to_vector<double>(sum(r, {1}));
   CHECK(*std::min_element(s1.begin(), s1.end()) == 32769.0);
+}
+
+TEST_CASE("f32 row sum: one fixed order in double, the same bits on every ISA path") {
+  if (!hh::test::test_device().is_cpu()) return;
+  hh::test::IsaScope scope;
+  Generator g(31);
+  for (int64_t n : {1, 5, 31, 32, 33, 100, 2048, 4099}) {
+    CAPTURE(n);
+    // Large values that cancel, so a different order of the double sums shows in the f32 result.
+    Tensor x = mul(randn({3, n}, g), 1e6);
+    if (n > 40) {
+      NoGradGuard ng;
+      copy_(slice(x, 1, 7, 8), full({3, 1}, 3e13));
+      copy_(slice(x, 1, 39, 40), full({3, 1}, -3e13));
+    }
+    const auto xv = to_vector<float>(x);
+    std::vector<float> want(3);
+    std::vector<double> exact(3);
+    for (int64_t r = 0; r < 3; ++r) {  // the order rowsum.h defines
+      double lane[32] = {};
+      for (int64_t i = 0; i < n; ++i) lane[i % 32] += static_cast<double>(xv[static_cast<size_t>(r * n + i)]);
+      double s = 0;
+      for (double l : lane) s += l;
+      want[static_cast<size_t>(r)] = static_cast<float>(s);
+      exact[static_cast<size_t>(r)] = s;
+    }
+    for (CpuIsa isa : hh::test::supported_isas()) {
+      set_cpu_isa(isa);
+      INFO("isa ", std::string(cpu_isa_name(isa)));
+      CHECK(to_vector<float>(sum(x, {-1})) == want);
+      const auto m = to_vector<float>(mean(x, {-1}));
+      for (int64_t r = 0; r < 3; ++r)
+        CHECK(m[static_cast<size_t>(r)] == static_cast<float>(exact[static_cast<size_t>(r)] / static_cast<double>(n)));
+    }
+  }
 }
 
 }  // namespace hh::test
