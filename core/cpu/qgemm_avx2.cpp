@@ -75,27 +75,39 @@ void quantize_i8(const float* x, int64_t ldx, int64_t m, int64_t k, int64_t kp, 
   quantize_rows(x, ldx, m, k, kp, xq, sx, false);
 }
 
-// y tile (R rows, n <= 32 columns) = the sliver's product; xq int8.
+// Row r of a micro-tile of R rows (nothing when r >= R): c0, c1 += its 4 activations · b0, b1.
+template <int r, int R>
+HH_TARGET_AVX2 __attribute__((always_inline)) inline void row_step(const uint8_t* x, int64_t ldx, __m256i b0,
+                                                                    __m256i b1, __m256i ones, __m256i& c0, __m256i& c1) {
+  if constexpr (r < R) {
+    int32_t a4;
+    std::memcpy(&a4, x + r * ldx, 4);
+    const __m256i a = _mm256_set1_epi32(a4), aa = _mm256_abs_epi8(a);
+    c0 = _mm256_add_epi32(c0, _mm256_madd_epi16(_mm256_maddubs_epi16(aa, _mm256_sign_epi8(b0, a)), ones));
+    c1 = _mm256_add_epi32(c1, _mm256_madd_epi16(_mm256_maddubs_epi16(aa, _mm256_sign_epi8(b1, a)), ones));
+  }
+}
+
+// y tile (R rows, n <= 32 columns) = the sliver's product; xq int8. Named accumulators, not an
+// array (see qgemm_avx512.cpp: GCC 12 copied and spilled an array's around every step).
 template <int R>
 HH_TARGET_AVX2 void micro(int64_t kp, const uint8_t* xq, int64_t ldx, const float* sx, const int8_t* w,
                           const float* sw, const float* bias, float* y, int64_t ldy, int64_t n) {
   const __m256i ones = _mm256_set1_epi16(1);
   for (int64_t h = 0; h < 2 && 16 * h < n; ++h) {
-    __m256i acc[R][2];
-    for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
+    const __m256i z = _mm256_setzero_si256();
+    __m256i c00 = z, c01 = z, c10 = z, c11 = z, c20 = z, c21 = z, c30 = z, c31 = z;
     const int8_t* b = w + h * 64;
     for (int64_t g = 0; g < kp / kGroup; ++g, b += kGroup * kNR) {
       const __m256i b0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(b));
       const __m256i b1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(b + 32));
-#pragma GCC unroll 4
-      for (int r = 0; r < R; ++r) {
-        int32_t a4;
-        std::memcpy(&a4, xq + r * ldx + g * kGroup, 4);
-        const __m256i a = _mm256_set1_epi32(a4), aa = _mm256_abs_epi8(a);
-        acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(_mm256_maddubs_epi16(aa, _mm256_sign_epi8(b0, a)), ones));
-        acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(_mm256_maddubs_epi16(aa, _mm256_sign_epi8(b1, a)), ones));
-      }
+      const uint8_t* x = xq + g * kGroup;
+      row_step<0, R>(x, ldx, b0, b1, ones, c00, c01);
+      row_step<1, R>(x, ldx, b0, b1, ones, c10, c11);
+      row_step<2, R>(x, ldx, b0, b1, ones, c20, c21);
+      row_step<3, R>(x, ldx, b0, b1, ones, c30, c31);
     }
+    const __m256i acc[4][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}};
     for (int r = 0; r < R; ++r)
       for (int64_t q = 0; q < 2; ++q) {
         const int64_t c0 = 16 * h + 8 * q, cols = n - c0;
