@@ -488,9 +488,9 @@ int run(int argc, char** argv) {
   auto t0 = std::chrono::steady_clock::now();
   std::shared_ptr<nn::HFModel> model = nn::load_hf_model(in.model_dir, opt);
   const double load_s = seconds_since(t0);
-  std::printf("loaded %s (%s, %lld parameters, attention: %s) in %.2f s\n", in.model_dir.c_str(),
+  std::printf("loaded %s (%s, %lld parameters, attention: %s, weights: %s) in %.2f s\n", in.model_dir.c_str(),
               model->architecture().c_str(), static_cast<long long>(model->num_parameters()),
-              nn::name(model->options().mixer).c_str(), load_s);
+              nn::name(model->options().mixer).c_str(), weight_format_name(opt.weights), load_s);
 
   json result;
   PrecisionGuard autocast(precision);

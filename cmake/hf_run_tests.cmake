@@ -82,6 +82,11 @@ add_test(NAME hf_run_embed_normalize_rejects
                  $<TARGET_FILE:hf_run>)
 set_tests_properties(hf_run_embed_normalize_rejects PROPERTIES PASS_REGULAR_EXPRESSION
                      "error: --normalize: expected folder, true or false, got 'maybe'\nREFUSED")
+# --weights bf16: the loaded line names the format (an ignored flag would say f32), greedy decoding runs.
+add_test(NAME hf_run_weights_bf16 COMMAND hf_run --model ${HF}/gpt2-tiny --ids 5,17,99,42 --temperature 0
+         --max-new-tokens 5 --weights bf16)
+set_tests_properties(hf_run_weights_bf16 PROPERTIES PASS_REGULAR_EXPRESSION
+                     "attention: softmax, weights: bf16\\) in [0-9.]+ s\n.*generated ids: \\[[0-9]+,[0-9]+,[0-9]+,[0-9]+,[0-9]+\\]")
 add_test(NAME hf_run_weights_rejects
          COMMAND sh -c "\"$0\" --model '${HF}/gpt2-tiny' --ids 1,2 --weights int4; test $? -ne 0 && echo REFUSED"
                  $<TARGET_FILE:hf_run>)
