@@ -45,9 +45,17 @@ struct PyTokenizer {
 class PyModel {
  public:
   PyModel(const std::string& folder, const std::optional<std::string>& mixer, std::optional<int64_t> window,
-          const std::string& device)
+          const std::string& device, const std::optional<std::string>& weights)
       : folder_(folder) {
     nn::HFModelOptions o;
+    if (weights) {
+      try {
+        o.weights = parse_weight_format(*weights);
+      } catch (const Error& e) {
+        throw Error(std::string("weights: ") + e.what());
+      }
+      o.prepare_weights = true;  // packed or quantized now, not by the first forward
+    }
     if (mixer) o.mixer = nn::parse_mixer(*mixer, "mixer");
     if (window) {
       HH_CHECK(*window >= 1, "window: expected a positive number of tokens, got ", *window);
@@ -249,10 +257,14 @@ void bind_models(nb::module_& m) {
   m.def(
       "load",
       [](const std::filesystem::path& folder, std::optional<std::string> mixer, std::optional<int64_t> window,
-         const std::string& device) { return std::make_unique<PyModel>(folder.string(), mixer, window, device); },
+         const std::string& device, std::optional<std::string> weights) {
+        return std::make_unique<PyModel>(folder.string(), mixer, window, device, weights);
+      },
       nb::arg("folder"), nb::arg("mixer") = nb::none(), nb::arg("window") = nb::none(), nb::arg("device") = "cpu",
+      nb::arg("weights") = nb::none(),
       "Loads an HF folder (config.json + weights): mixer swaps the attention (a feature map, hybrid-<map>), "
-      "window the hybrid's sliding window");
+      "window the hybrid's sliding window, weights every Linear's inference weights on the CPU: 'f32', "
+      "'bf16' or 'int8' (per-channel), prepared at load (default: the folder's, f32 for a plain one)");
 }
 
 }  // namespace hh::py

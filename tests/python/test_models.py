@@ -60,6 +60,17 @@ def test_a_converted_mixer_and_choice_scores(hh, fixture_dir):
     assert len(scores) == 2 and all(s < 0 for s in scores)
 
 
+def test_weights_formats_run_and_stay_close_to_f32(hh, fixture_dir):
+    f32 = hh.load(fixture_dir("gpt2-tiny")).logits(IDS)
+    for fmt, tol in (("bf16", 0.02), ("int8", 0.05)):  # as the C++ tests' bounds (test_int8_model.cpp)
+        got = hh.load(fixture_dir("gpt2-tiny"), weights=fmt).logits(IDS)
+        err = float(np.abs(got - f32).max() / np.abs(f32).max())
+        assert 0 < err < tol, (fmt, err)
+    assert np.array_equal(hh.load(fixture_dir("gpt2-tiny"), weights="f32").logits(IDS), f32)
+    with pytest.raises(hh.Error, match="weights: unknown weight format 'int4'"):
+        hh.load(fixture_dir("gpt2-tiny"), weights="int4")
+
+
 def test_hostile_calls_raise(hh, fixture_dir):
     with pytest.raises(hh.Error, match="config.json"):
         hh.load(fixture_dir("no-such-folder"))
