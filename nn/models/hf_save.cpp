@@ -14,6 +14,7 @@
 
 #include "core/atomic_file.h"
 #include "core/safetensors.h"
+#include "nn/models/hf_int8.h"
 #include "nn/models/export/modeling_hedgehog_py.h"  // generated: kModelingHedgehogPy
 
 namespace hh::nn {
@@ -190,9 +191,10 @@ std::string config_with_hedgehog_section(const std::string& config_json, const s
   return export_config(config_json, config_origin, o).text;
 }
 
-void save_hf_model(const HFModel& model, const std::string& out_folder, const std::string& source_folder) {
+void save_hf_model(const HFModel& model, const std::string& out_folder, const std::string& source_folder,
+                   WeightFormat weights) {
   const std::string src_config = (std::filesystem::path(source_folder) / "config.json").string();
-  save_hf_model(model, out_folder, read_file(src_config), src_config, source_folder);
+  save_hf_model(model, out_folder, read_file(src_config), src_config, source_folder, weights);
 }
 
 namespace {
@@ -279,13 +281,21 @@ void recover_stages(const std::string& out) {
 }  // namespace
 
 void save_hf_model(const HFModel& model, const std::string& out_folder, const std::string& config_json,
-                   const std::string& config_origin, const std::string& files_folder) {
+                   const std::string& config_origin, const std::string& files_folder, WeightFormat format) {
   namespace fs = std::filesystem;
   NamedTensors weights = model.hf_state_dict();
   for (const auto& [name, t] : weights)
     HH_CHECK(name.find(".lora_") == std::string::npos, "save_hf_model: the model still has LoRA adapters ('", name,
              "'); merge them first (merge_lora)");
-  const ExportConfig config = export_config(config_json, config_origin, model.options());
+  ExportConfig config = export_config(config_json, config_origin, model.options());
+  config.text = config_with_stored_weights(config.text, config_origin, format);
+  // Every tensor as written (an int8 folder: the Linears' values and scales), checked before any file is.
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  if (format == WeightFormat::int8) {
+    tensors = int8_folder_tensors(model, std::move(weights));
+  } else {
+    for (auto& [name, t] : weights) tensors.emplace_back(name, t.to(Device::cpu()).contiguous());
+  }
   ensure_writable_dir(out_folder);
   recover_stages(out_folder);
   // All or nothing: the files are written into a hidden stage folder inside out_folder (the same
@@ -306,8 +316,6 @@ void save_hf_model(const HFModel& model, const std::string& out_folder, const st
       const fs::path from = fs::path(files_folder) / name;
       if (fs::exists(from)) write_file_atomic((fs::path(stage) / name).string(), read_file(from.string()));
     }
-    std::vector<std::pair<std::string, Tensor>> tensors;
-    for (auto& [name, t] : weights) tensors.emplace_back(name, t.to(Device::cpu()).contiguous());
     // With a checksum per tensor: hedgehog readers verify it (core/safetensors.h); others ignore it.
     save_safetensors((fs::path(stage) / "model.safetensors").string(), tensors, {{"format", "pt"}},
                      Checksums::xxh3);
