@@ -7,8 +7,10 @@
 // (in, out)) with values in [-127, 127], and "<name>.weight_scale" F32 (out), each finite and > 0:
 // weight ≈ values · scale per output row (core/prepacked.h's quantize_per_channel). Every other
 // tensor (embeddings, norms, biases, a tied LM head's embedding) is stored as it was.
-// transformers refuses the folder (its quant_method is not one transformers knows); the engine
-// loads it with int8 weights equal to those quantized at load from the f32 folder: the values and
+// transformers skips a quant_method it does not know (with a warning) and would read the int8 values
+// as float weights, so config.json's model_type becomes "hedgehog_<family>" without an auto_map (as a
+// gated folder's): Auto*.from_pretrained refuses the unknown model type. The engine loads the folder
+// with int8 weights equal to those quantized at load from the f32 folder: the values and
 // scales are installed in each Linear's WeightCache (never re-quantized), and the Linear's f32
 // weight holds the dequantized values q · s (4 bytes per weight besides the 1 of the int8 form),
 // so the paths that read it (training, CUDA after a move, export) still run.
