@@ -111,7 +111,14 @@ std::vector<std::pair<std::string, Tensor>> int8_folder_tensors(const Module& mo
   return out;
 }
 
-std::map<std::string, FileInt8Weight> find_int8_weights(const SafeTensors& weights, const std::string& origin) {
+std::string hf_weights_file(const std::string& folder) {
+  std::error_code ec;
+  const std::filesystem::path single = std::filesystem::path(folder) / "model.safetensors";
+  return std::filesystem::is_regular_file(single, ec) ? single.string() : folder;
+}
+
+std::map<std::string, FileInt8Weight> find_int8_weights(const SafeTensors& weights, const std::string& folder) {
+  const std::string origin = hf_weights_file(folder);
   std::map<std::string, FileInt8Weight> found;
   for (const auto& [name, t] : weights.tensors) {
     if (t.dtype() != DType::i8) continue;

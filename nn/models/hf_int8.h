@@ -55,6 +55,10 @@ std::string config_with_stored_weights(const std::string& config_json, const std
 // CPU in f32; an error names a Linear whose weight is not among the tensors.
 std::vector<std::pair<std::string, Tensor>> int8_folder_tensors(const Module& model, NamedTensors hf_tensors);
 
+// How errors about a folder's weights name them: folder/model.safetensors when the folder has that
+// one file, else the folder (sharded weights).
+std::string hf_weights_file(const std::string& folder);
+
 // One int8 weight of a file: values (out, in) I8, scales (out) F32.
 struct FileInt8Weight {
   Tensor values, scales;
@@ -62,9 +66,9 @@ struct FileInt8Weight {
 };
 // Every I8 tensor of `weights` with its scale, checked: the I8 tensor 2-d, named "<x>.weight",
 // values in [-127, 127]; its "<x>.weight_scale" present, F32, of shape (out), every scale finite
-// and > 0; no scale tensor without its I8 weight. Errors start "hf: <origin>: " and name the tensor.
-// Keyed by the I8 tensor's file name.
-std::map<std::string, FileInt8Weight> find_int8_weights(const SafeTensors& weights, const std::string& origin);
+// and > 0; no scale tensor without its I8 weight. Errors start "hf: <file>: " (folder/model.safetensors,
+// or the folder when its weights are sharded) and name the tensor. Keyed by the I8 tensor's file name.
+std::map<std::string, FileInt8Weight> find_int8_weights(const SafeTensors& weights, const std::string& folder);
 // values · scales per row: (out, in) f32, on the CPU.
 Tensor dequantize_int8(const FileInt8Weight& w);
 // The weight in core/prepacked.h's int8 form (prepare_int8 of its values and scales).

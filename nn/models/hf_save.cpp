@@ -148,6 +148,8 @@ ExportConfig export_config(const std::string& config_json, const std::string& co
              name(o.mixer), "': feature map '", o.mixer.feature_map(), "' has no transformers implementation in ",
              kModelingFile, " (its FEATURE_MAPS), so the folder would not load outside the engine");
   }
+  HH_CHECK(!int8 || family, "save_hf_model: ", config_origin, ": an int8 folder needs the model_type of a known family "
+           "(its model_type becomes hedgehog_<family>, which transformers refuses)");
   set_remote_code_keys(config, family, o.mixer.is_linear() || int8, python);
   if (o.mixer.is_linear()) {
     const FeatureMapConfig& f = o.feature_map;

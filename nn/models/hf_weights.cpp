@@ -85,8 +85,12 @@ void load_hf_weights(Module& model, const SafeTensors& weights, const std::strin
     HH_CHECK(fresh, "hf: ", origin, ": tensors '", it->second, "' and '", file_name, "' both load into '", name, "'");
     if (const auto q = int8.find(file_name); q != int8.end()) {
       // Stored in the Linear's own layout (out, in): no transform. The f32 weight holds q · s.
-      HH_CHECK(linears.count(name), "hf: ", origin, ": int8 weight '", file_name, "' loads into '", name,
-               "', which is not the weight of a Linear (only Linears are stored in int8)");
+      HH_CHECK(linears.count(name), "hf: ", hf_weights_file(origin), ": int8 weight '", file_name, "' loads into '",
+               name, "', which is not the weight of a Linear (only Linears are stored in int8)");
+      const Linear& lin = *linears.at(name);
+      HH_CHECK(t.shape() == Shape({lin.out_features, lin.in_features}), "hf: ", hf_weights_file(origin),
+               ": int8 weight '", file_name, "' has shape ", t.shape(), " but the Linear '", name, "' is (",
+               lin.out_features, ", ", lin.in_features, ") (int8 weights are stored (out, in))");
       file_shape[name] = t.shape();
       state[name] = dequantize_int8(q->second);
       int8_of[name] = &q->second;
