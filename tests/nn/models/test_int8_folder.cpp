@@ -8,6 +8,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -354,4 +355,39 @@ TEST_CASE("int8 folder: config.json and the weights must agree; an unknown quant
   expect_error([&] { config_with_stored_weights(R"({"quantization_config": {"quant_method": "awq"}})", "cfg",
                                                 WeightFormat::int8); },
                {"cfg", "quantization_config names another quantization"});
+}
+
+TEST_CASE("int8 folder: stored scales are used as stored, even one that quantizing q · s would not give back") {
+  if (!hh::test::test_device().is_cpu()) return;
+  NoGradGuard ng;
+  hh::test::TempDir dir("int8_exact");
+  const std::string folder = (dir.path / "q").string();
+  save_hf_model(*load_hf_model(hf_fixture("gpt2-tiny"), int8_options()), folder, hf_fixture("gpt2-tiny"),
+                WeightFormat::int8);
+  // A scale s with fl(fl(127 · s) / 127) != s: the row's values dequantized and quantized again
+  // (what a loader that re-quantized the f32 weight would do) give another scale.
+  float s = 0.01f;
+  while (static_cast<float>(static_cast<float>(127.0f * s) / 127.0f) == s) s = std::nextafter(s, 1.0f);
+  const std::string key = "transformer.h.1.mlp.c_fc.weight";
+  edit_weights(folder, [&](auto& list) {
+    Tensor scales = tensor_named(list, key + "_scale").clone();
+    scales.data<float>()[2] = s;
+    tensor_named(list, key + "_scale") = scales;
+  });
+  const SafeTensors file = load_safetensors(folder + "/model.safetensors");
+  const Tensor& q = file.tensors.at(key);
+  std::vector<int8_t> stored(static_cast<size_t>(q.numel()));
+  std::memcpy(stored.data(), q.data<int8_t>(), stored.size());
+  auto loaded = load_hf_model(folder);
+  Linear& lin = *linears_of(*loaded).at("transformer.h.1.mlp.c_fc");
+  const Int8Of got = int8_of(lin);
+  CHECK(got.values == stored);
+  CHECK(got.scales == to_vector<float>(file.tensors.at(key + "_scale")));
+  CHECK(got.scales[2] == s);
+  // What quantizing the loaded f32 weight gives instead: a different scale for that row.
+  std::vector<int8_t> requantized_values;
+  std::vector<float> requantized_scales;
+  quantize_per_channel(lin.weight.data<float>(), lin.out_features, lin.in_features, requantized_values,
+                       requantized_scales);
+  CHECK(requantized_scales[2] != s);
 }
