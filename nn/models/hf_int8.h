@@ -9,7 +9,8 @@
 // tensor (embeddings, norms, biases, a tied LM head's embedding) is stored as it was.
 // transformers skips a quant_method it does not know (with a warning) and would read the int8 values
 // as float weights, so config.json's model_type becomes "hedgehog_<family>" without an auto_map (as a
-// gated folder's): Auto*.from_pretrained refuses the unknown model type. The engine loads the folder
+// gated folder's): Auto*.from_pretrained refuses the unknown model type (a class named directly,
+// LlamaForCausalLM.from_pretrained, only warns and misreads them). The engine loads the folder
 // with int8 weights equal to those quantized at load from the f32 folder: the values and
 // scales are installed in each Linear's WeightCache (never re-quantized), and the Linear's f32
 // weight holds the dequantized values q · s (4 bytes per weight besides the 1 of the int8 form),
