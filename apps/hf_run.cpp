@@ -421,13 +421,21 @@ int save_quantized_folder(const Inputs& in, const nn::HFModelOptions& opt, const
   HH_CHECK(!fs::equivalent(fs::path(out), fs::path(in.model_dir), ec), "--save-quantized ", out,
            ": this is the --model folder; write the quantized copy elsewhere (the f32 folder is its source)");
   train::refuse_system_folder(out, "--save-quantized");
+  const bool existed = fs::exists(out, ec);
   ensure_writable_dir(out);  // created now: a folder that cannot take files fails before the load
   auto t0 = std::chrono::steady_clock::now();
-  std::shared_ptr<nn::HFModel> model = nn::load_hf_model(in.model_dir, opt);
-  const double load_s = seconds_since(t0);
-  t0 = std::chrono::steady_clock::now();
-  nn::save_hf_model(*model, out, in.model_dir, WeightFormat::int8);
-  const double save_s = seconds_since(t0);
+  double load_s = 0, save_s = 0;
+  std::shared_ptr<nn::HFModel> model;
+  try {
+    model = nn::load_hf_model(in.model_dir, opt);
+    load_s = seconds_since(t0);
+    t0 = std::chrono::steady_clock::now();
+    nn::save_hf_model(*model, out, in.model_dir, WeightFormat::int8);
+    save_s = seconds_since(t0);
+  } catch (...) {
+    if (!existed && fs::is_empty(out, ec)) fs::remove(out, ec);  // no empty folder left by a failed run
+    throw;
+  }
   std::printf("loaded %s (%s) in %.2f s; wrote the int8 folder %s in %.2f s (model.safetensors %.1f MiB)\n",
               in.model_dir.c_str(), model->architecture().c_str(), load_s, out.c_str(), save_s,
               static_cast<double>(fs::file_size(fs::path(out) / "model.safetensors")) / (1024.0 * 1024.0));

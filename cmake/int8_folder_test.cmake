@@ -66,6 +66,15 @@ file(SHA256 ${WORK}/src/model.safetensors after)
 if(NOT before STREQUAL after)
   message(FATAL_ERROR "--save-quantized into the --model folder changed its weights")
 endif()
+# A source that fails to load (an unknown quant_method, no weights) leaves no folder behind.
+file(COPY ${WORK}/q/ DESTINATION ${WORK}/bad)
+file(READ ${WORK}/bad/config.json bad_config)
+string(REPLACE "hedgehog_int8" "gptq" bad_config "${bad_config}")
+file(WRITE ${WORK}/bad/config.json "${bad_config}")
+hf_run(FALSE "error: .*quant_method 'gptq' is not one the engine reads" --model ${WORK}/bad --weights int8
+       --save-quantized ${WORK}/x)
+file(REMOVE ${WORK}/src/model.safetensors)  # fails in the load, after the folder's checks
+hf_run(FALSE "error: hf: .*has neither model.safetensors" --model ${WORK}/src --weights int8 --save-quantized ${WORK}/x)
 if(EXISTS ${WORK}/x)
   message(FATAL_ERROR "a refused --save-quantized created its folder")
 endif()
