@@ -9,6 +9,8 @@
 //     for one text, two (and their cosine similarity) or a file of one text per line.
 //   --hidden-states: the last hidden state of any family for the one input (decoders: and the
 //     logits of every position, logits.npy with --out).
+//   --save-quantized OUT (with --weights int8): writes the model as a quantized folder
+//     (nn/models/hf_int8.h) and runs nothing; the folder loads with the same int8 weights.
 // Results go to stdout and, with --out, to results.json, report.html and the .npy arrays (written
 // atomically).
 #include <algorithm>
@@ -44,7 +46,9 @@
 #include "nn/models/bert.h"
 #include "nn/models/embedding.h"
 #include "nn/models/generate.h"
+#include "nn/models/hf_int8.h"
 #include "nn/models/hf_model.h"
+#include "nn/models/hf_save.h"
 #include "nn/models/vit.h"
 
 using namespace hh;
@@ -404,6 +408,40 @@ json run_vit(nn::ViTForImageClassification& vit, const Inputs& in, Device device
   return r;
 }
 
+// --save-quantized OUT: the model loaded with int8 weights, written as a quantized folder (all or
+// nothing: save_hf_model stages it and swaps it in). A mode of its own: it runs no input, so the
+// folder is not mixed with results (--out).
+int save_quantized_folder(const Inputs& in, const nn::HFModelOptions& opt, const std::string& out, int inputs_given,
+                          bool hidden_states) {
+  namespace fs = std::filesystem;
+  HH_CHECK(opt.weights == WeightFormat::int8, "--save-quantized writes int8 weights: give --weights int8");
+  HH_CHECK(inputs_given == 0 && !hidden_states && in.out_dir.empty(), "--save-quantized writes a folder and runs "
+           "nothing: leave out --prompt, --ids, --text, --image, --input, --hidden-states and --out");
+  std::error_code ec;
+  HH_CHECK(!fs::equivalent(fs::path(out), fs::path(in.model_dir), ec), "--save-quantized ", out,
+           ": this is the --model folder; write the quantized copy elsewhere (the f32 folder is its source)");
+  train::refuse_system_folder(out, "--save-quantized");
+  const bool existed = fs::exists(out, ec);
+  ensure_writable_dir(out);  // created now: a folder that cannot take files fails before the load
+  auto t0 = std::chrono::steady_clock::now();
+  double load_s = 0, save_s = 0;
+  std::shared_ptr<nn::HFModel> model;
+  try {
+    model = nn::load_hf_model(in.model_dir, opt);
+    load_s = seconds_since(t0);
+    t0 = std::chrono::steady_clock::now();
+    nn::save_hf_model(*model, out, in.model_dir, WeightFormat::int8);
+    save_s = seconds_since(t0);
+  } catch (...) {
+    if (!existed && fs::is_empty(out, ec)) fs::remove(out, ec);  // no empty folder left by a failed run
+    throw;
+  }
+  std::printf("loaded %s (%s) in %.2f s; wrote the int8 folder %s in %.2f s (model.safetensors %.1f MiB)\n",
+              in.model_dir.c_str(), model->architecture().c_str(), load_s, out.c_str(), save_s,
+              static_cast<double>(fs::file_size(fs::path(out) / "model.safetensors")) / (1024.0 * 1024.0));
+  return 0;
+}
+
 int run(int argc, char** argv) {
   cli::Flags f("hf_run",
                 "hf_run: runs an HF model folder (config.json + safetensors or pytorch_model.bin).\n"
@@ -440,7 +478,10 @@ int run(int argc, char** argv) {
   f.add("form", "chunked", "linear mixers: chunked, quadratic, noncausal or recurrent");
   f.add("window", "64", "hybrid-<map> mixers: the sliding window size");
   f.add("weights", "f32", "every Linear's weights: f32, int8 (per-channel symmetric) or bf16 (rounded; f32\n"
-        "                       arithmetic), prepared at load; CPU, f32 precision only");
+        "                       arithmetic), prepared at load; CPU, f32 precision only; a quantized folder\n"
+        "                       (--save-quantized) runs in int8");
+  f.add("save-quantized", "", "with --weights int8: write the model as a quantized HF folder here (int8 Linear\n"
+        "                       weights and scales, config.json's quantization_config) and run nothing");
   cli::CommonFlagSpec common;
   common.seed_help = "decoders: sampling seed";
   common.out = true;
@@ -462,7 +503,9 @@ int run(int argc, char** argv) {
   opt.mixer = nn::parse_mixer(f.str("mixer"), "--mixer");
   opt.form = nn::parse_linear_form(f.str("form"));
   opt.window = f.integer("window", 1, 1 << 30);
-  opt.weights = cli::parse_weights_flag(f.str("weights"));
+  opt.weights = nn::folder_weights(in.model_dir, cli::parse_weights_flag(f.str("weights")), f.given("weights"),
+                                   "--weights");
+  const std::string save_quantized = f.str("save-quantized");
   opt.prepare_weights = true;  // packed (or quantized) at load: the timed prefill does not pack
   const cli::CommonFlags c = cli::read_common_flags(f, common);
   opt.device = c.device;
@@ -475,9 +518,10 @@ int run(int argc, char** argv) {
   if (f.given("top-k")) f.integer("top-k", 0);
   if (f.given("top-p")) f.number("top-p", 1e-6, 1.0);
   f.boolean("stop-at-eos");
-  if (!in.out_dir.empty()) train::check_output_folder(in.out_dir);
   const int inputs_given =
       !in.prompt.empty() + !in.ids.empty() + !in.text.empty() + !in.image.empty() + !in.input_file.empty();
+  if (!save_quantized.empty()) return save_quantized_folder(in, opt, save_quantized, inputs_given, hidden_states);
+  if (!in.out_dir.empty()) train::check_output_folder(in.out_dir);
   HH_CHECK(inputs_given == 1, "give exactly one input: --prompt or --ids (GPT-2, Llama), --text or --ids (BERT), "
                               "--image (ViT), --input FILE (embed); got ", inputs_given);
   HH_CHECK(in.input_file.empty() || task == Task::embed || task == Task::automatic,

@@ -6,6 +6,7 @@
 
 #include "cli/app.h"
 #include "cli/flags.h"
+#include "nn/models/hf_int8.h"
 #include "serve/server.h"
 
 using namespace hh;
@@ -53,7 +54,8 @@ int run(int argc, char** argv) {
   f.add("prefix-chunk", "256", "tokens between the prefix cache's saved states");
   f.add("timeout", "600", "seconds a request may generate (then it ends, finish_reason length); a client that\n"
         "                       stalls while sending a request is dropped after min(this, 30) s");
-  f.add("weights", "f32", "every Linear's weights: f32, int8 (per-channel symmetric) or bf16, prepared at load (CPU)");
+  f.add("weights", "f32", "every Linear's weights: f32, int8 (per-channel symmetric) or bf16, prepared at load\n"
+        "                       (CPU); a quantized folder (hf_run --save-quantized) runs in int8");
   cli::CommonFlagSpec common;
   common.precision = false;
   common.seed = false;
@@ -80,7 +82,7 @@ int run(int argc, char** argv) {
   e.prefix_chunk = f.integer("prefix-chunk", 1, 1 << 20);
   const cli::CommonFlags c = cli::read_common_flags(f, common);
   e.device = c.device;
-  e.weights = cli::parse_weights_flag(f.str("weights"));
+  e.weights = nn::folder_weights(e.folder, cli::parse_weights_flag(f.str("weights")), f.given("weights"), "--weights");
   e.threads = cli::apply_threads(c.threads);
   if (const char* d = std::getenv("HH_SERVE_TEST_TOKEN_DELAY_MS")) e.token_delay_ms = std::atoll(d);
   return serve::serve(o);

@@ -167,3 +167,8 @@ add_test(NAME hf_export_transformers COMMAND sh -c
          "python3 -c 'import numpy, torch, transformers' 2>/dev/null || { echo 'skipped: python3 with numpy, torch and transformers is not importable'; exit 77; }; rm -rf \"$0\" && HH_HF_EXPORT_DIR=\"$0\" \"$1\" -tc='hf export: write*' --no-skip && python3 \"$2\" --all \"$0\" --hf-run \"$3\""
          ${HF_EXPORT_DIR} $<TARGET_FILE:hh_tests> ${CMAKE_CURRENT_SOURCE_DIR}/tools/check_hf_export.py $<TARGET_FILE:hf_run>)
 set_tests_properties(hf_export_transformers PROPERTIES SKIP_RETURN_CODE 77)
+# --save-quantized: the int8 folder round trip, bit for bit, and its refusals (cmake/int8_folder_test.cmake).
+find_program(HH_PYTHON3 python3)
+add_test(NAME hf_run_int8_folder
+         COMMAND ${CMAKE_COMMAND} -DHF_RUN=$<TARGET_FILE:hf_run> -DHF=${HF} -DWORK=${CMAKE_CURRENT_BINARY_DIR}/hf_run_int8_folder
+                 -DPYTHON=${HH_PYTHON3} -P ${CMAKE_CURRENT_SOURCE_DIR}/cmake/int8_folder_test.cmake)

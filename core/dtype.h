@@ -1,5 +1,6 @@
 // Element types: f32 is the compute type; f64 for references and gradient checks; bf16/f16 are
-// storage types (cast to compute); i32/i64 indices; u8 and bool masks.
+// storage types (cast to compute); i32/i64 indices; u8 and bool masks; i8 the values of int8
+// weights as stored (safetensors I8; core/prepacked.h).
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -16,7 +17,7 @@
 
 namespace hh {
 
-enum class DType : uint8_t { f32, f64, bf16, f16, i32, i64, u8, boolean };
+enum class DType : uint8_t { f32, f64, bf16, f16, i32, i64, u8, boolean, i8 };
 
 inline size_t itemsize(DType t) {
   switch (t) {
@@ -28,6 +29,7 @@ inline size_t itemsize(DType t) {
     case DType::i64: return 8;
     case DType::u8: return 1;
     case DType::boolean: return 1;
+    case DType::i8: return 1;
   }
   return 0;
 }
@@ -42,6 +44,7 @@ inline const char* dtype_name(DType t) {
     case DType::i64: return "i64";
     case DType::u8: return "u8";
     case DType::boolean: return "bool";
+    case DType::i8: return "i8";
   }
   return "?";
 }
@@ -53,7 +56,9 @@ inline bool is_floating(DType t) {
 }
 // Types the compute kernels run in (bf16/f16 are cast to f32 first).
 inline bool is_compute_float(DType t) { return t == DType::f32 || t == DType::f64; }
-inline bool is_integral(DType t) { return t == DType::i32 || t == DType::i64 || t == DType::u8 || t == DType::boolean; }
+inline bool is_integral(DType t) {
+  return t == DType::i32 || t == DType::i64 || t == DType::u8 || t == DType::boolean || t == DType::i8;
+}
 
 // 16-bit storage types. Conversions round to nearest even, as PyTorch does.
 struct bf16 {
@@ -126,6 +131,7 @@ template <> struct dtype_of<double> { static constexpr DType value = DType::f64;
 template <> struct dtype_of<int32_t> { static constexpr DType value = DType::i32; };
 template <> struct dtype_of<int64_t> { static constexpr DType value = DType::i64; };
 template <> struct dtype_of<uint8_t> { static constexpr DType value = DType::u8; };
+template <> struct dtype_of<int8_t> { static constexpr DType value = DType::i8; };
 template <> struct dtype_of<bool> { static constexpr DType value = DType::boolean; };
 template <> struct dtype_of<bf16> { static constexpr DType value = DType::bf16; };
 template <> struct dtype_of<f16> { static constexpr DType value = DType::f16; };
@@ -154,6 +160,7 @@ auto dispatch_all(DType t, F&& f) {
     case DType::i64: return f(type_tag<int64_t>{});
     case DType::u8: return f(type_tag<uint8_t>{});
     case DType::boolean: return f(type_tag<bool>{});
+    case DType::i8: return f(type_tag<int8_t>{});
   }
   fail("dispatch_all: bad dtype");
 }

@@ -86,6 +86,14 @@ class WeightCache {
   // The prepared form of `weight` for `format`: the cached one while still valid, else prepared
   // anew (and kept). May be nullptr for f32 (see prepare_weight). Thread-safe.
   std::shared_ptr<const PreparedWeight> get(const Tensor& weight, WeightFormat format);
+  // Installs an int8 weight read from a file (nn/models/hf_int8.h: a quantized folder) for
+  // `weight`, the f32 tensor that holds its dequantized values: get(weight, int8) hands it out
+  // while the weight is unchanged, never re-quantized from those values (a CPU ISA change re-packs
+  // its own values and scales). Any change to the weight (a new storage, a version bump) drops it
+  // and the f32 values are quantized as usual. `prepared` must be int8 and of the weight's shape.
+  void install(const Tensor& weight, std::shared_ptr<const PreparedWeight> prepared);
+  // Whether an installed int8 weight is held for `weight` as it is now.
+  bool installed_for(const Tensor& weight);
   void clear();
   // How many times get() prepared (tests).
   int64_t prepares() const { return prepares_; }
@@ -100,8 +108,12 @@ class WeightCache {
   WeightFormat format_ = WeightFormat::f32;
   CpuIsa isa_ = CpuIsa::scalar;
   bool valid_ = false;
+  bool installed_ = false;  // prepared_ came from install(): its values are the source, not the weight
   std::shared_ptr<const PreparedWeight> prepared_;
   int64_t prepares_ = 0;
+  // Whether the cached entry was made for this weight as it is now (storage, version, layout).
+  bool same_weight(const Tensor& weight) const;
+  void remember(const Tensor& weight);
 };
 
 }  // namespace hh

@@ -99,6 +99,7 @@ const char* st_dtype_name(DType t) {
     case DType::i32: return "I32";
     case DType::u8: return "U8";
     case DType::boolean: return "BOOL";
+    case DType::i8: return "I8";
   }
   return "?";
 }
@@ -106,7 +107,8 @@ const char* st_dtype_name(DType t) {
 bool parse_st_dtype(const std::string& s, DType* out) {
   static const std::pair<const char*, DType> table[] = {
       {"BF16", DType::bf16}, {"F16", DType::f16}, {"F32", DType::f32}, {"F64", DType::f64},
-      {"I64", DType::i64},   {"I32", DType::i32}, {"U8", DType::u8},   {"BOOL", DType::boolean}};
+      {"I64", DType::i64},   {"I32", DType::i32}, {"U8", DType::u8},   {"I8", DType::i8},
+      {"BOOL", DType::boolean}};
   for (const auto& [name, t] : table) {
     if (s == name) {
       *out = t;
@@ -331,7 +333,7 @@ Entry parse_entry(const std::string& name, const json& v, const std::string& ori
   if (!dt.is_string()) bad(origin, str(who, ": dtype must be a string, got ", excerpt(dt)));
   if (!parse_st_dtype(dt.get_ref<const std::string&>(), &e.dtype)) {
     bad(origin, str(who, ": unknown dtype ", quote(dt.get_ref<const std::string&>()),
-                    " (supported: BF16 F16 F32 F64 I64 I32 U8 BOOL)"));
+                    " (supported: BF16 F16 F32 F64 I64 I32 U8 I8 BOOL)"));
   }
   const json& sh = v["shape"];
   if (!sh.is_array()) bad(origin, str(who, ": shape must be an array of non-negative integers, got ", excerpt(sh)));

@@ -67,7 +67,9 @@ int64_t set_weight_format(Module& m, WeightFormat format) {
       continue;
     }
     *f = format;
-    cache->clear();
+    // An int8 weight installed from a quantized folder (nn/models/hf_int8.h) is kept: quantizing
+    // its dequantized f32 values again is not guaranteed to give back the file's values.
+    if (!(format == WeightFormat::int8 && cache->installed_for(*weight))) cache->clear();
     if (weight->device().is_cpu() && weight->dtype() == DType::f32) {  // f32 on CUDA: nothing to prepare
       try {
         cache->get(*weight, format);

@@ -76,7 +76,8 @@ class TiedHead : public Module {
 
 // Sets weight_format on every Linear and TiedHead in m (itself included) and prepares each CPU f32
 // weight now, so an int8 model is quantized once, at load time (a NaN or infinite weight is an
-// error here), and an f32 one packed. Returns how many it set.
+// error here), and an f32 one packed; an int8 weight installed from a quantized folder is kept as
+// it is (int8) or dropped (f32). Returns how many it set.
 int64_t set_weight_format(Module& m, WeightFormat format);
 
 class LayerNorm : public Module {

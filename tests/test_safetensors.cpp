@@ -94,6 +94,7 @@ std::vector<std::pair<std::string, Tensor>> sample_tensors() {
   ts.emplace_back("i32", from_vector(std::vector<int64_t>{-(int64_t{1} << 30), 5, 0, 1, 2, 3}, {3, 2}, {DType::i32}));
   ts.emplace_back("u8", from_vector(std::vector<int64_t>{0, 255, 17}, {1, 3}, {DType::u8}));
   ts.emplace_back("bool", from_vector(std::vector<int64_t>{1, 0, 1, 1}, {2, 2}, {DType::boolean}));
+  ts.emplace_back("i8", from_vector(std::vector<int64_t>{-128, 127, 0, -1, 5, -127}, {2, 3}, {DType::i8}));
   ts.emplace_back("empty", zeros({2, 0, 3}, {DType::f32}));
   // (3,4) transposed to (4,3): strides (1,4), not contiguous.
   ts.emplace_back("transposed", arange(12, {DType::f32}).reshape({3, 4}).transpose(0, 1));
@@ -107,8 +108,8 @@ std::vector<std::pair<std::string, Tensor>> sample_tensors() {
 TEST_CASE("safetensors: round trip of every dtype, 0-d, zero-size and non-contiguous tensors") {
   TempDir dir;
   auto ts = sample_tensors();
-  REQUIRE_FALSE(ts[9].second.is_contiguous());
   REQUIRE_FALSE(ts[10].second.is_contiguous());
+  REQUIRE_FALSE(ts[11].second.is_contiguous());
   // Saved from the device under test too (moved there first), so "any device" is exercised under HH_DEVICE=cuda.
   Device dev = hh::test::test_device();
   std::vector<std::pair<std::string, Tensor>> on_dev;
@@ -150,6 +151,7 @@ TEST_CASE("safetensors: round trip of every dtype, 0-d, zero-size and non-contig
   CHECK(to_vector<double>(st.tensors.at("f16")) == std::vector<double>{0.25, -1, 65504, 0.0009765625});
   CHECK(st.tensors.at("f64.scalar").item<double>() == 3.141592653589793);
   CHECK(to_vector<uint8_t>(st.tensors.at("bool")) == std::vector<uint8_t>{1, 0, 1, 1});
+  CHECK(to_vector<int64_t>(st.tensors.at("i8")) == std::vector<int64_t>{-128, 127, 0, -1, 5, -127});
   CHECK(st.tensors.at("empty").numel() == 0);
   // parse_safetensors on the same bytes agrees with load_safetensors.
   SafeTensors mem = parse_safetensors(read_file(path), path);
@@ -231,7 +233,9 @@ TEST_CASE("safetensors: rejects invalid JSON") {
 }
 
 TEST_CASE("safetensors: rejects an unknown dtype") {
-  expect_parse_error(st_file("{\"w\":" + ent("I8", "[1]", 0, 1) + "}", "x"), {"tensor 'w': unknown dtype 'I8'"});
+  expect_parse_error(st_file("{\"w\":" + ent("F8_E4M3", "[1]", 0, 1) + "}", "x"),
+                     {"tensor 'w': unknown dtype 'F8_E4M3'", "supported: BF16 F16 F32 F64 I64 I32 U8 I8 BOOL"});
+  expect_parse_error(st_file("{\"w\":" + ent("I4", "[2]", 0, 1) + "}", "x"), {"tensor 'w': unknown dtype 'I4'"});
   expect_parse_error(st_file("{\"w\":" + ent("f32", "[1]", 0, 4) + "}", "xxxx"), {"unknown dtype 'f32'"});
   expect_parse_error(st_file("{\"w\":{\"dtype\":4,\"shape\":[1],\"data_offsets\":[0,4]}}", "xxxx"),
                      {"tensor 'w': dtype must be a string"});

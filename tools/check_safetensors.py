@@ -18,7 +18,7 @@ import safetensors
 from safetensors.numpy import save_file
 
 NP = {"F16": np.float16, "F32": np.float32, "F64": np.float64, "I64": np.int64, "I32": np.int32,
-      "U8": np.uint8, "BOOL": np.bool_, "BF16": np.uint16}
+      "U8": np.uint8, "I8": np.int8, "BOOL": np.bool_, "BF16": np.uint16}
 
 
 def check(path):

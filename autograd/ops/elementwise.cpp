@@ -38,6 +38,7 @@ bool fits_integral(DType t, double v) {
     case DType::i32: return v >= -2147483648.0 && v <= 2147483647.0;
     case DType::i64: return v >= -9223372036854775808.0 && v < 9223372036854775808.0;
     case DType::u8: return v >= 0.0 && v <= 255.0;
+    case DType::i8: return v >= -128.0 && v <= 127.0;
     default: return false;  // bool: no arithmetic
   }
 }

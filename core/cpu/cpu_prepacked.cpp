@@ -220,28 +220,68 @@ void linear_prepared(const Tensor& x, const PreparedWeight& w, const Tensor& bia
               w.comp.data(), w.scales.data(), b.defined() ? b.data<float>() : nullptr, y.data<float>(), n);
 }
 
-std::shared_ptr<const PreparedWeight> WeightCache::get(const Tensor& weight, WeightFormat format) {
-  std::lock_guard<std::mutex> lock(mu_);
+bool WeightCache::same_weight(const Tensor& weight) const {
   const std::shared_ptr<Storage>& st = weight.storage();
-  if (valid_ && format_ == format && isa_ == cpu_isa() && storage_.lock() == st && version_ == st->version &&
-      offset_ == weight.offset() && shape_ == weight.shape() && strides_ == weight.strides())
-    return prepared_;
-  prepared_ = prepare_weight(weight, format);
-  ++prepares_;
+  return valid_ && storage_.lock() == st && version_ == st->version && offset_ == weight.offset() &&
+         shape_ == weight.shape() && strides_ == weight.strides();
+}
+
+void WeightCache::remember(const Tensor& weight) {
+  const std::shared_ptr<Storage>& st = weight.storage();
   storage_ = st;
   version_ = st->version;
   offset_ = weight.offset();
   shape_ = weight.shape();
   strides_ = weight.strides();
-  format_ = format;
   isa_ = cpu_isa();
   valid_ = true;
+}
+
+std::shared_ptr<const PreparedWeight> WeightCache::get(const Tensor& weight, WeightFormat format) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const bool same = same_weight(weight);
+  if (same && format_ == format && isa_ == cpu_isa()) return prepared_;
+  if (same && installed_ && format == WeightFormat::int8) {  // another ISA: re-packed from its own values
+    const PreparedWeight& w = *prepared_;
+    prepared_ = prepare_int8(int8_values(w), std::vector<float>(w.scales.begin(), w.scales.begin() + w.out_features),
+                             w.out_features, w.in_features);
+    ++prepares_;
+    isa_ = cpu_isa();
+    return prepared_;
+  }
+  // The cache holds one form: an installed int8 weight asked for in f32 is replaced (a later int8
+  // request then quantizes the f32 values).
+  prepared_ = prepare_weight(weight, format);
+  installed_ = false;
+  ++prepares_;
+  format_ = format;
+  remember(weight);
   return prepared_;
+}
+
+void WeightCache::install(const Tensor& weight, std::shared_ptr<const PreparedWeight> prepared) {
+  HH_CHECK(prepared && prepared->format == WeightFormat::int8, "WeightCache::install: expected an int8 weight");
+  HH_CHECK(weight.defined() && weight.dim() == 2 && weight.size(0) == prepared->out_features &&
+               weight.size(1) == prepared->in_features,
+           "WeightCache::install: the weight is ", weight.defined() ? str(weight.shape()) : std::string("undefined"),
+           ", the int8 weight (", prepared->out_features, ", ", prepared->in_features, ")");
+  std::lock_guard<std::mutex> lock(mu_);
+  prepared_ = std::move(prepared);
+  format_ = WeightFormat::int8;
+  installed_ = true;
+  remember(weight);
+  isa_ = prepared_->isa;
+}
+
+bool WeightCache::installed_for(const Tensor& weight) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return installed_ && same_weight(weight);
 }
 
 void WeightCache::clear() {
   std::lock_guard<std::mutex> lock(mu_);
   valid_ = false;
+  installed_ = false;
   prepared_.reset();
   storage_.reset();
 }

@@ -8,6 +8,7 @@
 #include "autograd/ops.h"
 #include "core/error.h"
 #include "nn/gate.h"
+#include "nn/models/hf_int8.h"
 #include "nn/models/hf_save.h"
 
 namespace hh::nn {
@@ -151,15 +152,31 @@ std::shared_ptr<HFModel> load_hf_model(const std::string& folder, const HFModelO
              "original softmax model, not '", name(options.mixer), "'");
     build = saved;
   }
+  // A quantized folder (nn/models/hf_int8.h) runs in int8: its stored values and scales, as loaded.
+  const WeightFormat stored = hf_stored_weights(config);
+  HH_CHECK(stored == WeightFormat::f32 || (options.device.is_cpu() && options.dtype == DType::f32), "hf: ", folder,
+           ": the folder holds int8 weights (config.json: quantization_config), which run on the CPU in f32 (asked for ",
+           options.device, ", ", options.dtype, "); load the original f32 folder for another device or dtype");
   HH_CHECK(options.weights == WeightFormat::f32 || (options.device.is_cpu() && options.dtype == DType::f32),
            "hf: ", weight_format_name(options.weights), " weights run on the CPU in f32 (asked for ",
            options.device, ", ", options.dtype, ")");
+  HH_CHECK(stored == WeightFormat::f32 || options.weights == WeightFormat::f32 || options.weights == stored, "hf: ",
+           folder, " holds int8 weights (config.json: quantization_config), which load as int8 only, not ",
+           weight_format_name(options.weights));
+  const WeightFormat weights = stored == WeightFormat::int8 ? WeightFormat::int8 : options.weights;
+  build.weights = weights;
   build.draw_weights = false;  // every HF weight is loaded right after construction
   std::shared_ptr<HFModel> model = chosen->make(config, build, folder);
+  const int64_t installed = count_installed_int8(*model);
+  HH_CHECK(stored == WeightFormat::int8 || installed == 0, "hf: ", folder, ": the weights hold ", installed,
+           " int8 (I8) Linear weights but config.json has no quantization_config (quant_method '", kInt8QuantMethod,
+           "'): the folder is incomplete or damaged");
+  HH_CHECK(stored == WeightFormat::f32 || installed > 0, "hf: ", folder, ": config.json's quantization_config says '",
+           kInt8QuantMethod, "' but the weights hold no I8 Linear weight: the folder is incomplete or damaged");
   model->to(options.device);
   model->to(options.dtype);
   model->eval();
-  if (options.weights != WeightFormat::f32 || options.prepare_weights) set_weight_format(*model, options.weights);
+  if (weights != WeightFormat::f32 || options.prepare_weights) set_weight_format(*model, weights);
   return model;
 }
 

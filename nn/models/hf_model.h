@@ -131,6 +131,8 @@ std::vector<std::string> supported_hf_architectures();
 
 // folder/config.json -> the model, weights loaded, on options.device in options.dtype, eval mode.
 // An unsupported architecture is an error naming it, the file, and the supported ones.
+// A quantized folder (config.json's quantization_config, nn/models/hf_int8.h) loads with int8
+// weights whatever options.weights says (its Linears' stored values and scales; CPU and f32 only).
 std::shared_ptr<HFModel> load_hf_model(const std::string& folder, const HFModelOptions& options = {});
 // The same, for callers that need a decoder: an error naming the architecture when it is not one.
 std::shared_ptr<CausalLM> load_causal_lm(const std::string& folder, const HFModelOptions& options = {});

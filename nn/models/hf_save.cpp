@@ -14,6 +14,7 @@
 
 #include "core/atomic_file.h"
 #include "core/safetensors.h"
+#include "nn/models/hf_int8.h"
 #include "nn/models/export/modeling_hedgehog_py.h"  // generated: kModelingHedgehogPy
 
 namespace hh::nn {
@@ -122,7 +123,11 @@ struct ExportConfig {
   bool python = false;  // the folder carries modeling_hedgehog.py
 };
 
-ExportConfig export_config(const std::string& config_json, const std::string& config_origin, const HFModelOptions& o) {
+// format int8: a quantized folder (nn/models/hf_int8.h). transformers skips a quantization_config
+// it does not know (a warning) and would read the int8 values as float weights, so the folder gets
+// the "hedgehog_<family>" model_type and no auto_map or module: its Auto classes refuse it.
+ExportConfig export_config(const std::string& config_json, const std::string& config_origin, const HFModelOptions& o,
+                           WeightFormat format) {
   nlohmann::json config = nlohmann::json::parse(config_json, nullptr, false);
   HH_CHECK(config.is_object(), "save_hf_model: ", config_origin, " is not a JSON object");
   config.erase("hedgehog");
@@ -134,14 +139,18 @@ ExportConfig export_config(const std::string& config_json, const std::string& co
   }
   const ExportFamily* family = export_family(config);
   // No gates in the module, and no sliding window in an encoder (hybrid mixers are causal only).
-  const bool python = o.mixer.is_linear() && family && o.gate == Gate::none && !(family->encoder && o.mixer.is_hybrid());
+  const bool int8 = format == WeightFormat::int8;
+  const bool python = !int8 && o.mixer.is_linear() && family && o.gate == Gate::none &&
+                      !(family->encoder && o.mixer.is_hybrid());
   if (python) {
     const std::vector<std::string> maps = internal::exported_feature_maps(internal::kModelingHedgehogPy);
     HH_CHECK(std::find(maps.begin(), maps.end(), o.mixer.feature_map()) != maps.end(), "save_hf_model: mixer '",
              name(o.mixer), "': feature map '", o.mixer.feature_map(), "' has no transformers implementation in ",
              kModelingFile, " (its FEATURE_MAPS), so the folder would not load outside the engine");
   }
-  set_remote_code_keys(config, family, o.mixer.is_linear(), python);
+  HH_CHECK(!int8 || family, "save_hf_model: ", config_origin, ": an int8 folder needs the model_type of a known family "
+           "(its model_type becomes hedgehog_<family>, which transformers refuses)");
+  set_remote_code_keys(config, family, o.mixer.is_linear() || int8, python);
   if (o.mixer.is_linear()) {
     const FeatureMapConfig& f = o.feature_map;
     config["hedgehog"] = {{"mixer", name(o.mixer)},
@@ -163,7 +172,7 @@ ExportConfig export_config(const std::string& config_json, const std::string& co
     if (o.gate != Gate::none) config["hedgehog"]["gate"] = name(o.gate);  // only gated mixers: others unchanged
     if (o.gate_output != GateOutput::normalizer) config["hedgehog"]["gate_output"] = name(o.gate_output);
   }
-  return {config.dump(2) + "\n", python};
+  return {config_with_stored_weights(config.dump(2) + "\n", config_origin, format), python};
 }
 }  // namespace
 
@@ -187,12 +196,13 @@ std::vector<std::string> exported_feature_maps(const std::string& module_text) {
 
 std::string config_with_hedgehog_section(const std::string& config_json, const std::string& config_origin,
                                          const HFModelOptions& o) {
-  return export_config(config_json, config_origin, o).text;
+  return export_config(config_json, config_origin, o, WeightFormat::f32).text;
 }
 
-void save_hf_model(const HFModel& model, const std::string& out_folder, const std::string& source_folder) {
+void save_hf_model(const HFModel& model, const std::string& out_folder, const std::string& source_folder,
+                   WeightFormat weights) {
   const std::string src_config = (std::filesystem::path(source_folder) / "config.json").string();
-  save_hf_model(model, out_folder, read_file(src_config), src_config, source_folder);
+  save_hf_model(model, out_folder, read_file(src_config), src_config, source_folder, weights);
 }
 
 namespace {
@@ -279,13 +289,20 @@ void recover_stages(const std::string& out) {
 }  // namespace
 
 void save_hf_model(const HFModel& model, const std::string& out_folder, const std::string& config_json,
-                   const std::string& config_origin, const std::string& files_folder) {
+                   const std::string& config_origin, const std::string& files_folder, WeightFormat format) {
   namespace fs = std::filesystem;
   NamedTensors weights = model.hf_state_dict();
   for (const auto& [name, t] : weights)
     HH_CHECK(name.find(".lora_") == std::string::npos, "save_hf_model: the model still has LoRA adapters ('", name,
              "'); merge them first (merge_lora)");
-  const ExportConfig config = export_config(config_json, config_origin, model.options());
+  const ExportConfig config = export_config(config_json, config_origin, model.options(), format);
+  // Every tensor as written (an int8 folder: the Linears' values and scales), checked before any file is.
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  if (format == WeightFormat::int8) {
+    tensors = int8_folder_tensors(model, std::move(weights));
+  } else {
+    for (auto& [name, t] : weights) tensors.emplace_back(name, t.to(Device::cpu()).contiguous());
+  }
   ensure_writable_dir(out_folder);
   recover_stages(out_folder);
   // All or nothing: the files are written into a hidden stage folder inside out_folder (the same
@@ -306,8 +323,6 @@ void save_hf_model(const HFModel& model, const std::string& out_folder, const st
       const fs::path from = fs::path(files_folder) / name;
       if (fs::exists(from)) write_file_atomic((fs::path(stage) / name).string(), read_file(from.string()));
     }
-    std::vector<std::pair<std::string, Tensor>> tensors;
-    for (auto& [name, t] : weights) tensors.emplace_back(name, t.to(Device::cpu()).contiguous());
     // With a checksum per tensor: hedgehog readers verify it (core/safetensors.h); others ignore it.
     save_safetensors((fs::path(stage) / "model.safetensors").string(), tensors, {{"format", "pt"}},
                      Checksums::xxh3);

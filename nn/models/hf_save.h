@@ -25,12 +25,17 @@
 
 namespace hh::nn {
 
-// LoRA adapters must be merged first (an error says so). The weights are written in their own dtype.
-void save_hf_model(const HFModel& model, const std::string& out_folder, const std::string& source_folder);
+// LoRA adapters must be merged first (an error says so). The weights are written in their own dtype,
+// or with weights = int8 as a quantized folder (nn/models/hf_int8.h: every Linear's int8 values and
+// scales, config.json's quantization_config; the model on the CPU in f32). An f32 save drops a
+// hedgehog_int8 quantization_config of the source config.
+void save_hf_model(const HFModel& model, const std::string& out_folder, const std::string& source_folder,
+                   WeightFormat weights = WeightFormat::f32);
 // The same with the source config.json given as text (config_origin names it in errors) and the
 // tokenizer files copied from files_folder ("" = none): a model trained from scratch.
 void save_hf_model(const HFModel& model, const std::string& out_folder, const std::string& config_json,
-                   const std::string& config_origin, const std::string& files_folder);
+                   const std::string& config_origin, const std::string& files_folder,
+                   WeightFormat weights = WeightFormat::f32);
 
 // config_json (an HF config.json's text) with the "hedgehog" section of `options` (replaced; none
 // for softmax) and, for a converted folder of a family above, the model_type and auto_map that point

@@ -11,6 +11,8 @@
 #include "core/error.h"
 #include "core/torch_bin.h"
 #include "nn/gate.h"
+#include "nn/layers.h"
+#include "nn/models/hf_int8.h"
 
 namespace hh::nn {
 
@@ -66,11 +68,34 @@ void load_hf_weights(Module& model, const SafeTensors& weights, const std::strin
   std::map<std::string, Tensor> state;
   std::map<std::string, std::string> source;  // model name -> file name
   std::map<std::string, Shape> file_shape;    // model name -> shape as stored (before the transform)
+  // A quantized folder's I8 weights and their scales (nn/models/hf_int8.h), all checked first.
+  const std::map<std::string, FileInt8Weight> int8 = find_int8_weights(weights, origin);
+  std::set<std::string> scale_names;
+  for (const auto& [file_name, w] : int8) scale_names.insert(w.scale_name);
+  std::map<std::string, Linear*> linears;  // "<module>.weight" -> its Linear
+  if (!int8.empty())
+    for (auto& [mname, mod] : model.named_modules())
+      if (auto* lin = dynamic_cast<Linear*>(mod.get())) linears.emplace(mname + ".weight", lin);
+  std::map<std::string, const FileInt8Weight*> int8_of;  // model name -> its file int8 weight
   for (const auto& [file_name, t] : weights.tensors) {
+    if (scale_names.count(file_name)) continue;
     std::string name = rename ? rename(file_name) : file_name;
     if (name.empty()) continue;
     auto [it, fresh] = source.emplace(name, file_name);
     HH_CHECK(fresh, "hf: ", origin, ": tensors '", it->second, "' and '", file_name, "' both load into '", name, "'");
+    if (const auto q = int8.find(file_name); q != int8.end()) {
+      // Stored in the Linear's own layout (out, in): no transform. The f32 weight holds q · s.
+      HH_CHECK(linears.count(name), "hf: ", hf_weights_file(origin), ": int8 weight '", file_name, "' loads into '",
+               name, "', which is not the weight of a Linear (only Linears are stored in int8)");
+      const Linear& lin = *linears.at(name);
+      HH_CHECK(t.shape() == Shape({lin.out_features, lin.in_features}), "hf: ", hf_weights_file(origin),
+               ": int8 weight '", file_name, "' has shape ", t.shape(), " but the Linear '", name, "' is (",
+               lin.out_features, ", ", lin.in_features, ") (int8 weights are stored (out, in))");
+      file_shape[name] = t.shape();
+      state[name] = dequantize_int8(q->second);
+      int8_of[name] = &q->second;
+      continue;
+    }
     // Every weight must be finite, as a resumed checkpoint's (train/checkpoint.h): a file holding
     // NaN or infinity (damaged, or saved from a diverged run) would run and print garbage as a
     // result. This reads each tensor as stored once (on the CPU the pages of the mapped file;
@@ -133,6 +158,12 @@ void load_hf_weights(Module& model, const SafeTensors& weights, const std::strin
   }
   for (auto& kv : state) rest.emplace(kv.first, kv.second);  // buffers
   model.load_state_dict(rest, /*strict=*/false);
+  // The int8 weights as stored, installed for the loaded f32 weights (never re-quantized).
+  for (const auto& [name, w] : int8_of) {
+    Linear& lin = *linears.at(name);
+    lin.weight_format = WeightFormat::int8;
+    lin.weight_cache.install(lin.weight, prepare_file_int8(*w));
+  }
 }
 
 }  // namespace hh::nn

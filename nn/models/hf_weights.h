@@ -73,6 +73,9 @@ using HFTransform = std::function<Tensor(const std::string& model_name, const Te
 // is REPLACED by that tensor (a view of the mapped file, no copy), so handles to the old parameter
 // tensors taken before the call do not see the loaded values.
 // `fresh` names the model tensors the file may lack (a new head): they keep their drawn values.
+// I8 tensors are a quantized folder's Linear weights (nn/models/hf_int8.h): each with its scale is
+// checked before anything is loaded, the Linear's weight gets the dequantized values (out, in), not
+// transformed, and the int8 values and scales are installed in its WeightCache (weight_format int8).
 void load_hf_weights(Module& model, const SafeTensors& weights, const std::string& origin, const HFRename& rename,
                      const HFTransform& transform = nullptr,
                      const std::function<bool(const std::string&)>& fresh = nullptr);

@@ -22,6 +22,7 @@
 #include "nn/mixer.h"
 #include "nn/models/embedding.h"
 #include "nn/models/generate.h"
+#include "nn/models/hf_int8.h"
 #include "nn/models/hf_model.h"
 #include "python/src/bind.h"
 #include "python/src/interrupt.h"
@@ -49,11 +50,13 @@ class PyModel {
       : folder_(folder) {
     nn::HFModelOptions o;
     if (weights) {
+      WeightFormat asked;
       try {
-        o.weights = parse_weight_format(*weights);
+        asked = parse_weight_format(*weights);
       } catch (const Error& e) {
         throw Error(std::string("weights: ") + e.what());
       }
+      o.weights = nn::folder_weights(folder, asked, true, "weights");  // a quantized folder: int8 only
       o.prepare_weights = true;  // packed or quantized now, not by the first forward
     }
     if (mixer) o.mixer = nn::parse_mixer(*mixer, "mixer");
