@@ -2,6 +2,7 @@
 // (streamed or not) for decoders, /v1/embeddings for sentence-transformers encoders, /v1/models,
 // /health. Flags here, the server in serve::serve.
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 
 #include "cli/app.h"
@@ -82,6 +83,7 @@ int run(int argc, char** argv) {
   e.prefix_chunk = f.integer("prefix-chunk", 1, 1 << 20);
   const cli::CommonFlags c = cli::read_common_flags(f, common);
   e.device = c.device;
+  HH_CHECK(std::filesystem::is_directory(e.folder), "--model ", e.folder, ": not a folder");  // before reading it
   e.weights = nn::folder_weights(e.folder, cli::parse_weights_flag(f.str("weights")), f.given("weights"), "--weights");
   e.threads = cli::apply_threads(c.threads);
   if (const char* d = std::getenv("HH_SERVE_TEST_TOKEN_DELAY_MS")) e.token_delay_ms = std::atoll(d);
