@@ -157,7 +157,9 @@ TEST_CASE("int8 folder: GPT-2, a sharded Llama and BERT round-trip: the same int
     const SafeTensors file = load_safetensors(out + "/model.safetensors");
     const auto lin_at_load = linears_of(*at_load);
     REQUIRE(lin_at_load.size() >= 8);
-    for (const auto& [name, lin] : lin_at_load) {
+    for (const auto& entry : lin_at_load) {  // (no structured binding: clang 14 refuses one in INFO)
+      const std::string& name = entry.first;
+      const auto& lin = entry.second;
       INFO("linear " << name);
       const Tensor& q = file.tensors.at(name + ".weight");
       const Tensor& s = file.tensors.at(name + ".weight_scale");
@@ -185,7 +187,9 @@ TEST_CASE("int8 folder: GPT-2, a sharded Llama and BERT round-trip: the same int
     CHECK(count_installed_int8(*loaded) == static_cast<int64_t>(lin_at_load.size()));
     const auto lin_loaded = linears_of(*loaded);
     REQUIRE(lin_loaded.size() == lin_at_load.size());
-    for (const auto& [name, lin] : lin_loaded) {
+    for (const auto& entry : lin_loaded) {
+      const std::string& name = entry.first;
+      const auto& lin = entry.second;
       INFO("linear " << name);
       CHECK(lin->weight_format == WeightFormat::int8);
       const Int8Of a = int8_of(*lin_at_load.at(name)), b = int8_of(*lin);
