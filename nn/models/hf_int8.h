@@ -16,6 +16,7 @@
 // weight holds the dequantized values q · s (4 bytes per weight besides the 1 of the int8 form),
 // so the paths that read it (training, CUDA after a move, export) still run.
 #pragma once
+#include <cstdint>
 #include <map>
 #include <string>
 #include <utility>
