@@ -7,7 +7,7 @@ values stated in prose inside filler, asked back later, at distances up to the t
 Writes about N bytes of documents (UTF-8, one blank line between documents) to FILE, atomically.
 A document is ~L bytes, L log-uniform in [--min-bytes, --context * --fill]: short ones put the key
 and its question close together (much copying signal per token), long ones up to the context apart.
-Kinds, drawn in turn:
+Kinds, drawn at random:
   passkey    a head line, filler, "The pass key is K. Remember it. K is the pass key." at a random
              depth, filler, "What is the pass key? The pass key is K." (K: 5 digits, sometimes 4-7)
   needles    1-4 lines "One of the special magic numbers for W is: N." spread over filler, then
@@ -16,6 +16,10 @@ Kinds, drawn in turn:
              provided text is N." (N: 7 digits, sometimes 5-8)
   facts      1-4 facts in other prose ("The code of the red door is N.", "W's number is N."), then
              questions, each answered in the same words
+  repeat     (a copying drill, as tools/copy_twin.py's copy data: a small model learns to copy from
+             dense examples long before it does from retrieval alone) 1-3 random strings of
+             [a-z0-9], each said 2-4 times in a row ("Say it again: s. Again: s."), little filler between
+--kinds sets the share of each kind (default passkey:1,needles:1,facts:1,repeat:1).
 The filler is text of the corpus files (fortunes: their '%' separators dropped), only from the part
 `train_lm prepare` trains on (each file's first bytes before its last round(--valid-fraction * size);
 tools/convert_llm_demo.py splits holds out the same tail), so no held-out byte is seen; or, in a
@@ -139,6 +143,36 @@ def facts_doc(rng, size, filler, plain):
     return " ".join([body] + qs)
 
 
+def repeat_doc(rng, size, filler, plain):
+    lines = []
+    for _ in range(rng.randint(1, 3)):
+        w = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz0123456789") for _ in range(rng.randint(4, 16)))
+        n = rng.randint(2, 4)
+        lines.append(rng.choice(("Say it again: ", "Repeat after me: ", "Copy this: ", "")) + w + "." +
+                     "".join(rng.choice((" Again: ", " Once more: ", " ")) + w + "." for _ in range(n - 1)))
+    return place(rng, min(size, 240) - sum(map(len, lines)), lines, " ", filler, plain)  # kept short: dense
+
+
+KINDS = {"passkey": passkey_doc, "needles": needles_doc, "facts": facts_doc, "repeat": repeat_doc}
+
+
+def parse_kinds(text):
+    shares = {}
+    for item in text.split(","):
+        name, _, w = item.partition(":")
+        if name not in KINDS:
+            sys.exit(f"error: --kinds: unknown kind '{name}' (valid: {', '.join(KINDS)})")
+        try:
+            shares[name] = float(w) if w else 1.0
+        except ValueError:
+            sys.exit(f"error: --kinds: share '{w}' of {name} is not a number")
+        if not shares[name] >= 0:
+            sys.exit(f"error: --kinds: share of {name} must be >= 0")
+    if not sum(shares.values()) > 0:
+        sys.exit("error: --kinds: every share is 0")
+    return shares
+
+
 def train_part(path, valid_fraction):
     data = open(path, "rb").read()
     n_valid = int(len(data) * valid_fraction + 0.5)  # train_lm prepare: llround(n * fraction)
@@ -157,6 +191,7 @@ def main():
     ap.add_argument("--min-bytes", type=int, default=120, help="the shortest document")
     ap.add_argument("--valid-fraction", type=float, default=0.05, help="train_lm prepare's (the held-out tail)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--kinds", default="passkey:1,needles:1,facts:1,repeat:1", help="the kinds' shares")
     a = ap.parse_args()
     if a.bytes < 1:
         sys.exit("error: --bytes must be >= 1")
@@ -167,15 +202,16 @@ def main():
             sys.exit(f"error: corpus file {f} does not exist")
     filler = Filler([train_part(f, a.valid_fraction) for f in a.files])
     rng = random.Random(a.seed)
-    kinds = (passkey_doc, needles_doc, facts_doc)
+    shares = parse_kinds(a.kinds)
+    names = [k for k in shares if shares[k] > 0]
     lo, hi = math.log(a.min_bytes), math.log(a.context * a.fill)
-    docs, total, i = [], 0, 0
+    docs, total = [], 0
     while total < a.bytes:
         size = int(math.exp(rng.uniform(lo, hi)))
-        d = kinds[i % len(kinds)](rng, size, filler, rng.random() < 0.25)
+        kind = rng.choices(names, [shares[k] for k in names])[0]
+        d = KINDS[kind](rng, size, filler, rng.random() < 0.25)
         docs.append(d)
         total += len(d.encode()) + 2
-        i += 1
     tmp = a.out + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         f.write("\n\n".join(docs) + "\n")
