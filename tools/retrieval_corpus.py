@@ -19,7 +19,8 @@ Kinds, drawn at random:
   repeat     (a copying drill, as tools/copy_twin.py's copy data: a small model learns to copy from
              dense examples long before it does from retrieval alone) 1-3 random strings of
              [a-z0-9], each said 2-4 times in a row ("Say it again: s. Again: s."), little filler between
---kinds sets the share of each kind (default passkey:1,needles:1,facts:1,repeat:1).
+--kinds sets the share of each kind (default passkey:1,needles:1,facts:1,repeat:4: the drill by
+documents; its documents are short, so it is about a third of the bytes).
 The filler is text of the corpus files (fortunes: their '%' separators dropped), only from the part
 `train_lm prepare` trains on (each file's first bytes before its last round(--valid-fraction * size);
 tools/convert_llm_demo.py splits holds out the same tail), so no held-out byte is seen; or, in a
@@ -191,7 +192,7 @@ def main():
     ap.add_argument("--min-bytes", type=int, default=120, help="the shortest document")
     ap.add_argument("--valid-fraction", type=float, default=0.05, help="train_lm prepare's (the held-out tail)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--kinds", default="passkey:1,needles:1,facts:1,repeat:1", help="the kinds' shares")
+    ap.add_argument("--kinds", default="passkey:1,needles:1,facts:1,repeat:4", help="the kinds' shares")
     a = ap.parse_args()
     if a.bytes < 1:
         sys.exit("error: --bytes must be >= 1")
