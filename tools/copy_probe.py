@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""How well a train_lm model copies: on lines "s|s|s|s" (random strings s repeated, as
-tools/copy_twin.py's copy data), the mean loss and greedy accuracy of the bytes of the repeats
-(after the first '|', where every byte is predictable by copying) and of the first copy (random:
-log 36 = 3.58 nats is the floor there).
+"""How well a train_lm model copies: on lines of a random string s repeated (--style bar: "s|s|s|s",
+tools/copy_twin.py's copy data; --style prose: "Say it again: s. Again: s. Again: s. Again: s.",
+tools/retrieval_corpus.py's drill), the mean loss and greedy accuracy of the bytes of s in the
+repeats (each predictable by copying) and in its first occurrence (random: log 36 = 3.58 nats is
+the floor there).
 
   python3 tools/copy_probe.py --model RUN/softmax/checkpoint.safetensors|RUN/softmax/model
                               [--lines 200] [--seed 123]
@@ -48,6 +49,7 @@ def main():
     ap.add_argument("--lines", type=int, default=200)
     ap.add_argument("--repeats", type=int, default=4)
     ap.add_argument("--seed", type=int, default=123)
+    ap.add_argument("--style", choices=["bar", "prose"], default="bar")
     a = ap.parse_args()
     torch.set_num_threads(1)
     model = load(a.model)
@@ -56,15 +58,25 @@ def main():
     with torch.no_grad():
         for _ in range(a.lines):
             s = "".join(rng.choice(ALPHABET) for _ in range(rng.randint(6, 24)))
-            line = "\n" + "|".join([s] * a.repeats) + "\n"
+            if a.style == "bar":
+                parts = ["\n"] + [p for k in range(a.repeats) for p in (["|"] if k else []) + [s]] + ["\n"]
+            else:
+                parts = ["\n", "Say it again: "] + [p for k in range(a.repeats) for p in ([". Again: "] if k else []) + [s]] + ["."]
+            line = "".join(parts)
+            kind, seen = [], 0  # per byte: None, "first" or "repeats"
+            for p in parts:
+                if p == s:
+                    kind += ["repeats" if seen else "first"] * len(p)
+                    seen += 1
+                else:
+                    kind += [None] * len(p)
             ids = torch.tensor([list(line.encode())])
             logits = model(input_ids=ids[:, :-1]).logits[0]  # (L-1, V)
             target = ids[0, 1:]
             loss = F.cross_entropy(logits, target, reduction="none")
             correct = logits.argmax(-1) == target
-            first_bar = line.index("|")
             for i in range(len(target)):  # target i is byte i + 1 of the line
-                key = "repeats" if i + 1 > first_bar else ("first" if i + 1 < first_bar else None)
+                key = kind[i + 1]
                 if key:
                     sums[key][0] += loss[i].item()
                     sums[key][1] += int(correct[i])
