@@ -19,25 +19,13 @@
 #include "nn/layers.h"
 #include "train/checkpoint.h"
 #include "train/optim.h"
+#include "tests/error_of.h"
 #include "tests/temp_dir.h"
 
 using namespace hh;
+using hh::test::error_of;
 
 namespace {
-
-// Runs f, which must throw hh::Error whose message contains every fragment; returns the message.
-std::string error_of(const std::function<void()>& f, const std::vector<std::string>& fragments) {
-  std::string msg;
-  try {
-    f();
-  } catch (const Error& e) {
-    msg = e.what();
-  }
-  INFO("message: " << msg);
-  CHECK_MESSAGE(!msg.empty(), "expected an hh::Error");
-  for (const auto& frag : fragments) CHECK_MESSAGE(msg.find(frag) != std::string::npos, "missing: ", frag);
-  return msg;
-}
 
 // Offset in the file of the first data byte of tensor `name` (from the header).
 uint64_t data_offset_of(const std::string& bytes, const std::string& name) {

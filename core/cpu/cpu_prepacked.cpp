@@ -155,7 +155,8 @@ std::shared_ptr<const PreparedWeight> prepare_weight(const Tensor& weight, Weigh
     float* f = panels.get() + (16 - reinterpret_cast<uintptr_t>(panels.get()) / sizeof(float) % 16) % 16;  // 64-byte aligned
     sgemm::prepack_b(*K, weight.data<float>(), weight.stride(1), weight.stride(0), k, n, f);
     auto* dst = static_cast<uint16_t*>(out->data.get());
-    for (int64_t i = 0; i < floats; ++i) dst[i] = float_to_bf16(f[i]);
+    for (int64_t row = 0; row < floats; row += K->nr)  // each sliver row of nr values, bf16_column's order
+      for (int64_t p = 0; p < K->nr; ++p) dst[row + p] = float_to_bf16(f[row + sgemm::bf16_column(p, K->nr)]);
     return out;
   }
   Tensor w = empty({n, k}, {DType::f32, Device::cpu()});  // contiguous f32 (any dtype or strides in)

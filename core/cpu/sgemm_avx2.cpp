@@ -80,9 +80,7 @@ HH_TARGET_AVX2 void micro_rows(int64_t kc, const float* __restrict a, const void
   for (int64_t k = 0; k < kc; ++k) {
     __m256 b0, b1;
     if constexpr (kBf16) {
-      const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + k * NR));
-      b0 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(w)), 16));
-      b1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(w, 1)), 16));
+      widen_words_avx2(h + k * NR, b0, b1);
     } else {
       b0 = _mm256_load_ps(b + k * NR);
       b1 = _mm256_load_ps(b + k * NR + 8);

@@ -60,6 +60,16 @@ HH_TARGET_AVX512 void micro_6x32(int64_t kc, const float* __restrict a, const fl
     }
 }
 
+// 16 words of a bf16 sliver row (32 values, bf16_column's order) -> columns 0..15 and 16..31 as f32:
+// one shift and one mask (a bf16 is the top half of its f32). The maskz forms with a full mask:
+// GCC 12 warns (maybe-uninitialized) inside the plain ones.
+HH_TARGET_AVX512 inline void widen_words(const uint16_t* src, __m512& lo, __m512& hi) {
+  const __mmask16 all = 0xFFFF;
+  const __m512i w = _mm512_loadu_si512(src);
+  lo = _mm512_castsi512_ps(_mm512_maskz_slli_epi32(all, w, 16));
+  hi = _mm512_castsi512_ps(_mm512_maskz_and_epi32(all, w, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
+}
+
 // A decoding step's rows (M <= 3): micro_6x32's arithmetic for those rows only (each element the
 // same FMA chain from zero over k, so the same bits), B read once; bf16 B widened in registers.
 template <int M, bool kBf16>
@@ -69,16 +79,11 @@ HH_TARGET_AVX512 void micro_rows(int64_t kc, const float* __restrict a, const vo
   for (int r = 0; r < M; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
   const float* b = static_cast<const float*>(bv);
   const uint16_t* h = static_cast<const uint16_t*>(bv);
-  const __mmask16 all = 0xFFFF;  // the maskz forms: GCC 12 warns (maybe-uninitialized) inside the plain ones
 #pragma GCC unroll 4
   for (int64_t k = 0; k < kc; ++k) {
     __m512 b0, b1;
     if constexpr (kBf16) {
-      const __m512i lo = _mm512_maskz_cvtepu16_epi32(all, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + k * NR)));
-      const __m512i hi =
-          _mm512_maskz_cvtepu16_epi32(all, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + k * NR + 16)));
-      b0 = _mm512_castsi512_ps(_mm512_maskz_slli_epi32(all, lo, 16));
-      b1 = _mm512_castsi512_ps(_mm512_maskz_slli_epi32(all, hi, 16));
+      widen_words(h + k * NR, b0, b1);
     } else {
       b0 = _mm512_load_ps(b + k * NR);
       b1 = _mm512_load_ps(b + k * NR + 16);
@@ -114,20 +119,14 @@ void pack_b32(const float* b, int64_t rs, int64_t cs, int64_t kc, int64_t n, flo
   pack_b_avx<NR>(b, rs, cs, kc, n, dst);
 }
 
-// bf16 -> f32, 32 at a time (count is a multiple of 32 here: whole 32-wide slivers); a tail of
-// 16 goes through the AVX2 path.
+// A 32-wide bf16 sliver -> f32 (count a multiple of 32).
 HH_TARGET_AVX512 void widen_bf16_avx512(const uint16_t* src, int64_t count, float* dst) {
-  int64_t i = 0;
-  // The maskz forms with a full mask: GCC 12 warns (maybe-uninitialized) inside the plain ones.
-  const __mmask16 all = 0xFFFF;
-  for (; i + 32 <= count; i += 32) {
-    const __m512i lo = _mm512_maskz_cvtepu16_epi32(all, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i)));
-    const __m512i hi =
-        _mm512_maskz_cvtepu16_epi32(all, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i + 16)));
-    _mm512_store_ps(dst + i, _mm512_castsi512_ps(_mm512_maskz_slli_epi32(all, lo, 16)));
-    _mm512_store_ps(dst + i + 16, _mm512_castsi512_ps(_mm512_maskz_slli_epi32(all, hi, 16)));
+  for (int64_t i = 0; i < count; i += 32) {
+    __m512 lo, hi;
+    widen_words(src + i, lo, hi);
+    _mm512_store_ps(dst + i, lo);
+    _mm512_store_ps(dst + i + 16, hi);
   }
-  if (i < count) widen_bf16_avx2(src + i, count - i, dst + i);
 }
 
 // KC = kDepthBlock: a 32-wide B sliver is 24 KiB (L1 is 32-48 KiB on AVX-512 cores); MC = 144: the A

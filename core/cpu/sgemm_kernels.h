@@ -33,7 +33,8 @@ struct Kernel {
   // beta == 0 never reads c (a fresh output may hold NaN garbage).
   void (*micro)(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, int64_t m, int64_t n, float alpha,
                 float beta);
-  // dst[i] (64-byte aligned) = the f32 of the bf16 src[i], i < count (a multiple of 16): exact.
+  // A bf16 sliver (count = kc · nr values in bf16_column's order) -> the f32 sliver (dst 64-byte
+  // aligned, pack_b's layout): exact.
   void (*widen_bf16)(const uint16_t* src, int64_t count, float* dst);
   // A c tile of m <= kFewRows rows (a decoding step): micro's arithmetic for those rows only (the
   // same bits), with B an f32 sliver (rows) or a bf16 one (rows_bf16, widened in registers).
@@ -75,8 +76,13 @@ void prepack_b(const Kernel& K, const float* b, int64_t rsb, int64_t csb, int64_
 void gemm_prepacked(const Kernel& K, int64_t m, int64_t n, int64_t k, const float* a, int64_t rsa, int64_t csa,
                     const float* bpre, float beta, float* c, int64_t ldc);
 // The same with B prepacked in bf16: prepack_b's layout, each element rounded to bf16 (round to
-// nearest even). Each sliver is widened to f32 (exact) just before the micro-kernel uses it, so
+// nearest even), the nr values of each sliver row in bf16_column's order. Each sliver is widened to
+// f32 (exact) just before the micro-kernel uses it (a decoding step's rows widen in registers), so
 // the result has the bits of gemm_prepacked on the widened B, with half the bytes of B read.
+// Within a row of nr bf16 values, position p holds column bf16_column(p, nr): pairs (j, nr/2 + j), so
+// each 32-bit word is two columns and one shift (w << 16) and one mask (w & 0xFFFF0000) widen a
+// vector of them into columns 0..nr/2-1 and nr/2..nr-1, in order (AVX-512F and AVX2 alike).
+inline int64_t bf16_column(int64_t p, int64_t nr) { return (p % 2) * (nr / 2) + p / 2; }
 void gemm_prepacked_bf16(const Kernel& K, int64_t m, int64_t n, int64_t k, const float* a, int64_t rsa, int64_t csa,
                          const uint16_t* bpre, float beta, float* c, int64_t ldc);
 // Whether the packed engine takes an (m, n, k) product now (what gemm decides, BatchInvariant included).

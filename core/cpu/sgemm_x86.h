@@ -83,14 +83,21 @@ HH_TARGET_AVX2 inline void pack_b_avx(const float* b, int64_t rs, int64_t cs, in
   }
 }
 
-// bf16 -> f32, 16 at a time: the bf16 bits become the top half of the f32's.
+// 8 words of a bf16 sliver row (16 values, bf16_column's order) -> columns 0..7 and 8..15 as f32:
+// a bf16 is the top half of its f32.
+HH_TARGET_AVX2 inline void widen_words_avx2(const uint16_t* src, __m256& lo, __m256& hi) {
+  const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
+  lo = _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+  hi = _mm256_castsi256_ps(_mm256_and_si256(w, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u))));
+}
+
+// A 16-wide bf16 sliver -> f32 (count a multiple of 16).
 HH_TARGET_AVX2 inline void widen_bf16_avx2(const uint16_t* src, int64_t count, float* dst) {
   for (int64_t i = 0; i < count; i += 16) {
-    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
-    const __m256i lo = _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(h)), 16);
-    const __m256i hi = _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(h, 1)), 16);
-    _mm256_store_ps(dst + i, _mm256_castsi256_ps(lo));
-    _mm256_store_ps(dst + i + 8, _mm256_castsi256_ps(hi));
+    __m256 lo, hi;
+    widen_words_avx2(src + i, lo, hi);
+    _mm256_store_ps(dst + i, lo);
+    _mm256_store_ps(dst + i + 8, hi);
   }
 }
 

@@ -29,6 +29,7 @@
 #include "nn/models/hf_int8.h"
 #include "nn/models/hf_model.h"
 #include "nn/models/hf_save.h"
+#include "tests/error_of.h"
 #include "tests/isa_scope.h"
 #include "tests/nn/models/decoder_test_util.h"
 #include "tests/op_table.h"
@@ -36,6 +37,7 @@
 
 using namespace hh;
 using namespace hh::nn;
+using hh::test::error_of;
 using hh::test::hf_fixture;
 using hh::test::hf_reference;
 namespace fs = std::filesystem;
@@ -115,19 +117,6 @@ void edit_config(const std::string& folder, const std::function<void(nlohmann::j
   nlohmann::json c = read_json(fs::path(folder) / "config.json");
   edit(c);
   write_file_atomic(folder + "/config.json", c.dump(2));
-}
-
-// f() must throw hh::Error whose message holds every fragment.
-void expect_error(const std::function<void()>& f, const std::vector<std::string>& fragments) {
-  std::string msg;
-  try {
-    f();
-  } catch (const Error& e) {
-    msg = e.what();
-  }
-  INFO("message: " << msg);
-  REQUIRE_FALSE(msg.empty());
-  for (const auto& frag : fragments) CHECK(msg.find(frag) != std::string::npos);
 }
 
 }  // namespace
@@ -266,7 +255,7 @@ TEST_CASE("int8 folder: hostile scales and weights are errors naming the file an
     const std::string folder = copy_folder(good, dir, "case" + std::to_string(case_no++));
     edit_weights(folder, edit);
     fragments.push_back(folder + "/model.safetensors");
-    expect_error([&] { load_hf_model(folder); }, fragments);
+    error_of([&] { load_hf_model(folder); }, fragments);
   };
   const auto set_scale = [&](float v) {
     return [&, v](std::vector<std::pair<std::string, Tensor>>& list) {
@@ -328,7 +317,7 @@ TEST_CASE("int8 folder: config.json and the weights must agree; an unknown quant
     const std::string folder = copy_folder(from, dir, "case" + std::to_string(case_no++));
     edit_config(folder, edit);
     fragments.push_back(folder + "/config.json");
-    expect_error([&] { load_hf_model(folder); }, fragments);
+    error_of([&] { load_hf_model(folder); }, fragments);
   };
   broken(good, [](auto& c) { c["quantization_config"]["quant_method"] = "gptq"; },
          {"quantization_config", "quant_method 'gptq' is not one the engine reads"});
@@ -339,24 +328,24 @@ TEST_CASE("int8 folder: config.json and the weights must agree; an unknown quant
   {
     const std::string folder = copy_folder(good, dir, "no-config");
     edit_config(folder, [](auto& c) { c.erase("quantization_config"); });
-    expect_error([&] { load_hf_model(folder); }, {folder, "no quantization_config"});
+    error_of([&] { load_hf_model(folder); }, {folder, "no quantization_config"});
   }
   {
     const std::string folder = copy_folder(hf_fixture("gpt2-tiny"), dir, "f32-declared");
     edit_config(folder, [](auto& c) { c["quantization_config"] = {{"quant_method", "hedgehog_int8"}, {"bits", 8}}; });
-    expect_error([&] { load_hf_model(folder); }, {folder, "hold no I8 Linear weight"});
+    error_of([&] { load_hf_model(folder); }, {folder, "hold no I8 Linear weight"});
   }
   // f32 asked for explicitly (an app's --weights f32) is refused, saying why; by default it is int8.
-  expect_error([&] { folder_weights(good, WeightFormat::f32, true, "--weights"); },
+  error_of([&] { folder_weights(good, WeightFormat::f32, true, "--weights"); },
                {"--weights f32", good, "holds int8 weights", "load as int8 only"});
   CHECK(folder_weights(good, WeightFormat::f32, false, "--weights") == WeightFormat::int8);
   CHECK(folder_weights(hf_fixture("gpt2-tiny"), WeightFormat::f32, true, "--weights") == WeightFormat::f32);
   // Another dtype than f32 is refused before the weights are read.
   HFModelOptions bf16;
   bf16.dtype = DType::bf16;
-  expect_error([&] { load_hf_model(good, bf16); }, {good, "holds int8 weights", "CPU in f32"});
+  error_of([&] { load_hf_model(good, bf16); }, {good, "holds int8 weights", "CPU in f32"});
   // Saving int8 over a config of another quantization is refused.
-  expect_error([&] { config_with_stored_weights(R"({"quantization_config": {"quant_method": "awq"}})", "cfg",
+  error_of([&] { config_with_stored_weights(R"({"quantization_config": {"quant_method": "awq"}})", "cfg",
                                                 WeightFormat::int8); },
                {"cfg", "quantization_config names another quantization"});
 }
