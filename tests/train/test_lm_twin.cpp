@@ -83,7 +83,9 @@ TEST_CASE("train_lm: the training loop's losses are its PyTorch twin's, step by 
   const auto fresh = train::make_lm_model(train::gpt2_config_json(c.model, c.eos_id), o);
   const SafeTensors init = load_safetensors(kDir + "init.safetensors");
   size_t matched = 0;
-  for (const auto& [name, p] : fresh->named_parameters()) {
+  for (const auto& entry : fresh->named_parameters()) {  // (no structured binding: clang 14 refuses one in CAPTURE)
+    const std::string& name = entry.first;
+    const Tensor& p = entry.second;
     CAPTURE(name);
     auto it = init.tensors.find(name);
     REQUIRE(it != init.tensors.end());
