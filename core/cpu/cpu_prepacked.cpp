@@ -151,8 +151,8 @@ std::shared_ptr<const PreparedWeight> prepare_weight(const Tensor& weight, Weigh
                        static_cast<float*>(out->data.get()));
       return out;
     }
-    std::unique_ptr<float[]> panels(new float[static_cast<size_t>(floats) + 16]);
-    float* f = panels.get() + (16 - reinterpret_cast<uintptr_t>(panels.get()) / sizeof(float) % 16) % 16;  // 64-byte aligned
+    const std::shared_ptr<void> panels = aligned_block(static_cast<size_t>(floats) * sizeof(float));  // f32 first
+    float* f = static_cast<float*>(panels.get());
     sgemm::prepack_b(*K, weight.data<float>(), weight.stride(1), weight.stride(0), k, n, f);
     auto* dst = static_cast<uint16_t*>(out->data.get());
     for (int64_t row = 0; row < floats; row += K->nr)  // each sliver row of nr values, bf16_column's order

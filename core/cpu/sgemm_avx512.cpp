@@ -13,6 +13,19 @@ namespace {
 
 constexpr int64_t MR = 6, NR = 32;
 
+// One row of a c tile: p[0..n) (n <= 32) = alpha · (acc[0], acc[1]) + beta · p; masked stores write
+// only the valid columns of an edge tile, and beta == 0 never reads p.
+HH_TARGET_AVX512 inline void store_row(float* p, const __m512 acc[2], int64_t n, float alpha, float beta) {
+  for (int h = 0; h < 2; ++h) {
+    const int64_t cols = n - 16 * h;
+    if (cols <= 0) break;
+    const __mmask16 mask = cols >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << cols) - 1u);
+    __m512 v = _mm512_mul_ps(_mm512_set1_ps(alpha), acc[h]);
+    if (beta != 0.0f) v = _mm512_fmadd_ps(_mm512_set1_ps(beta), _mm512_maskz_loadu_ps(mask, p + 16 * h), v);
+    _mm512_mask_storeu_ps(p + 16 * h, mask, v);
+  }
+}
+
 HH_TARGET_AVX512 void micro_6x32(int64_t kc, const float* __restrict a, const float* __restrict b, float* c,
                                  int64_t ldc, int64_t m, int64_t n, float alpha, float beta) {
   __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
@@ -46,18 +59,7 @@ HH_TARGET_AVX512 void micro_6x32(int64_t kc, const float* __restrict a, const fl
     b += NR;
   }
   const __m512 acc[MR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}};
-  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
-  // Masked stores write only the valid columns of an edge tile; rows past m are skipped.
-  for (int64_t r = 0; r < m; ++r)
-    for (int h = 0; h < 2; ++h) {
-      const int64_t cols = n - 16 * h;
-      if (cols <= 0) break;
-      const __mmask16 mask = cols >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << cols) - 1u);
-      float* p = c + r * ldc + 16 * h;
-      __m512 v = _mm512_mul_ps(va, acc[r][h]);
-      if (beta != 0.0f) v = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(mask, p), v);
-      _mm512_mask_storeu_ps(p, mask, v);
-    }
+  for (int64_t r = 0; r < m; ++r) store_row(c + r * ldc, acc[r], n, alpha, beta);  // rows past m skipped
 }
 
 // 16 words of a bf16 sliver row (32 values, bf16_column's order) -> columns 0..15 and 16..31 as f32:
@@ -94,17 +96,7 @@ HH_TARGET_AVX512 void micro_rows(int64_t kc, const float* __restrict a, const vo
       acc[r][1] = _mm512_fmadd_ps(x, b1, acc[r][1]);
     }
   }
-  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
-  for (int r = 0; r < M; ++r)
-    for (int hh = 0; hh < 2; ++hh) {  // as micro_6x32's stores
-      const int64_t cols = n - 16 * hh;
-      if (cols <= 0) break;
-      const __mmask16 mask = cols >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << cols) - 1u);
-      float* p = c + r * ldc + 16 * hh;
-      __m512 v = _mm512_mul_ps(va, acc[r][hh]);
-      if (beta != 0.0f) v = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(mask, p), v);
-      _mm512_mask_storeu_ps(p, mask, v);
-    }
+  for (int r = 0; r < M; ++r) store_row(c + r * ldc, acc[r], n, alpha, beta);  // as micro_6x32's stores
 }
 
 template <bool kBf16>
