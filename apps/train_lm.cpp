@@ -3,12 +3,12 @@
 //       WikiText-103 (a folder with wiki.*.raw or wiki.*.tokens) or any UTF-8 files and folders,
 //       tokenized once on every core into token shards.
 //   train_lm train --data DATA --out RUNS [--attentions softmax,hedgehog] [--preset small]
-//       one GPT-2-style model per attention, trained on the same windows; the validation
-//       perplexities side by side, samples, results.json/csv and report.html in RUNS; each run in
-//       RUNS/<attention>/ (checkpoint, metrics.jsonl, model/ = an HF GPT-2 folder). With mpirun,
+//       one GPT-2 (or, --arch llama, Llama) model per attention, trained on the same windows; the
+//       validation perplexities side by side, samples, results.json/csv and report.html in RUNS;
+//       each run in RUNS/<attention>/ (checkpoint, metrics.jsonl, model/ = an HF folder). With mpirun,
 //       data-parallel over the ranks (--dist auto).
 //   train_lm sample --model RUNS/<attention>/model [--prompt TEXT]
-//       text from a trained (or any GPT-2) folder: the O(1) recurrent state for linear attention,
+//       text from a trained (or any HF decoder) folder: the O(1) recurrent state for linear attention,
 //       a KV cache for softmax.
 #include <algorithm>
 #include <cmath>
@@ -145,11 +145,15 @@ void add_train_flags(cli::Flags& f, const TrainPreset& p) {
         "or tiny (seconds); every value it sets is a flag below and a given flag wins");
   f.add("attentions", "softmax,hedgehog", "comma-separated: softmax and/or feature maps (" +
         [] { std::string s; for (const auto& n : nn::feature_map_names()) s += (s.empty() ? "" : ", ") + n; return s; }() + ")");
+  f.add("arch", "gpt2", "gpt2 (learned positions, exported as GPT2LMHeadModel) or llama (RoPE, RMSNorm, SwiGLU,\n"
+        "                       tied embeddings; exported as LlamaForCausalLM)");
+  f.add("rope-theta", "10000", "RoPE base of --arch llama");
   f.add("layers", std::to_string(m.n_layer), "decoder layers");
   f.add("heads", std::to_string(m.n_head), "attention heads");
   f.add("dim", std::to_string(m.n_embd), "hidden size (a multiple of --heads)");
   f.add("mlp", "0", "MLP hidden size (0 = 4 x dim)");
-  f.add("positions", "", "learned position table size (default: the larger of --context and --eval-context)");
+  f.add("positions", "", "gpt2: the learned position table's size; llama: max_position_embeddings (default: the\n"
+        "                       larger of --context and --eval-context)");
   f.add("context", std::to_string(p.context), "training window in tokens");
   f.add("form", "chunked", "linear attention form: chunked, recurrent or quadratic");
   f.add("chunk", "64", "chunk size of the chunked form");
@@ -227,7 +231,7 @@ int train_cmd(int argc, char** argv) {
   const std::string preset = preset_in_args(argc, argv);
   auto pit = train_presets().find(preset);
   HH_CHECK(pit != train_presets().end(), "--preset: unknown preset '", preset, "' (paper, small, tiny)");
-  cli::Flags f("train_lm train", "Trains one GPT-2-style model per attention on prepared token shards.");
+  cli::Flags f("train_lm train", "Trains one GPT-2 or Llama model per attention on prepared token shards.");
   add_train_flags(f, pit->second);
   if (!f.parse(argc, argv)) return 0;
 
@@ -252,6 +256,9 @@ int train_cmd(int argc, char** argv) {
   train::LmTrainConfig base;
   base.model = train::lm_model_preset(pit->second.model);
   base.model.vocab_size = info.vocab_size;
+  base.model.arch = train::parse_lm_arch(f.str("arch"), "--arch");
+  HH_CHECK(base.model.arch == train::LmArch::llama || !f.given("rope-theta"), "--rope-theta is for --arch llama");
+  base.model.rope_theta = f.number("rope-theta", 1.0 + 1e-9, 1e12);
   base.model.n_layer = f.integer("layers", 1, 1024);
   base.model.n_head = f.integer("heads", 1, 1024);
   base.model.n_embd = f.integer("dim", 1, 1 << 16);
@@ -329,7 +336,7 @@ int train_cmd(int argc, char** argv) {
     run_dir = std::make_unique<train::RunDir>(out, rdo);
   }
   for (auto& r : runs) {
-    train::gpt2_config_json(r.cfg.model, r.cfg.eos_id);  // checks the sizes
+    train::lm_config_json(r.cfg.model, r.cfg.eos_id);  // checks the sizes
     train::check_lm_train_config(r.cfg, comm->world());
     if (root) ensure_writable_dir(r.cfg.out_dir);
     if (r.cfg.resume) train::check_lm_resume(r.cfg.out_dir, train::lm_run_fingerprint(r.cfg));

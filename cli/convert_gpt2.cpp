@@ -1,6 +1,8 @@
 // convert_gpt2: converts a pretrained GPT-2 (an HF folder) into linear attention by Hedgehog
 // attention distillation, then finetunes it, evaluated by perplexity on WikiText (paper Table 10):
-// the softmax teacher, then one row per student feature map (REFERENCE.md §4).
+// the softmax teacher, then one row per student feature map (REFERENCE.md §4). The same WikiText
+// conversion takes a Llama-layout decoder too (e.g. a `train_lm --arch llama` teacher: RoPE):
+// convert_llama is the summarisation regime (SAMSum), this is the language-modelling one.
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -41,7 +43,7 @@ std::vector<cli::ConversionPreset> presets() {
 
 void declare_app_flags(cli::Flags& f, const cli::ConversionPreset& p) {
   const bool quick = p.name == "quick";
-  cli::add_lm_app_flags(f, "HF folder of a GPT-2 model (GPT2LMHeadModel)",
+  cli::add_lm_app_flags(f, "HF folder of a GPT-2 model (GPT2LMHeadModel; or a Llama-layout decoder: LlamaForCausalLM, ...)",
                          "WikiText folder: wiki.{train,valid,test}.raw (or .tokens)");
   f.add("context", quick ? "128" : "1024", "tokens per window");
   f.add("stride", "0", "evaluation stride: tokens between strided windows, <= context (0 = context / 2)");
@@ -89,7 +91,8 @@ int run(int argc, char** argv) {
   const std::string test_path = data::wikitext_split_path(data_dir, "test");
 
   cli::LmTeacher teacher =
-      cli::load_lm_teacher(f, opts.device, "convert_gpt2", "gpt2", "GPT-2 models (GPT2LMHeadModel)", "context", context);
+      cli::load_lm_teacher(f, opts.device, "convert_gpt2", {"gpt2", "llama"},
+                           "GPT-2 and Llama-layout decoders (GPT2LMHeadModel, LlamaForCausalLM, ...)", "context", context);
   const data::Tokenizer& tok = *teacher.tokenizer;
   const std::unique_ptr<train::RunDir> run_folder = cli::open_conversion_folder(out);
 
@@ -121,7 +124,8 @@ int run(int argc, char** argv) {
   cli::start_conversion_folder(*run_folder, opts.rows, config, cfg.resume);
 
   train::ConversionReport rep;
-  rep.title = "GPT-2 -> linear attention: WikiText perplexity (" + model_dir + ")";
+  rep.title = std::string(teacher.model->family() == "gpt2" ? "GPT-2" : teacher.model->architecture()) +
+              " -> linear attention: WikiText perplexity (" + model_dir + ")";
   rep.percent = false;
   rep.higher_is_better = false;
   {

@@ -94,7 +94,7 @@ int run(int argc, char** argv) {
   HH_CHECK(!train_ex.empty() && !val_ex.empty() && !test_ex.empty(), "--data: ", data_dir,
            ": a split has no dialogue");
 
-  cli::LmTeacher teacher = cli::load_lm_teacher(f, opts.device, "convert_llama", "llama",
+  cli::LmTeacher teacher = cli::load_lm_teacher(f, opts.device, "convert_llama", {"llama"},
                                                   "Llama-layout models (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
                                                   "Qwen3ForCausalLM)", "max-length", max_length);
   const std::shared_ptr<const data::Tokenizer> tok = teacher.tokenizer;

@@ -4,11 +4,13 @@
 // maps), the app flags both LM apps have (model, tokenizer, data, chunk), and the loading of the
 // softmax teacher with its tokenizer, checked against each other.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "cli/convert_flags.h"
 #include "data/tokenizer.h"
@@ -166,7 +168,7 @@ inline nlohmann::json lm_conversion_settings(const std::string& app, const Flags
   return s;
 }
 
-// The softmax teacher of --model (which must be of `family`, e.g. "gpt2"; the error says that
+// The softmax teacher of --model (whose family must be one of `families`, e.g. {"gpt2"}; the error says that
 // `app` converts `expected`) and the tokenizer of --tokenizer (default --model), whose vocabulary must fit the
 // model's. `length_flag` = `length` tokens per sequence must fit the model's positions.
 struct LmTeacher {
@@ -175,7 +177,7 @@ struct LmTeacher {
 };
 
 inline LmTeacher load_lm_teacher(const Flags& f, const Device& device, const std::string& app,
-                                 const std::string& family, const std::string& expected,
+                                 const std::vector<std::string>& families, const std::string& expected,
                                  const std::string& length_flag, int64_t length) {
   const std::string model_dir = f.str("model");
   nn::HFModelOptions o;
@@ -183,8 +185,8 @@ inline LmTeacher load_lm_teacher(const Flags& f, const Device& device, const std
   o.device = device;
   LmTeacher t;
   t.model = nn::load_causal_lm(model_dir, o);
-  HH_CHECK(t.model->family() == family, "--model: ", model_dir, " holds a ", t.model->architecture(), " (family ",
-           t.model->family(), "); ", app, " converts ", expected);
+  HH_CHECK(std::find(families.begin(), families.end(), t.model->family()) != families.end(), "--model: ", model_dir,
+           " holds a ", t.model->architecture(), " (family ", t.model->family(), "); ", app, " converts ", expected);
   HH_CHECK(t.model->max_positions() < 0 || length <= t.model->max_positions(), "--", length_flag, ": ", length,
            " exceeds the model's ", t.model->max_positions(), " positions");
   const std::string tok_dir = f.str("tokenizer").empty() ? model_dir : f.str("tokenizer");

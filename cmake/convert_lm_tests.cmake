@@ -38,6 +38,13 @@ add_test(NAME convert_gpt2_liger_saved_runs
          sh ${CMAKE_CURRENT_BINARY_DIR}/convert_gpt2_liger/hedgehogplusliger/model $<TARGET_FILE:hf_run>)
 set_tests_properties(convert_gpt2_liger_saved_runs PROPERTIES FIXTURES_REQUIRED convert_gpt2_liger_saved
                      PASS_REGULAR_EXPRESSION "generated ids: \\[[0-9]+,[0-9]+,[0-9]+,[0-9]+\\]")
+# The WikiText conversion of a Llama-layout teacher (RoPE; e.g. a `train_lm --arch llama` teacher), saved
+# and reloaded by hf_run as the hybrid model it is.
+add_test(NAME convert_gpt2_llama_teacher
+         COMMAND sh -c "d=$(mktemp -d) && \"$1\" --model '${LMFX}/hf/llama-tiny-tok' --data '${LMFX}/wikitext' --context 32 --stride 16 --batch 8 --max-train-tokens 1500 --attention hybrid --window 8 --feature-map hedgehog --transfer mse --distill-epochs 1 --finetune-epochs 1 --quiet --save --out \"$d/out\" && grep -q LlamaForCausalLM \"$d/out/hybrid-hedgehog/model/config.json\" && \"$2\" --model \"$d/out/hybrid-hedgehog/model\" --ids 42,285,73 --max-new-tokens 3 --temperature 0; rc=$?; rm -rf \"$d\"; exit $rc"
+         sh $<TARGET_FILE:convert_gpt2> $<TARGET_FILE:hf_run>)
+set_tests_properties(convert_gpt2_llama_teacher PROPERTIES PASS_REGULAR_EXPRESSION
+                     "LlamaForCausalLM -> linear attention.*softmax \\(teacher\\) +[0-9.]+.*\nHybrid[^\n]*ok\n.*generated ids: \\[[0-9]+,[0-9]+,[0-9]+\\]")
 set(LLAMA_TINY --model ${LMFX}/hf/llama-tiny-tok --data ${LMFX}/samsum --max-length 64 --max-new-tokens 8
     --feature-map hedgehog --distill-epochs 1 --distill-wd 0.01 --finetune-epochs 1 --weight-decay 0.01
     --schedule linear --patience 1 --batch 2 --max-eval 2 --quiet)
@@ -73,7 +80,7 @@ set(L "convert_llama --model ${LMFX}/hf/llama-tiny-tok --max-length 64")
 set(CONVERT_LM_BAD
     "convert_gpt2 --data ${LMFX}/wikitext" "--model: no model folder"
     "convert_gpt2 --model /nonexistent/hh --data ${LMFX}/wikitext" "/nonexistent/hh"
-    "convert_gpt2 --model ${LMFX}/hf/llama-tiny-tok --data ${LMFX}/wikitext --context 32" "convert_gpt2 converts GPT-2"
+    "convert_gpt2 --model ${LMFX}/hf/bert-tiny-tok --data ${LMFX}/wikitext --context 32" "bert-tiny-tok: BertForSequenceClassification is not a causal language model"
     "convert_gpt2 --model ${LMFX}/wikitext/gpt2-bytes --data /nonexistent/wiki" "wiki.train.raw"
     "${G0} --context 65" "--context: 65 exceeds the model's 64 positions"
     "${G0} --context 32 --stride 33" "--stride: 33 is out of range"

@@ -188,7 +188,7 @@ void check_lm_resume(const std::string& out_dir, const std::string& fingerprint)
   compare_fingerprints(path, it->second, fingerprint);
 }
 
-std::shared_ptr<nn::GPT2LMHeadModel> load_lm_checkpoint_model(const std::string& path) {
+std::shared_ptr<nn::CausalLM> load_lm_checkpoint_model(const std::string& path) {
   const SafeTensors f = load_safetensors(path);
   auto it = f.metadata.find("lm.hf_config");
   HH_CHECK(it != f.metadata.end(), "checkpoint ", path, " is not a train_lm checkpoint (no lm.hf_config)");
@@ -196,7 +196,7 @@ std::shared_ptr<nn::GPT2LMHeadModel> load_lm_checkpoint_model(const std::string&
   nn::HFModelOptions o;
   nn::apply_hedgehog_section(config, o);
   o.draw_weights = false;
-  auto model = std::make_shared<nn::GPT2LMHeadModel>(config, o);
+  auto model = build_lm_model(config, o);
   CheckpointMeta meta;
   load_checkpoint(path, *model, nullptr, meta);
   model->eval();
@@ -228,6 +228,10 @@ std::string lm_run_fingerprint(const LmTrainConfig& c) {
             {"lr", c.lr}, {"min_lr", c.min_lr}, {"warmup", c.warmup}, {"schedule", c.schedule},
             {"weight_decay", c.weight_decay}, {"betas", {c.beta1, c.beta2}}, {"adam_eps", c.adam_eps},
             {"grad_clip", c.grad_clip}, {"seed", c.seed}, {"data", c.data_fingerprint}};
+  if (c.model.arch != LmArch::gpt2) {  // GPT-2 runs keep their fingerprint
+    j["model"]["arch"] = name(c.model.arch);
+    j["model"]["rope_theta"] = c.model.rope_theta;
+  }
   if (c.precision != Precision::f32) j["precision"] = precision_name(c.precision);  // f32 runs keep their fingerprint
   if (c.attention.mixer.is_hybrid()) j["attention"]["window"] = c.attention.window;  // only hybrids: others unchanged
   if (c.attention.gate != nn::Gate::none) j["attention"]["gate"] = nn::name(c.attention.gate);  // only gated runs
@@ -286,12 +290,12 @@ LmTrainResult train_language_model(const LmTrainConfig& c, const data::TokenData
   LmTrainResult r;
   nn::HFModelOptions mo = c.attention;
   mo.seed = c.seed;
-  r.config_json = gpt2_config_json(c.model, c.eos_id);
+  r.config_json = lm_config_json(c.model, c.eos_id);
   r.model = make_lm_model(r.config_json, mo);
   r.model->to(c.device);
   r.model->train();
   r.params = count_parameters(*r.model);
-  nn::GPT2LMHeadModel& model = *r.model;
+  nn::CausalLM& model = *r.model;
 
   AdamW opt(decay_groups(model, c.weight_decay), c.lr, AdamWOptions{c.beta1, c.beta2, c.adam_eps});
   ScheduleConfig sc;

@@ -1,4 +1,4 @@
-// Language-model training from scratch (paper Table 7; apps/train_lm): a GPT-2-style decoder
+// Language-model training from scratch (paper Table 7; apps/train_lm): a GPT-2 or Llama decoder
 // (experiments/lm/lm_model.h) on token shards (data/token_shards.h), with AdamW (decay groups), warmup +
 // cosine, gradient clipping and accumulation, validation perplexity, checkpoints and data-parallel
 // ranks (train/distributed.h).
@@ -29,7 +29,7 @@
 
 #include "autograd/autocast.h"
 #include "data/token_shards.h"
-#include "nn/models/gpt2.h"
+#include "nn/models/hf_model.h"
 #include "train/distributed.h"
 #include "experiments/lm/lm_model.h"
 
@@ -81,8 +81,8 @@ struct LmTrainResult {
   std::vector<double> train_loss;    // per step
   std::vector<double> step_seconds;  // wall time of each step this process ran (benchmarks)
   std::vector<LmEval> evals;         // validations in order; the last is the final full one
-  std::shared_ptr<nn::GPT2LMHeadModel> model;
-  std::string config_json;           // the model's GPT-2 config.json
+  std::shared_ptr<nn::CausalLM> model;
+  std::string config_json;           // the model's config.json (GPT-2 or Llama)
 };
 
 // Everything that decides the result, as JSON text (the checkpoint's fingerprint).
@@ -99,8 +99,8 @@ std::string lm_checkpoint_path(const std::string& out_dir);
 void check_lm_resume(const std::string& out_dir, const std::string& fingerprint);
 
 // The model of a train_lm checkpoint (its weights at that step, eval mode), e.g. to sample from a
-// run that is still going. The checkpoint holds its GPT-2 config.json with the attention.
-std::shared_ptr<nn::GPT2LMHeadModel> load_lm_checkpoint_model(const std::string& path);
+// run that is still going. The checkpoint holds its config.json with the attention.
+std::shared_ptr<nn::CausalLM> load_lm_checkpoint_model(const std::string& path);
 
 // The tokenizer spec the checkpoint's data was prepared with ("" when it does not say).
 std::string lm_checkpoint_tokenizer(const std::string& path);

@@ -89,7 +89,7 @@ TEST_CASE("train_lm: presets, config.json and GPT-2 initialisation") {
   CHECK(c.n_layer == 12);
   CHECK(c.n_embd == 768);
   CHECK(c.n_positions == 1024);
-  CHECK_THROWS_WITH_AS(train::gpt2_config_json(c, -1), doctest::Contains("vocab_size"), Error);  // not set yet
+  CHECK_THROWS_WITH_AS(train::lm_config_json(c, -1), doctest::Contains("vocab_size"), Error);  // not set yet
   c = train::lm_model_preset("small");
   c.vocab_size = 257;
   c.n_layer = 8;  // so the c_proj scale 0.02 / sqrt(16) = 0.005 differs clearly from 0.02
@@ -97,7 +97,7 @@ TEST_CASE("train_lm: presets, config.json and GPT-2 initialisation") {
   c.n_head = 3;
   nn::HFModelOptions o;
   o.seed = 3;
-  auto m = train::make_lm_model(train::gpt2_config_json(c, 256), o);
+  auto m = train::make_lm_model(train::lm_config_json(c, 256), o);
   CHECK(m->config().get_int("eos_token_id") == 256);
   CHECK(m->vocab_size() == 257);
   double proj_sq = 0, fc_sq = 0, bias_abs = 0;
@@ -116,7 +116,54 @@ TEST_CASE("train_lm: presets, config.json and GPT-2 initialisation") {
   CHECK(bias_abs == 0.0);
   // A bad size is named.
   c.n_embd = 97;
-  CHECK_THROWS_WITH_AS(train::gpt2_config_json(c, -1), doctest::Contains("n_embd (97)"), Error);
+  CHECK_THROWS_WITH_AS(train::lm_config_json(c, -1), doctest::Contains("n_embd (97)"), Error);
+}
+
+TEST_CASE("train_lm: --arch llama's config.json and initialisation") {
+  CHECK(train::parse_lm_arch("llama", "--arch") == train::LmArch::llama);
+  CHECK(train::parse_lm_arch("gpt2", "--arch") == train::LmArch::gpt2);
+  CHECK_THROWS_WITH_AS(train::parse_lm_arch("mamba", "--arch"),
+                       doctest::Contains("--arch: unknown architecture 'mamba' (valid: gpt2, llama)"), Error);
+  train::LmModelConfig c = train::lm_model_preset("small");
+  c.arch = train::LmArch::llama;
+  c.vocab_size = 257;
+  c.n_positions = 1024;
+  nn::HFModelOptions o;
+  o.seed = 3;
+  auto m = train::make_lm_model(train::lm_config_json(c, 256), o);
+  CHECK(m->architecture() == "LlamaForCausalLM");
+  CHECK(m->config().get_int("eos_token_id") == 256);
+  CHECK(m->config().get_int("intermediate_size") == 512);
+  CHECK(m->config().get_bool("tie_word_embeddings"));
+  CHECK(m->max_positions() == 1024);  // no table: max_position_embeddings only
+  int64_t weights = 0, norms = 0;
+  for (const auto& named : m->named_parameters()) {
+    const std::string& name = named.first;
+    const Tensor& p = named.second;
+    CAPTURE(name);
+    const std::vector<double> v = to_vector<double>(p);
+    double sq = 0, ones = 0;
+    for (double x : v) sq += x * x, ones += x == 1.0;
+    if (name.find("norm.") != std::string::npos) {
+      CHECK(ones == static_cast<double>(v.size()));  // RMSNorm weights start at 1
+      ++norms;
+    } else {
+      CHECK(std::sqrt(sq / static_cast<double>(v.size())) == doctest::Approx(0.02).epsilon(0.1));  // N(0, 0.02)
+      ++weights;
+    }
+  }
+  CHECK(norms == 2 * 4 + 1);
+  CHECK(weights == 1 + 7 * 4);  // embed_tokens (tied head) + q, k, v, o, gate, up, down per layer
+  // An odd head size cannot rotate.
+  c.n_embd = 4 * 33;
+  CHECK_THROWS_WITH_AS(train::lm_config_json(c, -1), doctest::Contains("even head size"), Error);
+  // Its fingerprint says the architecture; a GPT-2 run's fingerprint is unchanged by the field.
+  train::LmTrainConfig run;
+  run.model = train::lm_model_preset("tiny");
+  const std::string gpt2 = train::lm_run_fingerprint(run);
+  CHECK(gpt2.find("arch") == std::string::npos);
+  run.model.arch = train::LmArch::llama;
+  CHECK(train::lm_run_fingerprint(run).find("\"arch\":\"llama\"") != std::string::npos);
 }
 
 TEST_CASE("train_lm: sampling (greedy, top-k 1, a tiny nucleus) and its checks") {
@@ -206,7 +253,7 @@ TEST_CASE("train_lm: validation perplexity over blocks and sliding windows") {
   train::LmModelConfig mc = train::lm_model_preset("tiny");
   mc.vocab_size = 16;
   mc.n_positions = 32;
-  auto m = train::make_lm_model(train::gpt2_config_json(mc, -1), o);
+  auto m = train::make_lm_model(train::lm_config_json(mc, -1), o);
   m->eval();
   const std::vector<int32_t> ids(d.valid.begin(), d.valid.begin() + 97);  // 3 blocks of 32 + 1
   const train::LmEval blocks = train::evaluate_lm(*m, ids, 32, 0, 0, 2, *comm);
@@ -234,15 +281,22 @@ TEST_CASE("train_lm: validation perplexity over blocks and sliding windows") {
 TEST_CASE("train_lm: the exported HF folder loads back with the same outputs") {
   TinyData d;
   auto comm = make_communicator("none");
-  for (const std::string mixer : {"softmax", "hedgehog"}) {
-    CAPTURE(mixer);
+  for (const auto& run : std::vector<std::pair<train::LmArch, std::string>>{
+           {train::LmArch::gpt2, "softmax"}, {train::LmArch::gpt2, "hedgehog"},
+           {train::LmArch::llama, "softmax"}, {train::LmArch::llama, "hedgehog"}}) {
+    const train::LmArch arch = run.first;  // not structured bindings: clang 14 refuses them in CAPTURE's lambda
+    const std::string& mixer = run.second;
+    const std::string label = std::string(train::name(arch)) + " " + mixer;
+    CAPTURE(label);
     test::TempDir out("lm_train_export");
     train::LmTrainConfig c = tiny_config(out.file("run"), mixer);
+    c.model.arch = arch;
     c.steps = 3;
     c.eos_id = 15;
     const train::LmTrainResult r = train::train_language_model(c, d.train, d.valid, *comm);
     nn::save_hf_model(*r.model, out.file("model"), r.config_json, "test config", "");
     auto back = nn::load_causal_lm(out.file("model"));
+    CHECK(back->architecture() == (arch == train::LmArch::llama ? "LlamaForCausalLM" : "GPT2LMHeadModel"));
     CHECK(nn::name(back->options().mixer) == mixer);
     CHECK(back->config().get_int("eos_token_id") == 15);
     NoGradGuard ng;

@@ -80,7 +80,7 @@ TEST_CASE("train_lm: the training loop's losses are its PyTorch twin's, step by 
   // tools/make_lm_twin_golden.py after a deliberate change of the initialisation).
   nn::HFModelOptions o;
   o.seed = c.seed;
-  const auto fresh = train::make_lm_model(train::gpt2_config_json(c.model, c.eos_id), o);
+  const auto fresh = train::make_lm_model(train::lm_config_json(c.model, c.eos_id), o);
   const SafeTensors init = load_safetensors(kDir + "init.safetensors");
   size_t matched = 0;
   for (const auto& entry : fresh->named_parameters()) {  // (no structured binding: clang 14 refuses one in CAPTURE)
