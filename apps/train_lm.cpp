@@ -148,6 +148,8 @@ void add_train_flags(cli::Flags& f, const TrainPreset& p) {
   f.add("arch", "gpt2", "gpt2 (learned positions, exported as GPT2LMHeadModel) or llama (RoPE, RMSNorm, SwiGLU,\n"
         "                       tied embeddings; exported as LlamaForCausalLM)");
   f.add("rope-theta", "10000", "RoPE base of --arch llama");
+  f.add("init", "", "warm start: the weights of this HF folder (an earlier run's <run>/model, e.g. trained at a\n"
+        "                       shorter context); the same --arch and sizes; optimizer and schedule start afresh");
   f.add("layers", std::to_string(m.n_layer), "decoder layers");
   f.add("heads", std::to_string(m.n_head), "attention heads");
   f.add("dim", std::to_string(m.n_embd), "hidden size (a multiple of --heads)");
@@ -293,6 +295,11 @@ int train_cmd(int argc, char** argv) {
   base.resume = c.resume;
   base.progress = !f.boolean("quiet") && root;
   base.eos_id = info.eos_id;
+  base.init_from = f.str("init");
+  if (!base.init_from.empty()) {
+    HH_CHECK(fs::is_directory(base.init_from), "--init: ", base.init_from, " is not a folder");
+    HH_CHECK(fs::exists(fs::path(base.init_from) / "config.json"), "--init: ", base.init_from, " has no config.json");
+  }
   base.data_fingerprint = json{{"tokenizer", info.tokenizer}, {"vocab_size", info.vocab_size}, {"tokens", info.tokens}}.dump();
   {
     ScheduleConfig sc;  // an unknown schedule name fails here
@@ -338,6 +345,7 @@ int train_cmd(int argc, char** argv) {
   for (auto& r : runs) {
     train::lm_config_json(r.cfg.model, r.cfg.eos_id);  // checks the sizes
     train::check_lm_train_config(r.cfg, comm->world());
+    train::check_lm_init(r.cfg);
     if (root) ensure_writable_dir(r.cfg.out_dir);
     if (r.cfg.resume) train::check_lm_resume(r.cfg.out_dir, train::lm_run_fingerprint(r.cfg));
   }

@@ -9,8 +9,8 @@ the floor there).
                               [--lines 200] [--seed 123]
 
 The model: a train_lm checkpoint (its weights at that step; the config from its lm.hf_config) or an
-HF GPT-2 folder. Lines are drawn here from --seed (not the training data's seed 2), fed one per row
-after a newline. Prints one line: step-free summary numbers.
+HF folder. Lines are drawn here from --seed (not the training data's seed 2), fed one per row
+after a newline. Prints one line: step-free summary numbers. GPT-2 or Llama (train_lm --arch llama).
 """
 import argparse
 import json
@@ -28,12 +28,17 @@ ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
 
 def load(path):
     if os.path.isdir(path):
-        return tf.GPT2LMHeadModel.from_pretrained(path, attn_implementation="eager").eval()
+        return tf.AutoModelForCausalLM.from_pretrained(path, attn_implementation="eager").eval()
     with safe_open(path, "pt") as f:
         config = json.loads(f.metadata()["lm.hf_config"])
         config.pop("hedgehog", None)
-        model = tf.GPT2LMHeadModel(tf.GPT2Config(**config))
         state = {k[len("model."):]: f.get_tensor(k) for k in f.keys() if k.startswith("model.")}
+    if config["architectures"] == ["LlamaForCausalLM"]:  # train_lm --arch llama: HF names and layouts as they are
+        model = tf.LlamaForCausalLM(tf.LlamaConfig(**config))
+        state["lm_head.weight"] = state["model.embed_tokens.weight"]
+        model.load_state_dict(state, strict=True)
+        return model.eval()
+    model = tf.GPT2LMHeadModel(tf.GPT2Config(**config))
     # The engine keeps Linear weights as (out, in); GPT-2's Conv1D as (in, out).
     state = {k: v.t().contiguous() if k.endswith("weight") and any(m in k for m in ("c_attn", "c_proj", "c_fc")) else v
              for k, v in state.items()}

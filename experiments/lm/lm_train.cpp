@@ -12,6 +12,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <utility>
+#include <vector>
 
 #include "autograd/grad_mode.h"
 #include "autograd/ops/nn.h"
@@ -215,6 +216,57 @@ std::string lm_checkpoint_tokenizer(const std::string& path) {
              : "";
 }
 
+namespace {
+// The identity of a warm start's weights: the folder and an FNV-1a hash of its safetensors bytes.
+json init_fingerprint(const std::string& folder) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  std::vector<std::string> files;
+  for (const auto& e : fs::directory_iterator(folder))
+    if (e.path().extension() == ".safetensors") files.push_back(e.path().string());
+  std::sort(files.begin(), files.end());
+  HH_CHECK(!files.empty(), "--init: ", folder, " holds no .safetensors file");
+  std::vector<char> buf(1 << 16);
+  for (const std::string& f : files) {
+    std::ifstream in(f, std::ios::binary);
+    HH_CHECK(in.good(), "--init: cannot read ", f);
+    while (in.read(buf.data(), static_cast<std::streamsize>(buf.size())) || in.gcount() > 0) {
+      for (std::streamsize i = 0; i < in.gcount(); ++i) h = (h ^ static_cast<unsigned char>(buf[i])) * 0x100000001b3ull;
+    }
+  }
+  return json{{"folder", folder}, {"fnv1a", std::to_string(h)}};
+}
+
+// Copies the weights of the HF folder into `model` (warm start): every HF weight of the model by
+// name and shape; the model's own extras (feature maps) keep their initialisation when the folder
+// lacks them.
+void load_init_weights(nn::CausalLM& model, const std::string& folder, const nn::HFModelOptions& options) {
+  nn::HFModelOptions o = options;
+  o.device = Device::cpu();
+  const std::shared_ptr<nn::CausalLM> from = nn::load_causal_lm(folder, o);
+  HH_CHECK(from->architecture() == model.architecture(), "--init: ", folder, " holds a ", from->architecture(),
+           ", this run trains a ", model.architecture(), " (--arch)");
+  std::map<std::string, Tensor> theirs;
+  for (auto& [name, t] : from->named_parameters()) theirs.emplace(name, t);
+  NoGradGuard no_grad;
+  for (auto& [name, p] : model.named_parameters()) {
+    auto it = theirs.find(name);
+    if (it == theirs.end() && name.find(".feature_map.") != std::string::npos) continue;
+    HH_CHECK(it != theirs.end(), "--init: ", folder, " has no weight ", name, " (the run's sizes or attention differ)");
+    HH_CHECK(it->second.shape() == p.shape(), "--init: ", folder, ": ", name, " is ", str(it->second.shape()),
+             ", the run's is ", str(p.shape()), " (--layers, --heads, --dim, --mlp or --positions differ)");
+    copy_(p, it->second.to(p.device()).to(p.dtype()));
+  }
+}
+}  // namespace
+
+void check_lm_init(const LmTrainConfig& c) {
+  if (c.init_from.empty()) return;
+  nn::HFModelOptions mo = c.attention;
+  mo.seed = c.seed;
+  const auto model = make_lm_model(lm_config_json(c.model, c.eos_id), mo);
+  load_init_weights(*model, c.init_from, mo);
+}
+
 std::string lm_run_fingerprint(const LmTrainConfig& c) {
   const nn::FeatureMapConfig& f = c.attention.feature_map;
   json j = {{"model", {{"vocab_size", c.model.vocab_size}, {"n_positions", c.model.n_positions},
@@ -232,6 +284,7 @@ std::string lm_run_fingerprint(const LmTrainConfig& c) {
     j["model"]["arch"] = name(c.model.arch);
     j["model"]["rope_theta"] = c.model.rope_theta;
   }
+  if (!c.init_from.empty()) j["init"] = init_fingerprint(c.init_from);  // only warm starts: others unchanged
   if (c.precision != Precision::f32) j["precision"] = precision_name(c.precision);  // f32 runs keep their fingerprint
   if (c.attention.mixer.is_hybrid()) j["attention"]["window"] = c.attention.window;  // only hybrids: others unchanged
   if (c.attention.gate != nn::Gate::none) j["attention"]["gate"] = nn::name(c.attention.gate);  // only gated runs
@@ -292,6 +345,7 @@ LmTrainResult train_language_model(const LmTrainConfig& c, const data::TokenData
   mo.seed = c.seed;
   r.config_json = lm_config_json(c.model, c.eos_id);
   r.model = make_lm_model(r.config_json, mo);
+  if (!c.init_from.empty()) load_init_weights(*r.model, c.init_from, mo);
   r.model->to(c.device);
   r.model->train();
   r.params = count_parameters(*r.model);

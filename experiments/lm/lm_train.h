@@ -62,6 +62,11 @@ struct LmTrainConfig {
   int64_t stop_after_steps = 0;      // tests: write the checkpoint and return after this many steps
   bool progress = true;
   std::string data_fingerprint;      // the prepared data's identity (tokenizer, token counts)
+  // A warm start: the weights of this HF folder (e.g. an earlier run's <run>/model, trained at a
+  // shorter context or on other data) instead of a fresh draw. Every weight of the model must be
+  // in it with its shape (a feature map absent from a softmax folder keeps its own initialisation);
+  // the optimizer and schedule start afresh. The folder's weights are in the fingerprint.
+  std::string init_from;
   int64_t eos_id = -1;               // the tokenizer's end-of-text id, written to the model's config
 };
 
@@ -91,6 +96,10 @@ std::string lm_run_fingerprint(const LmTrainConfig& c);
 // Every setting checked (the error names the flag), for `world` ranks; train_language_model calls
 // it first, apps before any run starts.
 void check_lm_train_config(const LmTrainConfig& c, int world);
+
+// A warm start's folder (c.init_from) fits the run: the same architecture, every weight by name and
+// shape (the error names them). Loads the folder once; apps call it before any run starts.
+void check_lm_init(const LmTrainConfig& c);
 
 // <out_dir>/checkpoint.safetensors.
 std::string lm_checkpoint_path(const std::string& out_dir);

@@ -321,6 +321,47 @@ TEST_CASE("train_lm: the exported HF folder loads back with the same outputs") {
   }
 }
 
+TEST_CASE("train_lm: a warm start (--init) begins from the folder's weights") {
+  TinyData d;
+  auto comm = make_communicator("none");
+  test::TempDir out("lm_train_init");
+  train::LmTrainConfig c = tiny_config(out.file("first"), "softmax");
+  c.model.arch = train::LmArch::llama;
+  c.steps = 4;
+  const train::LmTrainResult first = train::train_language_model(c, d.train, d.valid, *comm);
+  nn::save_hf_model(*first.model, out.file("model"), first.config_json, "test config", "");
+  // A second run at another context (RoPE: no position table) and learning rate, from those weights:
+  // at a learning rate of ~0 its weights are the folder's; a fresh run's are not.
+  train::LmTrainConfig warm = c;
+  warm.out_dir = out.file("warm");
+  warm.context = 16;
+  warm.lr = 1e-12;
+  warm.warmup = 0;
+  warm.steps = 1;
+  warm.init_from = out.file("model");
+  const train::LmTrainResult w = train::train_language_model(warm, d.train, d.valid, *comm);
+  CHECK(max_abs_diff(weights_of(*w.model), weights_of(*first.model)) < 1e-6);
+  warm.init_from.clear();
+  warm.out_dir = out.file("fresh");
+  const train::LmTrainResult fresh = train::train_language_model(warm, d.train, d.valid, *comm);
+  CHECK(max_abs_diff(weights_of(*fresh.model), weights_of(*first.model)) > 1e-3);
+  // The folder's weights are in the fingerprint (a resume of a fresh run is refused).
+  warm.init_from = out.file("model");
+  const std::string fp = train::lm_run_fingerprint(warm);
+  CHECK(fp.find("\"init\"") != std::string::npos);
+  CHECK(fp.find("fnv1a") != std::string::npos);
+  CHECK(train::lm_run_fingerprint(warm) == fp);
+  // Sizes or architecture that differ: an error naming the weight or the architecture.
+  warm.out_dir = out.file("bad");
+  warm.model.n_inner = 96;
+  CHECK_THROWS_WITH_AS(train::train_language_model(warm, d.train, d.valid, *comm),
+                       doctest::Contains("mlp.gate_proj.weight is (128, 32), the run's is (96, 32)"), Error);
+  warm.model.n_inner = c.model.n_inner;
+  warm.model.arch = train::LmArch::gpt2;
+  CHECK_THROWS_WITH_AS(train::train_language_model(warm, d.train, d.valid, *comm),
+                       doctest::Contains("holds a LlamaForCausalLM, this run trains a GPT2LMHeadModel"), Error);
+}
+
 TEST_CASE("train_lm: bf16 autocast training tracks f32") {
   // The same 40 steps in f32 and under bf16 autocast (bf16 GEMMs and attention with f32 sums, f32
   // weights, AdamW state and loss). bf16 keeps 8 significant bits, so single logits differ by up to
