@@ -148,8 +148,12 @@ void add_train_flags(cli::Flags& f, const TrainPreset& p) {
   f.add("arch", "gpt2", "gpt2 (learned positions, exported as GPT2LMHeadModel) or llama (RoPE, RMSNorm, SwiGLU,\n"
         "                       tied embeddings; exported as LlamaForCausalLM)");
   f.add("rope-theta", "10000", "RoPE base of --arch llama");
-  f.add("init", "", "warm start: the weights of this HF folder (an earlier run's <run>/model, e.g. trained at a\n"
-        "                       shorter context); the same --arch and sizes; optimizer and schedule start afresh");
+  f.add("init", "", "warm start: the weights of an HF folder (an earlier run's <run>/model, e.g. trained at a\n"
+        "                       shorter context) or of a train_lm checkpoint (<run>/checkpoint.safetensors, e.g.\n"
+        "                       one left by --stop-after-steps); the same --arch and sizes; optimizer and schedule\n"
+        "                       start afresh");
+  f.add("stop-after-steps", "0", "stop after this many steps (0 = run to --steps), leaving the checkpoint of that step\n"
+        "                       (--resume continues the same schedule; --init starts another run from it); no model/");
   f.add("layers", std::to_string(m.n_layer), "decoder layers");
   f.add("heads", std::to_string(m.n_head), "attention heads");
   f.add("dim", std::to_string(m.n_embd), "hidden size (a multiple of --heads)");
@@ -297,9 +301,11 @@ int train_cmd(int argc, char** argv) {
   base.eos_id = info.eos_id;
   base.init_from = f.str("init");
   if (!base.init_from.empty()) {
-    HH_CHECK(fs::is_directory(base.init_from), "--init: ", base.init_from, " is not a folder");
-    HH_CHECK(fs::exists(fs::path(base.init_from) / "config.json"), "--init: ", base.init_from, " has no config.json");
+    HH_CHECK(fs::exists(base.init_from), "--init: ", base.init_from, " does not exist");
+    HH_CHECK(!fs::is_directory(base.init_from) || fs::exists(fs::path(base.init_from) / "config.json"), "--init: ",
+             base.init_from, " has no config.json (an HF folder) and is not a checkpoint file");
   }
+  base.stop_after_steps = f.integer("stop-after-steps", 0, int64_t{1} << 40);
   base.data_fingerprint = json{{"tokenizer", info.tokenizer}, {"vocab_size", info.vocab_size}, {"tokens", info.tokens}}.dump();
   {
     ScheduleConfig sc;  // an unknown schedule name fails here

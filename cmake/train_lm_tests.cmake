@@ -101,7 +101,7 @@ set(TRAIN_LM_BAD
     "${T} --bogus 1" "unknown flag --bogus"
     "${T} --device tpu" "tpu"
     "${T} --top-p 0" "--top-p"
-    "${T} --init /nonexistent/model" "--init: /nonexistent/model is not a folder"
+    "${T} --init /nonexistent/model" "--init: /nonexistent/model does not exist"
     "${T} --init ${LMFX}/hf/llama-tiny-tok" "holds a LlamaForCausalLM, this run trains a GPT2LMHeadModel"
     "${T} --arch mamba" "--arch: unknown architecture 'mamba' (valid: gpt2, llama)"
     "${T} --rope-theta 500000" "--rope-theta is for --arch llama"

@@ -40,7 +40,6 @@ ROWS = [
     ("hybrid16_softmax1", "hybrid W=16 + 1 softmax layer kept", "hybrid16_softmax1", "hybrid-hedgehog"),
     ("elu", "1+ELU (floor: linear, xent transfer)", "linear", "elu"),
     # The recall table (a retrieval teacher, issue 34).
-    ("hedgehog_gla", "Hedgehog + GLA gate (linear, mse transfer)", "gla", "hedgehog+gla"),
 ] + [(f"hybrid16_{by}{k}", f"hybrid W=16 + {k} softmax layer{'s' if k > 1 else ''} by {name}", f"hybrid16_{by}{k}",
       "hybrid-hedgehog")
      for k in (1, 2) for by, name in (("kl", "KL"), ("transfer", "transfer error"), ("every", "every-Nth"))]

@@ -101,6 +101,30 @@ Tensor channel_scores(const Tensor& p, const Tensor& k, const Tensor& d) {
   return sum(mul(mul(unsqueeze(p, r - 1), unsqueeze(k, r - 2)), d), {-1});
 }
 
+// The per-channel weights Σ_f pq_if pk_jf exp(b_if - b_jf) (j <= i, 0 above): pq, pk (B,H,L,F), b
+// (B,H,L,F) -> (B,H,L,L), in blocks of kRows query rows, each against the keys up to its last row,
+// so no (B,H,L,L,F) tensor is made: without gradients the peak is one block's (B,H,kRows,L,F).
+// Each weight is the same expression as in one piece (the same bits).
+constexpr int64_t kRows = 32;
+Tensor channel_weights(const Tensor& pq, const Tensor& pk, const Tensor& b) {
+  const int64_t L = pq.size(2);
+  if (L <= kRows) return channel_scores(pq, pk, decay_matrix(b, false));
+  std::vector<Tensor> blocks;
+  for (int64_t s = 0; s < L; s += kRows) {
+    const int64_t e = std::min(L, s + kRows), n = e - s;
+    std::vector<double> above(static_cast<size_t>(n * e), 0.0);  // key j after query s + r
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t j = s + r + 1; j < e; ++j) above[static_cast<size_t>(r * e + j)] = 1.0;
+    const Tensor bq = slice(b, 2, s, e), bk = slice(b, 2, 0, e);
+    Tensor diff = sub(unsqueeze(bq, 3), unsqueeze(bk, 2));  // (B,H,n,e,F): [r, j] = b_{s+r} - b_j
+    diff = masked_fill(diff, from_vector(above, {n, e, 1}, {DType::boolean, b.device()}), kBlocked);
+    Tensor blk = channel_scores(slice(pq, 2, s, e), slice(pk, 2, 0, e), exp(diff));  // (B,H,n,e)
+    if (e < L) blk = cat({blk, zeros({blk.size(0), blk.size(1), n, L - e}, {blk.dtype(), blk.device()})}, 3);
+    blocks.push_back(blk);
+  }
+  return cat(blocks, 2);
+}
+
 }  // namespace
 
 Tensor gated_attention_quadratic(const Tensor& pq, const Tensor& pk_in, const Tensor& v, const Tensor& log_a_in,
@@ -112,7 +136,7 @@ Tensor gated_attention_quadratic(const Tensor& pq, const Tensor& pk_in, const Te
   const bool scalar = log_a.size(3) == 1;
   Tensor b = cumsum(log_a, 2);  // (B,H,L,G), inclusive
   Tensor a = scalar ? mul(matmul(pq, transpose(pk, -1, -2)), decay_matrix(b, true))
-                    : channel_scores(pq, pk, decay_matrix(b, false));  // (B,H,L,L)
+                    : channel_weights(pq, pk, b);  // (B,H,L,L)
   if (normalize) a = div(a, add(sum(a, {-1}, true), eps));
   if (weights) *weights = a;
   return matmul(a, v);  // (B,H,L,Dv)

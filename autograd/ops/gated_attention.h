@@ -22,8 +22,9 @@
 
 namespace hh {
 
-// The reference: the (B,H,L,L) decay exp(b_i - b_j) (j <= i) materialized, per channel when
-// log_a is per channel ((B,H,L,L,F) then): O(L²·F) memory. Differences of global cumsums lose
+// The reference: the (B,H,L,L) decay exp(b_i - b_j) (j <= i) materialized; per channel when
+// log_a is per channel, in blocks of 32 query rows ((B,H,32,L,F) at a time; with gradients every
+// block is kept for the backward: O(L²·F/2) memory). Differences of global cumsums lose
 // precision at long L in f32: use it at short lengths. With `weights`, *weights receives the
 // (B,H,L,L) weights that multiply v (normalized when `normalize`).
 Tensor gated_attention_quadratic(const Tensor& pq, const Tensor& pk, const Tensor& v, const Tensor& log_a,

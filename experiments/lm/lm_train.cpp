@@ -217,14 +217,19 @@ std::string lm_checkpoint_tokenizer(const std::string& path) {
 }
 
 namespace {
-// The identity of a warm start's weights: the folder and an FNV-1a hash of its safetensors bytes.
-json init_fingerprint(const std::string& folder) {
+// The identity of a warm start's weights: the path and an FNV-1a hash of its safetensors bytes (a
+// folder's .safetensors files in name order, or the checkpoint file).
+json init_fingerprint(const std::string& path) {
   uint64_t h = 0xcbf29ce484222325ull;
   std::vector<std::string> files;
-  for (const auto& e : fs::directory_iterator(folder))
-    if (e.path().extension() == ".safetensors") files.push_back(e.path().string());
+  if (fs::is_directory(path)) {
+    for (const auto& e : fs::directory_iterator(path))
+      if (e.path().extension() == ".safetensors") files.push_back(e.path().string());
+  } else {
+    files.push_back(path);
+  }
   std::sort(files.begin(), files.end());
-  HH_CHECK(!files.empty(), "--init: ", folder, " holds no .safetensors file");
+  HH_CHECK(!files.empty(), "--init: ", path, " holds no .safetensors file");
   std::vector<char> buf(1 << 16);
   for (const std::string& f : files) {
     std::ifstream in(f, std::ios::binary);
@@ -233,16 +238,17 @@ json init_fingerprint(const std::string& folder) {
       for (std::streamsize i = 0; i < in.gcount(); ++i) h = (h ^ static_cast<unsigned char>(buf[i])) * 0x100000001b3ull;
     }
   }
-  return json{{"folder", folder}, {"fnv1a", std::to_string(h)}};
+  return json{{"path", path}, {"fnv1a", std::to_string(h)}};
 }
 
-// Copies the weights of the HF folder into `model` (warm start): every HF weight of the model by
-// name and shape; the model's own extras (feature maps) keep their initialisation when the folder
-// lacks them.
+// Copies the weights of an HF folder or a train_lm checkpoint into `model` (warm start): every HF
+// weight of the model by name and shape; the model's own extras (feature maps) keep their
+// initialisation when the source lacks them.
 void load_init_weights(nn::CausalLM& model, const std::string& folder, const nn::HFModelOptions& options) {
   nn::HFModelOptions o = options;
   o.device = Device::cpu();
-  const std::shared_ptr<nn::CausalLM> from = nn::load_causal_lm(folder, o);
+  const std::shared_ptr<nn::CausalLM> from =
+      fs::is_directory(folder) ? nn::load_causal_lm(folder, o) : load_lm_checkpoint_model(folder);
   HH_CHECK(from->architecture() == model.architecture(), "--init: ", folder, " holds a ", from->architecture(),
            ", this run trains a ", model.architecture(), " (--arch)");
   std::map<std::string, Tensor> theirs;

@@ -63,7 +63,7 @@ struct LmTrainConfig {
   bool progress = true;
   std::string data_fingerprint;      // the prepared data's identity (tokenizer, token counts)
   // A warm start: the weights of this HF folder (e.g. an earlier run's <run>/model, trained at a
-  // shorter context or on other data) instead of a fresh draw. Every weight of the model must be
+  // shorter context or on other data) or train_lm checkpoint file instead of a fresh draw. Every weight of the model must be
   // in it with its shape (a feature map absent from a softmax folder keeps its own initialisation);
   // the optimizer and schedule start afresh. The folder's weights are in the fingerprint.
   std::string init_from;

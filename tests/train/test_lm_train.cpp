@@ -341,6 +341,11 @@ TEST_CASE("train_lm: a warm start (--init) begins from the folder's weights") {
   warm.init_from = out.file("model");
   const train::LmTrainResult w = train::train_language_model(warm, d.train, d.valid, *comm);
   CHECK(max_abs_diff(weights_of(*w.model), weights_of(*first.model)) < 1e-6);
+  // The same from the first run's checkpoint file (e.g. one left by --stop-after-steps).
+  warm.init_from = train::lm_checkpoint_path(out.file("first"));
+  warm.out_dir = out.file("warm_ckpt");
+  const train::LmTrainResult wc = train::train_language_model(warm, d.train, d.valid, *comm);
+  CHECK(max_abs_diff(weights_of(*wc.model), weights_of(*first.model)) < 1e-6);
   warm.init_from.clear();
   warm.out_dir = out.file("fresh");
   const train::LmTrainResult fresh = train::train_language_model(warm, d.train, d.valid, *comm);
