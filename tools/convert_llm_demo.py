@@ -39,8 +39,8 @@ ROWS = [
     ("hybrid16_logit", "hybrid W=16 + logit distillation", "hybrid16_logit", "hybrid-hedgehog"),
     ("hybrid16_softmax1", "hybrid W=16 + 1 softmax layer kept", "hybrid16_softmax1", "hybrid-hedgehog"),
     ("elu", "1+ELU (floor: linear, xent transfer)", "linear", "elu"),
-    # The recall table (a retrieval teacher, issue 34).
-] + [(f"hybrid16_{by}{k}", f"hybrid W=16 + {k} softmax layer{'s' if k > 1 else ''} by {name}", f"hybrid16_{by}{k}",
+] + [  # the recall table's rows (a retrieval teacher, issue 34)
+    (f"hybrid16_{by}{k}", f"hybrid W=16 + {k} softmax layer{'s' if k > 1 else ''} by {name}", f"hybrid16_{by}{k}",
       "hybrid-hedgehog")
      for k in (1, 2) for by, name in (("kl", "KL"), ("transfer", "transfer error"), ("every", "every-Nth"))]
 TASK_NAMES = {"passkey": "passkey", "niah_multikey": "multi-key NIAH", "vt": "variable tracking"}
