@@ -104,7 +104,8 @@ Tensor channel_scores(const Tensor& p, const Tensor& k, const Tensor& d) {
 // The per-channel weights Σ_f pq_if pk_jf exp(b_if - b_jf) (j <= i, 0 above): pq, pk (B,H,L,F), b
 // (B,H,L,F) -> (B,H,L,L), in blocks of kRows query rows, each against the keys up to its last row,
 // so no (B,H,L,L,F) tensor is made: without gradients the peak is one block's (B,H,kRows,L,F).
-// Each weight is the same expression as in one piece (the same bits).
+// Each weight is the same expression as in one piece (tested against the recurrent form at L = 37:
+// one full block and a partial one, values and gradients).
 constexpr int64_t kRows = 32;
 Tensor channel_weights(const Tensor& pq, const Tensor& pk, const Tensor& b) {
   const int64_t L = pq.size(2);
