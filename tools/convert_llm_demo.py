@@ -75,6 +75,9 @@ def mixed(train_parts, mix_file, ratio):
 
 
 def splits(args):
+    for flag, path in (("--mix-train", args.mix_train), ("--mix-valid", args.mix_valid)):
+        if path and not os.path.isfile(path):
+            sys.exit(f"error: {flag}: {path} does not exist")
     train, valid, test = [], [], []
     skipped = []
     for path in args.files:
@@ -93,6 +96,8 @@ def splits(args):
         test.append(held[mid:])
     if args.mix_train:
         train = mixed(train, args.mix_train, args.mix)
+    if args.mix_valid:  # held-out documents of the same kinds: the students' validation is their training mix
+        valid = mixed(valid, args.mix_valid, args.mix)
     os.makedirs(args.out, exist_ok=True)
     for name, parts in (("train", train), ("valid", valid), ("test", test)):
         with open(os.path.join(args.out, f"wiki.{name}.raw"), "wb") as f:
@@ -291,11 +296,15 @@ def table(args):
     with open(os.path.join(args.out, "results.md"), "w") as f:
         f.write(md)
     with open(os.path.join(args.out, "results.csv"), "w") as f:  # one row per recipe (tools/seed_spread.py)
-        f.write("key,recipe,test_perplexity,gap_to_teacher\n")
+        # The recall table adds each shown (task, length) column's accuracy (a fraction; empty where not run).
+        extra = [(t, n) for t, n in cols] if len(tasks) > 1 else []
+        f.write("key,recipe,test_perplexity,gap_to_teacher" + "".join(f",{t}_{n}" for t, n in extra) + "\n")
         num = lambda x: "" if x is None else format(x, ".6f")  # noqa: E731
+        acc = lambda c: num(c["accuracy"]) if c and "error" not in c else ""  # noqa: E731
         for r in rows:
             gap = "" if r["key"] == "teacher" else num(r["gap_to_teacher"])
-            f.write(f"{r['key']},\"{r['recipe']}\",{num(r['test_perplexity'])},{gap}\n")
+            f.write(f"{r['key']},\"{r['recipe']}\",{num(r['test_perplexity'])},{gap}" +
+                    "".join(f",{acc(r[t][str(n)])}" for t, n in extra) + "\n")
     with open(os.path.join(args.out, "results.json"), "w") as f:
         json.dump({"window": w, "passkey_lengths": lengths, "tasks": tasks, "decode_context": args.decode_context,
                    "short_context": args.short_context, "rows": rows},
@@ -311,7 +320,9 @@ def main():
     s.add_argument("--out", required=True)
     s.add_argument("--valid-fraction", type=float, default=0.05)
     s.add_argument("--mix-train", help="documents (blank-line separated) interleaved into the training split")
-    s.add_argument("--mix", type=float, default=1.0, help="--mix-train bytes per corpus byte")
+    s.add_argument("--mix-valid", help="other documents (not in --mix-train) interleaved into the validation split; "
+                   "the test split stays the corpus alone")
+    s.add_argument("--mix", type=float, default=1.0, help="--mix-train / --mix-valid bytes per corpus byte")
     s = sub.add_parser("tokenizer")
     s.add_argument("folder")
     s = sub.add_parser("ids")

@@ -14,6 +14,9 @@ Kinds, drawn at random:
              questions about some of them, each answered: "What is the special magic number for W
              mentioned in the provided text? The special magic number for W mentioned in the
              provided text is N." (N: 7 digits, sometimes 5-8)
+  needleforms  2-4 needle lines, then every one asked, each in one of four forms from "The special
+             magic number for W is N." to RULER's question: a curriculum over the distance between the
+             asked word and the answer (6 to 34 bytes); tried for the multi-key needle (README)
   facts      1-4 facts in other prose ("The code of the red door is N.", "W's number is N."), then
              questions, each answered in the same words
   repeat     (a copying drill, as tools/copy_twin.py's copy data: a small model learns to copy from
@@ -126,6 +129,31 @@ def needles_doc(rng, size, filler, plain):
     return " ".join(p for p in [head, body] + qs if p)
 
 
+# The question forms of `needleforms`, shortest first: the asked word is 6 bytes before the number's
+# first digit in the needle line and 34 in RULER's question (the last form); the shorter forms bridge
+# the distance, so the word match forms on near questions first.
+NEEDLE_FORMS = (
+    "The special magic number for {w} is {n}.",
+    "What is the special magic number for {w}? The special magic number for {w} is {n}.",
+    "The special magic number for {w} mentioned in the text is {n}.",
+    "What is the special magic number for {w} mentioned in the provided text? "
+    "The special magic number for {w} mentioned in the provided text is {n}.",
+)
+
+
+def needleforms_doc(rng, size, filler, plain):
+    k = rng.choice((2, 3, 4, 4, 4))
+    words = rng.sample(WORDS, k)
+    nums = [number(rng, 7, 5, 8) for _ in words]
+    lines = [f"One of the special magic numbers for {w} is: {n}." for w, n in zip(words, nums)]
+    asked = rng.sample(range(k), k)
+    form = lambda: NEEDLE_FORMS[min(rng.randrange(6), 3)]  # noqa: E731  RULER's form half the time
+    qs = [form().format(w=words[i], n=nums[i]) for i in asked]
+    head = rng.choice(NEEDLE_HEADS)
+    body = place(rng, size - len(head) - sum(map(len, lines)) - sum(map(len, qs)), lines, " ", filler, plain)
+    return " ".join(p for p in [head, body] + qs if p)
+
+
 def facts_doc(rng, size, filler, plain):
     k = rng.randint(1, 4)
     if rng.random() < 0.5:
@@ -154,7 +182,8 @@ def repeat_doc(rng, size, filler, plain):
     return place(rng, min(size, 240) - sum(map(len, lines)), lines, " ", filler, plain)  # kept short: dense
 
 
-KINDS = {"passkey": passkey_doc, "needles": needles_doc, "facts": facts_doc, "repeat": repeat_doc}
+KINDS = {"passkey": passkey_doc, "needles": needles_doc, "needleforms": needleforms_doc, "facts": facts_doc,
+         "repeat": repeat_doc}
 
 
 def parse_kinds(text):
