@@ -42,7 +42,9 @@ ROWS = [
 ] + [  # the recall table's rows (a retrieval teacher, issue 34)
     (f"hybrid16_{by}{k}", f"hybrid W=16 + {k} softmax layer{'s' if k > 1 else ''} by {name}", f"hybrid16_{by}{k}",
       "hybrid-hedgehog")
-     for k in (1, 2) for by, name in (("kl", "KL"), ("transfer", "transfer error"), ("every", "every-Nth"))]
+     for k in (1, 2) for by, name in (("kl", "KL"), ("transfer", "transfer error"), ("every", "every-Nth"))] + [
+    ("hybrid16_retrieval", "hybrid W=16 + the retrieval heads' layers (by hand)", "hybrid16_retrieval",
+     "hybrid-hedgehog")]
 TASK_NAMES = {"passkey": "passkey", "niah_multikey": "multi-key NIAH", "vt": "variable tracking"}
 
 
@@ -287,6 +289,8 @@ def table(args):
             if "kl_drop" in c:
                 score = "KL drop " + ", ".join(f"L{i} {x:.4f}" for i, x in enumerate(c["kl_drop"]))
                 score += f" (all-linear KL {c['kl_all_linear']:.4f})"
+            elif c["by"] == "list":
+                score = "given (--softmax-layer-list)"
             elif "transfer_error" in c:
                 score = "transfer error " + ", ".join(f"L{i} {x:.4g}" for i, x in enumerate(c["transfer_error"]))
             else:
