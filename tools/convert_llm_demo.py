@@ -28,6 +28,7 @@ import argparse
 import json
 import os
 import random
+import re
 import sys
 
 # The rows of the table: (key, recipe, convert run folder or None for the teacher, converted row).
@@ -42,9 +43,21 @@ ROWS = [
 ] + [  # the recall table's rows (a retrieval teacher, issue 34)
     (f"hybrid16_{by}{k}", f"hybrid W=16 + {k} softmax layer{'s' if k > 1 else ''} by {name}", f"hybrid16_{by}{k}",
       "hybrid-hedgehog")
-     for k in (1, 2) for by, name in (("kl", "KL"), ("transfer", "transfer error"), ("every", "every-Nth"))] + [
-    ("hybrid16_retrieval", "hybrid W=16 + the retrieval heads' layers (by hand)", "hybrid16_retrieval",
-     "hybrid-hedgehog")]
+     for k in (1, 2) for by, name in (("kl", "KL"), ("transfer", "transfer error"), ("every", "every-Nth"))]
+
+
+def recipe_of(key):
+    """(recipe, run, row) of a table key: one of ROWS, or hybrid16_layers_I_J_... (KEEP_LAYERS: the
+    hybrid W = 16 keeping layers I, J, ... softmax, given by hand); None for an unknown key."""
+    for k, recipe, run, row in ROWS:
+        if k == key:
+            return recipe, run, row
+    m = re.fullmatch(r"hybrid16_layers((?:_\d+)+)", key)
+    if m:
+        layers = m.group(1)[1:].split("_")
+        return (f"hybrid W=16 + softmax layer{'s' if len(layers) > 1 else ''} {','.join(layers)} (by hand)", key,
+                "hybrid-hedgehog")
+    return None
 TASK_NAMES = {"passkey": "passkey", "niah_multikey": "multi-key NIAH", "vt": "variable tracking"}
 
 
@@ -203,11 +216,12 @@ def layer_choice(x):
 def table(args):
     lengths = [int(x) for x in args.lengths.split(",")]
     tasks = [t for t in args.tasks.split(",") if t]
-    recipes = {key: (recipe, run, row) for key, recipe, run, row in ROWS}
     keys = [k for k in args.rows.split(",") if k]
-    unknown = [k for k in keys if k not in recipes]
+    unknown = [k for k in keys if recipe_of(k) is None]
     if unknown:
-        sys.exit(f"error: --rows: unknown row(s) {', '.join(unknown)} (known: {', '.join(recipes)})")
+        sys.exit(f"error: --rows: unknown row(s) {', '.join(unknown)} (known: {', '.join(k for k, *_ in ROWS)}, "
+                 "hybrid16_layers_I_J...)")
+    recipes = {k: recipe_of(k) for k in keys}
     rows, teacher_ppl = [], None
     for key in keys:
         recipe, run, row = recipes[key]
