@@ -45,6 +45,8 @@ ROWS = [
       "hybrid-hedgehog")
      for k in (1, 2) for by, name in (("kl", "KL"), ("transfer", "transfer error"), ("every", "every-Nth"))]
 
+TASK_NAMES = {"passkey": "passkey", "niah_multikey": "multi-key NIAH", "vt": "variable tracking"}
+
 
 def recipe_of(key):
     """(recipe, run, row) of a table key: one of ROWS, or hybrid16_layers_I_J_... (KEEP_LAYERS: the
@@ -58,7 +60,6 @@ def recipe_of(key):
         return (f"hybrid W=16 + softmax layer{'s' if len(layers) > 1 else ''} {','.join(layers)} (by hand)", key,
                 "hybrid-hedgehog")
     return None
-TASK_NAMES = {"passkey": "passkey", "niah_multikey": "multi-key NIAH", "vt": "variable tracking"}
 
 
 def cut_at_line(data, at):
@@ -315,7 +316,7 @@ def table(args):
         f.write(md)
     with open(os.path.join(args.out, "results.csv"), "w") as f:  # one row per recipe (tools/seed_spread.py)
         # The recall table adds each shown (task, length) column's accuracy (a fraction; empty where not run).
-        extra = [(t, n) for t, n in cols] if len(tasks) > 1 else []
+        extra = list(cols) if len(tasks) > 1 else []
         f.write("key,recipe,test_perplexity,gap_to_teacher" + "".join(f",{t}_{n}" for t, n in extra) + "\n")
         num = lambda x: "" if x is None else format(x, ".6f")  # noqa: E731
         acc = lambda c: num(c["accuracy"]) if c and "error" not in c else ""  # noqa: E731

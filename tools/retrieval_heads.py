@@ -4,13 +4,13 @@
 
     python3 tools/retrieval_heads.py MODEL_FOLDER [--lengths 256,1024] [--trials 10] [--seed 0]
 
-Prompts as eval_lm's passkey task (a head line, filler sentences, "The pass key is K. Remember it.
+Prompts in the template of eval_lm's passkey task, with filler sentences of this tool's own (a head line, filler sentences, "The pass key is K. Remember it.
 K is the pass key." at a random depth, filler, "What is the pass key? The pass key is"), followed by
 " K" itself (teacher forcing). For each answer token and each head: a hit when the head's most
 attended position (from the position that predicts the token) holds the same token inside the key
 line; a head's score is its hits over all answer tokens. Prints the layer x head table and each
 layer's best head; the last line is the layers ordered by their best head ("layers by retrieval
-score: 1,3,0,2"), which is what scripts/convert_llm_demo's HAND_LAYERS takes.
+score: 1,3,0,2"); scripts/convert_llm_demo's KEEP_LAYERS takes layers chosen from it.
 Needs torch and transformers (tools/ only); the folder is an HF causal-LM folder with a tokenizer.
 """
 import argparse
@@ -55,8 +55,11 @@ def main():
         sys.exit(f"error: --lengths: '{a.lengths}' is not a comma list of integers")
     if a.trials < 1 or any(n < 64 for n in lengths):
         sys.exit("error: --trials must be >= 1 and every --lengths value >= 64")
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    try:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+    except ImportError as e:
+        sys.exit(f"error: this tool needs torch and transformers (pip): {e}")
     try:
         tok = AutoTokenizer.from_pretrained(a.model)
     except (ValueError, OSError):  # train_lm's folders: GPT-2 vocab.json + merges.txt, no tokenizer_config.json
